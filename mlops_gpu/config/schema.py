@@ -1,0 +1,216 @@
+"""The config schema (pydantic, every model forbids unknown keys) and its conversion to model
+values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from mlops_gpu.model import Cohort, GpuType, Node, Project, Quota
+
+NonNeg = Annotated[int, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuTypeConfig(_Strict):
+    price_per_hour: float = Field(0.0, ge=0, description="USD per GPU-hour")
+    memory_gb: float | None = Field(None, gt=0)
+
+
+class QuotaConfig(_Strict):
+    nominal: NonNeg = 0
+    borrowing_limit: NonNeg | None = 0
+    lending_limit: NonNeg | None = None
+
+
+class ProjectConfig(_Strict):
+    cohort: str | None = None
+    weight: float = Field(1.0, gt=0)
+    quotas: dict[str, QuotaConfig] = Field(default_factory=dict)
+
+
+class CohortConfig(_Strict):
+    parent: str | None = None
+
+
+class NodeConfig(_Strict):
+    name: str = Field(min_length=1)
+    gpu_type: str
+    #: Number of virtual GPUs (ids 0..gpus-1), or explicit device ids.
+    gpus: int | None = Field(None, ge=1)
+    devices: list[str] | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> NodeConfig:
+        if (self.gpus is None) == (self.devices is None):
+            raise ValueError("give exactly one of 'gpus' (a count) or 'devices' (a list of ids)")
+        if self.devices is not None and len(set(self.devices)) != len(self.devices):
+            raise ValueError("device ids must be unique")
+        return self
+
+    def device_ids(self) -> tuple[str, ...]:
+        if self.devices is not None:
+            return tuple(self.devices)
+        return tuple(str(i) for i in range(self.gpus or 0))
+
+
+class LocalBackendConfig(_Strict):
+    type: Literal["local"] = "local"
+    nodes: list[NodeConfig] = Field(min_length=1)
+
+
+class FakeBackendConfig(_Strict):
+    type: Literal["fake"]
+    nodes: list[NodeConfig] = Field(min_length=1)
+    duration_s: float = Field(1.0, ge=0)
+
+
+BackendConfig = Annotated[LocalBackendConfig | FakeBackendConfig, Field(discriminator="type")]
+
+
+class MlflowConfig(_Strict):
+    tracking_uri: str | None = None
+
+
+class PolicyConfig(_Strict):
+    name: Literal["default"] = "default"
+    queueing: Literal["best-effort-fifo", "strict-fifo"] = "best-effort-fifo"
+
+
+class RetryConfig(_Strict):
+    max_attempts: int = Field(3, ge=1)
+
+
+class SchedulerConfig(_Strict):
+    tick_s: float = Field(1.0, gt=0, le=60)
+    #: An auto-started scheduler (SDK) exits after this long with nothing pending or running.
+    idle_exit_s: float = Field(300.0, gt=0)
+
+
+class Config(_Strict):
+    store: str = "sqlite:///state.db"
+    state_dir: str = "state"
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    gpu_types: dict[str, GpuTypeConfig] = Field(min_length=1)
+    backends: dict[str, BackendConfig] = Field(min_length=1)
+    cohorts: dict[str, CohortConfig] = Field(default_factory=dict)
+    projects: dict[str, ProjectConfig] = Field(min_length=1)
+    priority_classes: dict[str, int] = Field(
+        default_factory=lambda: {"low": 0, "normal": 100, "high": 1000}, min_length=1
+    )
+    default_priority: str = "normal"
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+
+    _root: Path = PrivateAttr(default_factory=Path.cwd)
+    _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        errors: list[str] = []
+        for pname, p in self.projects.items():
+            if p.cohort is not None and p.cohort not in self.cohorts:
+                errors.append(f"projects.{pname}.cohort: unknown cohort {p.cohort!r}")
+            for t in p.quotas:
+                if t not in self.gpu_types:
+                    errors.append(f"projects.{pname}.quotas.{t}: unknown GPU type {t!r}")
+        for cname, c in self.cohorts.items():
+            if c.parent is not None and c.parent not in self.cohorts:
+                errors.append(f"cohorts.{cname}.parent: unknown cohort {c.parent!r}")
+        for cname in self.cohorts:  # the cohort tree must not loop
+            seen, cur = {cname}, self.cohorts[cname].parent
+            while cur is not None and cur in self.cohorts:
+                if cur in seen:
+                    errors.append(f"cohorts.{cname}.parent: the cohort tree loops through {cur}")
+                    break
+                seen.add(cur)
+                cur = self.cohorts[cur].parent
+        node_names: set[str] = set()
+        for bname, b in self.backends.items():
+            for i, n in enumerate(b.nodes):
+                if n.gpu_type not in self.gpu_types:
+                    errors.append(
+                        f"backends.{bname}.nodes.{i}.gpu_type: unknown GPU type {n.gpu_type!r}"
+                    )
+                if n.name in node_names:
+                    errors.append(f"backends.{bname}.nodes.{i}.name: duplicate node {n.name!r}")
+                node_names.add(n.name)
+        if self.default_priority not in self.priority_classes:
+            errors.append(
+                f"default_priority: {self.default_priority!r} is not one of priority_classes"
+            )
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    # -- paths ----------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    def bind(self, source: Path | None, root: Path) -> Config:
+        self._source, self._root = source, root
+        return self
+
+    @property
+    def store_url(self) -> str:
+        """The store URL with a relative SQLite path resolved against the config's folder."""
+        prefix = "sqlite:///"
+        if self.store.startswith(prefix) and not self.store.startswith(prefix + "/"):
+            rest = self.store[len(prefix):]
+            if rest and rest != ":memory:":
+                return prefix + str((self._root / rest).resolve())
+        return self.store
+
+    @property
+    def state_path(self) -> Path:
+        p = Path(self.state_dir).expanduser()
+        return p if p.is_absolute() else (self._root / p).resolve()
+
+    def tracking_uri(self, environ: dict[str, str]) -> str:
+        """Config, else ``MLFLOW_TRACKING_URI``, else a SQLite store beside the state."""
+        uri = self.mlflow.tracking_uri or environ.get("MLFLOW_TRACKING_URI")
+        if uri:
+            if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+                return "sqlite:///" + str((self._root / uri[len("sqlite:///"):]).resolve())
+            return uri
+        return "sqlite:///" + str(self.state_path / "mlflow.db")
+
+    # -- model values ---------------------------------------------------------------------
+    def model_projects(self) -> dict[str, Project]:
+        return {
+            name: Project(
+                name=name, cohort=p.cohort, weight=p.weight,
+                quotas=MappingProxyType({
+                    t: Quota(q.nominal, q.borrowing_limit, q.lending_limit)
+                    for t, q in p.quotas.items()
+                }),
+            )
+            for name, p in self.projects.items()
+        }
+
+    def model_cohorts(self) -> dict[str, Cohort]:
+        return {name: Cohort(name, c.parent) for name, c in self.cohorts.items()}
+
+    def model_gpu_types(self) -> dict[str, GpuType]:
+        return {n: GpuType(n, t.price_per_hour, t.memory_gb) for n, t in self.gpu_types.items()}
+
+    def model_nodes(self, backend: str) -> list[Node]:
+        b = self.backends[backend]
+        return [
+            Node(name=n.name, backend=backend, gpu_type=n.gpu_type, devices=n.device_ids(),
+                 labels=MappingProxyType(dict(n.labels)))
+            for n in b.nodes
+        ]

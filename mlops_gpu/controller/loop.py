@@ -1,0 +1,265 @@
+"""``Controller``: reconcile ticks, store -> snapshot -> core decision -> backends -> store.
+
+One tick:
+1. poll: ask each backend, in one batched call, about every active run's job, and record what
+   ended (succeeded, failed, cancelled, preempted -> requeued, lost -> requeued);
+2. stop: send the checkpoint signal to runs whose cancel was requested (once per process);
+3. snapshot: pending and active runs from the store, nodes from the backends, the config;
+4. decide: the pure core;
+5. preempt: flag victims in the store, then signal them;
+6. admit: record each admission, then launch it; roll the admission back if the launch fails
+   (a run whose launch failed ``max_attempts`` times in a row fails);
+7. explain: store the reason (and ETA) of every run left pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mlops_gpu.backends import Backend, HandleError, JobState, JobStatus, LaunchRequest
+from mlops_gpu.controller.runtime import Runtime
+from mlops_gpu.core import PolicySettings, Snapshot, decide
+from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
+from mlops_gpu.state import ConflictError, LeaderLock
+
+log = logging.getLogger("mlops_gpu.controller")
+
+EventSink = Callable[[str, Run | None, str], None]
+
+
+@dataclass
+class TickReport:
+    admitted: int = 0
+    finished: int = 0
+    requeued: int = 0
+    launch_failures: int = 0
+    pending: int = 0
+    active: int = 0
+    messages: list[str] = field(default_factory=list)
+
+
+class LeaderError(RuntimeError):
+    """Another scheduler already runs against this store."""
+
+
+class Controller:
+    def __init__(self, rt: Runtime, clock: Callable[[], float] = time.time,
+                 on_event: EventSink | None = None) -> None:
+        self.rt = rt
+        self.clock = clock
+        self.on_event = on_event
+        self._signalled: set[tuple[str, int]] = set()
+        self._launch_failures: dict[str, int] = defaultdict(int)
+        self._lock: LeaderLock | None = None
+
+    # -- leadership ---------------------------------------------------------------------
+    def acquire(self) -> None:
+        lock = LeaderLock(self.rt.store)
+        if not lock.acquire():
+            raise LeaderError(f"another scheduler is running against {self.rt.cfg.store_url}")
+        self._lock = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _emit(self, kind: str, run: Run | None, msg: str) -> None:
+        log.info("%s %s %s", kind, run.id if run else "-", msg)
+        if self.on_event is not None:
+            self.on_event(kind, run, msg)
+
+    # -- start-up -------------------------------------------------------------------------
+    def reconcile(self) -> int:
+        """Match runs the store calls active with the backends' jobs; returns runs repaired."""
+        store, fixed = self.rt.store, 0
+        for run in store.list_runs(ACTIVE_PHASES):
+            backend = self.rt.backends.get(run.placement.backend) if run.placement else None
+            if backend is None:
+                name = run.placement.backend if run.placement else "?"
+                store.requeue(run.id, "lost", f"backend {name} is not configured",
+                              self.rt.cfg.retry.max_attempts, now=self.clock())
+                fixed += 1
+                continue
+            if run.handle is None:
+                handle = backend.find(run.id, run.attempt)
+                if handle is not None:
+                    store.set_handle(run.id, handle, Phase.STARTING, now=self.clock())
+                    self._emit("recovered", run, f"found its job {handle} after a restart")
+                else:
+                    store.rollback_admission(
+                        run.id, "the scheduler stopped before launching it", now=self.clock())
+                    self._emit("rolled_back", run, "admission without a launch, requeued")
+                fixed += 1
+        return fixed
+
+    # -- the tick -------------------------------------------------------------------------
+    def tick(self) -> TickReport:
+        rep = TickReport()
+        store = self.rt.store
+        active = store.list_runs(ACTIVE_PHASES)
+        self._poll(active, rep)                                        # 1. poll
+        active = store.list_runs(ACTIVE_PHASES)
+        self._stop_cancelled(active)                                   # 2. stop
+        pending = store.list_runs([Phase.PENDING])
+        snap = self._snapshot(pending, active)                         # 3. snapshot
+        decision = decide(snap)                                        # 4. decide
+        by_id = {r.id: r for r in (*pending, *active)}
+        for pre in decision.preemptions:                               # 5. preempt
+            run = by_id[pre.run_id]
+            store.mark_preempting(run.id, pre.reason, now=self.clock())
+            self._signal(run, pre.signal, pre.grace_s)
+            self._emit("preempting", run, pre.reason)
+        launched: dict[str, dict[str, str]] = defaultdict(dict)  # backend -> handle -> run id
+        for adm in decision.admissions:                                # 6. admit
+            run = by_id[adm.run_id]
+            if not store.admit(run.id, adm.placement, now=self.clock()):
+                continue  # cancelled meanwhile
+            handle = self._launch(run, adm.placement.backend, rep)
+            if handle is not None:
+                launched[adm.placement.backend][handle] = run.id
+        for bname, handles in launched.items():  # one batched poll: most starts are immediate
+            for st in self.rt.backends[bname].poll(list(handles)).values():
+                if st.state is JobState.RUNNING:
+                    store.mark_running(handles[st.handle], now=self.clock())
+        store.set_reasons([                                            # 7. explain
+            (p.run_id, p.reason_code.value, p.reason, p.eta) for p in decision.pending
+        ])
+        rep.pending = len(decision.pending)
+        rep.active = len(active) + rep.admitted
+        return rep
+
+    def _snapshot(self, pending: list[Run], active: list[Run]) -> Snapshot:
+        cfg = self.rt.cfg
+        return Snapshot(
+            now=self.clock(),
+            nodes=tuple(self.rt.nodes()),
+            pending=tuple(pending),
+            active=tuple(active),
+            projects=cfg.model_projects(),
+            gpu_types=cfg.model_gpu_types(),
+            priority_classes=dict(cfg.priority_classes),
+            cohorts=cfg.model_cohorts(),
+            policy=PolicySettings(name=cfg.policy.name, queueing=cfg.policy.queueing),
+            capabilities={n: b.capabilities for n, b in self.rt.backends.items()},
+        )
+
+    def _launch(self, run: Run, bname: str, rep: TickReport) -> str | None:
+        store = self.rt.store
+        admitted = store.get(run.id)
+        assert admitted is not None and admitted.placement is not None
+        backend = self.rt.backends[bname]
+        req = LaunchRequest(run.id, admitted.attempt, admitted.spec, admitted.placement)
+        try:
+            handle = backend.launch(req)
+        except Exception as e:  # any launch failure rolls the admission back
+            rep.launch_failures += 1
+            self._launch_failures[run.id] += 1
+            n = self._launch_failures[run.id]
+            msg = f"launch on {bname} failed ({n}x): {e}"
+            store.rollback_admission(run.id, msg, now=self.clock())
+            if n >= self.rt.cfg.retry.max_attempts:
+                store.finish(run.id, Phase.FAILED, msg, now=self.clock())
+                self._emit("failed", run, msg)
+            else:
+                self._emit("launch_failed", run, msg)
+            return None
+        self._launch_failures.pop(run.id, None)
+        store.set_handle(run.id, handle, Phase.STARTING, now=self.clock())
+        rep.admitted += 1
+        self._emit("started", admitted, f"on {','.join(admitted.placement.node_names)} "
+                   f"devices {','.join(d for s in admitted.placement.slots for d in s.devices)}")
+        return handle
+
+    def _poll(self, active: list[Run], rep: TickReport) -> None:
+        by_backend: dict[str, list[Run]] = defaultdict(list)
+        for run in active:
+            if run.handle is not None and run.placement is not None:
+                by_backend[run.placement.backend].append(run)
+        for bname, runs in by_backend.items():
+            backend = self.rt.backends.get(bname)
+            if backend is None:
+                continue
+            statuses = backend.poll([r.handle for r in runs if r.handle])
+            for run in runs:
+                st = statuses.get(run.handle or "")
+                if st is not None:
+                    self._apply(run, st, rep)
+
+    def _apply(self, run: Run, st: JobStatus, rep: TickReport) -> None:
+        store, now = self.rt.store, self.clock()
+        if st.state in (JobState.STARTING,):
+            return
+        if st.state is JobState.RUNNING:
+            if run.phase is not Phase.RUNNING:
+                store.mark_running(run.id, now=now)
+            return
+        self._signalled.discard((run.id, run.attempt))
+        max_attempts = run.spec.max_attempts or self.rt.cfg.retry.max_attempts
+        if st.state is JobState.LOST:
+            phase = store.requeue(run.id, "lost", st.reason or "the job vanished",
+                                  max_attempts, now=now)
+            rep.requeued += 1
+            self._emit("lost", run, f"{st.reason}; now {phase}")
+            return
+        if run.preempt_requested and not run.cancel_requested:
+            phase = store.requeue(run.id, "preempted", "preempted", max_attempts, now=now)
+            rep.requeued += 1
+            self._emit("preempted", run, f"now {phase}")
+            return
+        if run.cancel_requested:
+            phase, why = Phase.CANCELLED, "cancelled by user"
+        elif st.reason == "max_runtime":
+            phase = Phase.FAILED
+            why = f"stopped after exceeding max_runtime {run.spec.max_runtime_s:g}s"
+        elif st.state is JobState.SUCCEEDED:
+            phase, why = Phase.SUCCEEDED, "exited 0"
+        else:
+            phase, why = Phase.FAILED, f"exited {st.exit_code}"
+        if store.finish(run.id, phase, why, exit_code=st.exit_code, now=now):
+            rep.finished += 1
+            self._emit(phase.value, run, why)
+
+    def _stop_cancelled(self, active: list[Run]) -> None:
+        for run in active:
+            if run.cancel_requested and run.handle is not None:
+                self._signal(run, run.spec.checkpoint.signal, run.spec.checkpoint.grace_s)
+
+    def _signal(self, run: Run, signal: str, grace_s: float) -> None:
+        key = (run.id, run.attempt)
+        if key in self._signalled or run.handle is None or run.placement is None:
+            return
+        backend: Backend = self.rt.backends[run.placement.backend]
+        try:
+            backend.cancel(run.handle, signal, grace_s)
+        except HandleError as e:
+            self._emit("signal_failed", run, str(e))
+        self._signalled.add(key)
+
+    # -- the daemon -----------------------------------------------------------------------
+    def run_forever(self, *, tick_s: float | None = None, idle_exit_s: float | None = None,
+                    should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Reconcile, then tick until ``should_stop`` or (if set) idle for ``idle_exit_s``."""
+        tick_s = tick_s or self.rt.cfg.scheduler.tick_s
+        self.reconcile()
+        idle_since: float | None = None
+        while not should_stop():
+            t0 = time.monotonic()
+            try:
+                rep = self.tick()
+            except ConflictError as e:  # a concurrent user change; the next tick sees it
+                log.warning("tick conflict: %s", e)
+                rep = TickReport(pending=1)
+            if rep.pending or rep.active:
+                idle_since = None
+            elif idle_exit_s is not None:
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since >= idle_exit_s:
+                    log.info("idle for %.0fs: exiting", idle_exit_s)
+                    return
+            time.sleep(max(0.0, tick_s - (time.monotonic() - t0)))
+

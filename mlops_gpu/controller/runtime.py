@@ -1,0 +1,95 @@
+"""``Runtime``: a validated config with its store and backends, and the submit path every edge
+(CLI, SDK, plugins) shares."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+
+from mlops_gpu.backends import Backend
+from mlops_gpu.backends.fake import FakeBackend
+from mlops_gpu.backends.local import LocalBackend
+from mlops_gpu.config import Config, FakeBackendConfig, LocalBackendConfig, load_config
+from mlops_gpu.core import request_problems
+from mlops_gpu.model import Node, Run, RunSpec
+from mlops_gpu.state import Store
+
+
+class SubmitError(ValueError):
+    """A run that cannot be queued; nothing was written."""
+
+
+def build_backend(cfg: Config, name: str) -> Backend:
+    b = cfg.backends[name]
+    nodes = cfg.model_nodes(name)
+    if isinstance(b, LocalBackendConfig):
+        return LocalBackend(name, nodes, cfg.state_path)
+    if isinstance(b, FakeBackendConfig):
+        return FakeBackend(name, nodes, default_duration_s=b.duration_s)
+    raise AssertionError(f"unhandled backend type {type(b).__name__}")  # pragma: no cover
+
+
+class Runtime:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    @staticmethod
+    def load(path: str | os.PathLike[str] | None = None) -> Runtime:
+        return Runtime(load_config(path))
+
+    @cached_property
+    def store(self) -> Store:
+        url = self.cfg.store_url
+        if url.startswith("sqlite:///"):
+            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        return Store(url)
+
+    @cached_property
+    def backends(self) -> Mapping[str, Backend]:
+        return {name: build_backend(self.cfg, name) for name in self.cfg.backends}
+
+    def nodes(self) -> list[Node]:
+        return [n for b in self.backends.values() for n in b.inventory()]
+
+    def problems(self, spec: RunSpec) -> list[str]:
+        out = request_problems(
+            spec,
+            projects=self.cfg.model_projects(),
+            gpu_types=self.cfg.model_gpu_types(),
+            priority_classes=self.cfg.priority_classes,
+            nodes=self.nodes(),
+            backends=self.cfg.backends,
+        )
+        if spec.request.nodes > 1 and not any(
+            b.capabilities.multi_node for b in self.backends.values()
+        ):
+            out.append(
+                f"nodes: {spec.request.nodes}-node gangs need a multi-node backend; "
+                f"configured: {', '.join(sorted(self.backends))}"
+            )
+        if spec.request.mig is not None or spec.request.gpu_fraction is not None or (
+            spec.request.gpu_memory_mb is not None
+        ):
+            out.append("gpu_fraction/gpu_memory/mig: shared and MIG GPUs are not placed yet")
+        return out
+
+    def submit(self, spec: RunSpec) -> Run:
+        """Validate ``spec`` against the config and inventory, then queue it."""
+        problems = self.problems(spec)
+        if problems:
+            raise SubmitError("; ".join(problems))
+        return self.store.submit(spec)
+
+    def close(self) -> None:
+        if "store" in self.__dict__:
+            self.store.close()
+
+
+def current_user() -> str:
+    try:
+        return os.environ.get("MLOPS_GPU_USER") or getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        return str(os.getuid())

@@ -1,0 +1,56 @@
+"""The core's only output: which runs to admit where, which to preempt, and why the rest wait.
+
+Reason codes are a stable contract (``reason_code`` in the CLI's JSON); sentences are for people.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from mlops_gpu.model import Placement
+
+
+class ReasonCode(str, Enum):
+    #: Some node could host it, but not enough GPUs are free now.
+    NO_CAPACITY = "no_capacity"
+    #: The project has no quota left for the GPU type (nominal + borrowing limit or cohort).
+    QUOTA = "quota"
+    #: No node of any acceptable type and backend could ever host it.
+    UNSCHEDULABLE = "unschedulable"
+    #: Strict FIFO: an older run of the same project is blocked and holds its place.
+    QUEUED_BEHIND = "queued_behind"
+    #: The run's project or priority class is not (or no longer) in the config.
+    INVALID = "invalid"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    run_id: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    run_id: str
+    reason: str
+    signal: str
+    grace_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    run_id: str
+    reason_code: ReasonCode
+    reason: str
+    eta: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    pending: tuple[PendingReason, ...] = ()

@@ -1,0 +1,93 @@
+"""Capacity: GPU types (flavors with a price), nodes offering GPUs, and placements on them.
+
+A node offers whole GPUs of exactly one type, named by device ids (NVML indices such as ``"0"``,
+MIG or GPU UUIDs, or virtual ids). A placement is one ``NodeSlot`` per node of the run's gang; each
+slot lists the device ids the run holds there, so two placements on one node are disjoint exactly
+when their device id sets are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    name: str
+    price_per_hour: float = 0.0
+    memory_gb: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One schedulable host (or virtual host) of one backend."""
+
+    name: str
+    backend: str
+    gpu_type: str
+    devices: tuple[str, ...]
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    schedulable: bool = True
+    #: Free-text why the node is not schedulable (drained, down, cordoned).
+    state_reason: str = ""
+
+    @property
+    def capacity(self) -> int:
+        return len(self.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSlot:
+    node: str
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where an admitted run runs: one backend, one GPU type, one slot per gang member."""
+
+    backend: str
+    gpu_type: str
+    slots: tuple[NodeSlot, ...]
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(s.node for s in self.slots)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(len(s.devices) for s in self.slots)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "gpu_type": self.gpu_type,
+            "slots": [{"node": s.node, "devices": list(s.devices)} for s in self.slots],
+        }
+
+    @staticmethod
+    def from_dict(d: Mapping[str, object]) -> Placement:
+        slots_raw = d["slots"]
+        assert isinstance(slots_raw, list)
+        return Placement(
+            backend=str(d["backend"]),
+            gpu_type=str(d["gpu_type"]),
+            slots=tuple(
+                NodeSlot(node=str(s["node"]), devices=tuple(str(x) for x in s["devices"]))
+                for s in slots_raw
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BackendCapabilities:
+    """What a backend can host; the core never places a run where these say no."""
+
+    multi_node: bool = False
+    mig: bool = False
+    shared_gpus: bool = False
+    checkpoint_signal: bool = True

@@ -1,0 +1,187 @@
+"""What a user asks for (``RunSpec`` with its ``ResourceRequest``) and what the store knows of
+a run (``Run``: spec + phase + attempt + times + placement + the latest scheduling reason).
+
+Invariants:
+- ``ResourceRequest.gpus`` is per node; a gang of ``nodes`` members holds ``gpus * nodes`` GPUs,
+  all of one GPU type, all or nothing.
+- Exactly one of whole ``gpus`` > 0, ``gpu_fraction``, or ``mig`` describes the GPU share
+  (validated in ``ResourceRequest.problems``; the fractional and MIG shapes are placed by the
+  full scheduling core).
+- ``Run`` is a record read from the store; only the store creates new phases for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+from mlops_gpu.model.cluster import Placement
+from mlops_gpu.model.phase import Phase
+
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
+
+
+class RunKind(str, Enum):
+    TRAIN = "train"
+    TUNE = "tune"
+    NOTEBOOK = "notebook"
+    SERVE = "serve"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRequest:
+    gpus: int = 1
+    nodes: int = 1
+    gpu_types: tuple[str, ...] = ()
+    gpu_fraction: float | None = None
+    gpu_memory_mb: int | None = None
+    mig: str | None = None
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.nodes
+
+    def accepts(self, gpu_type: str) -> bool:
+        return not self.gpu_types or gpu_type in self.gpu_types
+
+    def problems(self) -> list[str]:
+        """Shape errors, each naming the offending field; empty when the request is well formed."""
+        out: list[str] = []
+        shared = self.gpu_fraction is not None or self.gpu_memory_mb is not None
+        if self.nodes < 1:
+            out.append(f"nodes must be at least 1, got {self.nodes}")
+        if self.mig is None and not shared and self.gpus < 1:
+            out.append(f"gpus must be a positive integer, got {self.gpus}")
+        if self.gpus < 0:
+            out.append(f"gpus must not be negative, got {self.gpus}")
+        if self.gpu_fraction is not None and not 0 < self.gpu_fraction < 1:
+            out.append(f"gpu_fraction must be in (0, 1), got {self.gpu_fraction}")
+        if self.gpu_memory_mb is not None and self.gpu_memory_mb <= 0:
+            out.append(f"gpu_memory must be positive, got {self.gpu_memory_mb}")
+        if (shared or self.mig is not None) and self.nodes != 1:
+            out.append("fractional and MIG requests run on one node")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointPolicy:
+    """How a run is asked to stop: ``signal`` first, SIGKILL ``grace_s`` seconds later."""
+
+    signal: str = "SIGTERM"
+    grace_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    name: str
+    project: str
+    user: str
+    command: tuple[str, ...]
+    request: ResourceRequest = field(default_factory=ResourceRequest)
+    priority: str = "normal"
+    kind: RunKind = RunKind.TRAIN
+    max_runtime_s: float | None = None
+    preemptible: bool = True
+    checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    experiment: str | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
+    workdir: str | None = None
+    #: Pin the run to one backend by name (None = any backend that can host it).
+    backend: str | None = None
+    max_attempts: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "name": self.name,
+            "project": self.project,
+            "user": self.user,
+            "command": list(self.command),
+            "request": {
+                "gpus": r.gpus,
+                "nodes": r.nodes,
+                "gpu_types": list(r.gpu_types),
+                "gpu_fraction": r.gpu_fraction,
+                "gpu_memory_mb": r.gpu_memory_mb,
+                "mig": r.mig,
+            },
+            "priority": self.priority,
+            "kind": self.kind.value,
+            "max_runtime_s": self.max_runtime_s,
+            "preemptible": self.preemptible,
+            "checkpoint": {"signal": self.checkpoint.signal, "grace_s": self.checkpoint.grace_s},
+            "experiment": self.experiment,
+            "env": dict(self.env),
+            "workdir": self.workdir,
+            "backend": self.backend,
+            "max_attempts": self.max_attempts,
+        }
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> RunSpec:
+        r = d.get("request", {})
+        c = d.get("checkpoint", {})
+        return RunSpec(
+            name=d["name"],
+            project=d["project"],
+            user=d["user"],
+            command=tuple(d["command"]),
+            request=ResourceRequest(
+                gpus=int(r.get("gpus", 1)),
+                nodes=int(r.get("nodes", 1)),
+                gpu_types=tuple(r.get("gpu_types", ())),
+                gpu_fraction=r.get("gpu_fraction"),
+                gpu_memory_mb=r.get("gpu_memory_mb"),
+                mig=r.get("mig"),
+            ),
+            priority=d.get("priority", "normal"),
+            kind=RunKind(d.get("kind", "train")),
+            max_runtime_s=d.get("max_runtime_s"),
+            preemptible=bool(d.get("preemptible", True)),
+            checkpoint=CheckpointPolicy(
+                signal=c.get("signal", "SIGTERM"), grace_s=float(c.get("grace_s", 30.0))
+            ),
+            experiment=d.get("experiment"),
+            env=MappingProxyType(dict(d.get("env", {}))),
+            workdir=d.get("workdir"),
+            backend=d.get("backend"),
+            max_attempts=d.get("max_attempts"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A run as the store records it."""
+
+    id: str
+    seq: int
+    spec: RunSpec
+    phase: Phase
+    attempt: int
+    submitted_at: float
+    admitted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    placement: Placement | None = None
+    handle: str | None = None
+    exit_code: int | None = None
+    reason_code: str | None = None
+    reason: str | None = None
+    eta: float | None = None
+    cancel_requested: bool = False
+    preempt_requested: bool = False
+    last_checkpoint_at: float | None = None
+
+    @property
+    def project(self) -> str:
+        return self.spec.project
+
+    @property
+    def request(self) -> ResourceRequest:
+        return self.spec.request

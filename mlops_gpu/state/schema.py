@@ -1,0 +1,133 @@
+"""Tables and versioned migrations.
+
+``schema_version`` holds one row with the version applied. ``migrate`` runs the missing steps in
+order inside one transaction that holds the database's write lock (SQLite ``BEGIN IMMEDIATE``,
+a PostgreSQL advisory lock), so processes opening a new store at once migrate it exactly once.
+Never edit a released step: add a new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+metadata = MetaData()
+
+_Id = BigInteger().with_variant(Integer, "sqlite")
+
+runs = Table(
+    "runs",
+    metadata,
+    # seq orders runs submitted in the same instant and is the row's primary key; id is what
+    # users see.
+    Column("seq", _Id, primary_key=True, autoincrement=True),
+    Column("id", String(32), nullable=False, unique=True),
+    Column("name", Text, nullable=False),
+    Column("project", String(200), nullable=False),
+    Column("user", String(200), nullable=False),
+    Column("priority", String(100), nullable=False),
+    Column("phase", String(20), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("attempt", Integer, nullable=False, default=1),
+    Column("submitted_at", Float, nullable=False),
+    Column("admitted_at", Float),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("placement", Text),
+    Column("gpu_type", String(100)),
+    Column("backend", String(100)),
+    Column("handle", Text),
+    Column("exit_code", Integer),
+    Column("reason_code", String(50)),
+    Column("reason", Text),
+    Column("eta", Float),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("preempt_requested", Boolean, nullable=False, default=False),
+    Column("last_checkpoint_at", Float),
+    Index("ix_runs_phase", "phase"),
+    Index("ix_runs_project", "project"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("run_id", String(32), nullable=False),
+    Column("time", Float, nullable=False),
+    Column("kind", String(30), nullable=False),
+    Column("phase_from", String(20)),
+    Column("phase_to", String(20)),
+    Column("attempt", Integer, nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Index("ix_events_run", "run_id"),
+)
+
+usage = Table(
+    "usage",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("run_id", String(32), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("project", String(200), nullable=False),
+    Column("user", String(200), nullable=False),
+    Column("gpu_type", String(100), nullable=False),
+    Column("backend", String(100), nullable=False),
+    Column("gpus", Float, nullable=False),
+    Column("start", Float, nullable=False),
+    Column("end", Float, nullable=False),
+    Column("gpu_seconds", Float, nullable=False),
+    Column("outcome", String(20), nullable=False),
+    Index("ix_usage_project", "project"),
+    Index("ix_usage_run", "run_id"),
+)
+
+schema_version = Table(
+    "schema_version",
+    metadata,
+    Column("version", Integer, nullable=False),
+)
+
+
+def _v1(conn: Connection) -> None:
+    for t in (runs, events, usage):
+        t.create(conn, checkfirst=True)
+
+
+#: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1)]
+LATEST = MIGRATIONS[-1][0]
+
+
+def migrate(conn: Connection) -> int:
+    """Apply missing steps; the caller holds the write lock. Returns the version now in place."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(727274)"))
+    schema_version.create(conn, checkfirst=True)
+    row = conn.execute(schema_version.select()).first()
+    current = row.version if row is not None else 0
+    if current > LATEST:
+        raise RuntimeError(
+            f"store schema version {current} is newer than this mlops-gpu ({LATEST}); upgrade"
+        )
+    for version, step in MIGRATIONS:
+        if version > current:
+            step(conn)
+    if row is None:
+        conn.execute(schema_version.insert().values(version=LATEST))
+    elif current != LATEST:
+        conn.execute(schema_version.update().values(version=LATEST))
+    return LATEST

@@ -1,0 +1,450 @@
+"""``Store``: the one place run records change.
+
+Every mutating method is one transaction: SQLite transactions start with ``BEGIN IMMEDIATE``
+(the write lock is taken up front, so read-then-write never deadlocks and concurrent submitters
+queue on ``busy_timeout`` instead of failing); PostgreSQL rows are locked with ``FOR UPDATE``.
+Phase changes are compare-and-set: a method that finds the run in another phase than expected
+changes nothing and reports it (``False`` or ``ConflictError``).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, create_engine, event, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.pool import NullPool
+
+from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
+from mlops_gpu.model.phase import can_transition
+from mlops_gpu.state.schema import events, migrate, runs, usage
+
+
+class ConflictError(RuntimeError):
+    """The run is not in a phase that allows the requested change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    run_id: str
+    time: float
+    kind: str
+    phase_from: str | None
+    phase_to: str | None
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    run_id: str
+    attempt: int
+    project: str
+    user: str
+    gpu_type: str
+    backend: str
+    gpus: float
+    start: float
+    end: float
+    gpu_seconds: float
+    outcome: str
+
+
+def new_run_id() -> str:
+    return "r" + secrets.token_hex(5)
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        # NullPool: a connection per transaction keeps forked/multi-process use safe and cheap.
+        eng = create_engine(url, poolclass=NullPool, connect_args={"timeout": 120})
+
+        @event.listens_for(eng, "connect")
+        def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA busy_timeout=120000")
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        @event.listens_for(eng, "begin")
+        def _on_begin(conn: Connection) -> None:
+            ro = conn.get_execution_options().get("readonly", False)
+            conn.exec_driver_sql("BEGIN" if ro else "BEGIN IMMEDIATE")
+
+        return eng
+    return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4)
+
+
+def _row_to_run(r: Row[Any]) -> Run:
+    return Run(
+        id=r.id,
+        seq=r.seq,
+        spec=RunSpec.from_dict(json.loads(r.spec)),
+        phase=Phase(r.phase),
+        attempt=r.attempt,
+        submitted_at=r.submitted_at,
+        admitted_at=r.admitted_at,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
+        placement=Placement.from_dict(json.loads(r.placement)) if r.placement else None,
+        handle=r.handle,
+        exit_code=r.exit_code,
+        reason_code=r.reason_code,
+        reason=r.reason,
+        eta=r.eta,
+        cancel_requested=bool(r.cancel_requested),
+        preempt_requested=bool(r.preempt_requested),
+        last_checkpoint_at=r.last_checkpoint_at,
+    )
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = _engine(url)
+        with self._tx() as conn:
+            migrate(conn)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- transactions ---------------------------------------------------------------------
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _ro(self) -> Iterator[Connection]:
+        with self.engine.connect().execution_options(readonly=True) as conn, conn.begin():
+            yield conn
+
+    def _locked(self, conn: Connection, run_id: str) -> Row[Any]:
+        row = conn.execute(
+            select(runs).where(runs.c.id == run_id).with_for_update()
+        ).first()
+        if row is None:
+            raise KeyError(run_id)
+        return row
+
+    @staticmethod
+    def _event(
+        conn: Connection, run_id: str, now: float, kind: str, src: str | None, dst: str | None,
+        attempt: int, reason: str,
+    ) -> None:
+        conn.execute(events.insert().values(
+            run_id=run_id, time=now, kind=kind, phase_from=src, phase_to=dst, attempt=attempt,
+            reason=reason,
+        ))
+
+    def _move(
+        self, conn: Connection, row: Row[Any], dst: Phase, now: float, kind: str, why: str,
+        **values: Any,
+    ) -> None:
+        """Compare-and-set ``row``'s phase to ``dst`` (plus ``values``) with its event."""
+        src = Phase(row.phase)
+        if not can_transition(src, dst):
+            raise ConflictError(f"run {row.id} is {src}; it cannot become {dst}")
+        conn.execute(
+            runs.update().where(runs.c.id == row.id).values(phase=dst.value, **values)
+        )
+        self._event(conn, row.id, now, kind, src.value, dst.value,
+                    values.get("attempt", row.attempt), why)
+
+    # -- submit and read ------------------------------------------------------------------
+    def submit(self, spec: RunSpec, now: float | None = None) -> Run:
+        now = time.time() if now is None else now
+        for _ in range(5):
+            run_id = new_run_id()
+            try:
+                with self._tx() as conn:
+                    conn.execute(runs.insert().values(
+                        id=run_id, name=spec.name, project=spec.project, user=spec.user,
+                        priority=spec.priority, phase=Phase.PENDING.value,
+                        spec=json.dumps(spec.to_dict()), attempt=1, submitted_at=now,
+                        cancel_requested=False, preempt_requested=False,
+                    ))
+                    self._event(conn, run_id, now, "submitted", None, "pending", 1, "submitted")
+                break
+            except IntegrityError:  # id collision: draw another
+                continue
+        else:  # pragma: no cover - 40 random bits colliding five times in a row
+            raise RuntimeError("could not allocate a unique run id")
+        run = self.get(run_id)
+        assert run is not None
+        return run
+
+    def get(self, run_id: str) -> Run | None:
+        with self._ro() as conn:
+            row = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+        return _row_to_run(row) if row is not None else None
+
+    def list_runs(
+        self, phases: Iterable[Phase] | None = None, project: str | None = None,
+        limit: int | None = None, newest_first: bool = False,
+    ) -> list[Run]:
+        q = select(runs)
+        if phases is not None:
+            q = q.where(runs.c.phase.in_([p.value for p in phases]))
+        if project is not None:
+            q = q.where(runs.c.project == project)
+        q = q.order_by(runs.c.seq.desc() if newest_first else runs.c.seq)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._ro() as conn:
+            return [_row_to_run(r) for r in conn.execute(q)]
+
+    def count(self) -> int:
+        with self._ro() as conn:
+            return int(conn.execute(select(func.count()).select_from(runs)).scalar_one())
+
+    def events(self, run_id: str | None = None) -> list[Event]:
+        q = select(events).order_by(events.c.id)
+        if run_id is not None:
+            q = q.where(events.c.run_id == run_id)
+        with self._ro() as conn:
+            return [
+                Event(r.run_id, r.time, r.kind, r.phase_from, r.phase_to, r.attempt, r.reason)
+                for r in conn.execute(q)
+            ]
+
+    def usage(self, since: float | None = None) -> list[UsageRow]:
+        q = select(usage).order_by(usage.c.id)
+        if since is not None:
+            q = q.where(usage.c.end >= since)
+        with self._ro() as conn:
+            return [
+                UsageRow(r.run_id, r.attempt, r.project, r.user, r.gpu_type, r.backend, r.gpus,
+                         r.start, r.end, r.gpu_seconds, r.outcome)
+                for r in conn.execute(q)
+            ]
+
+    # -- scheduler transitions ------------------------------------------------------------
+    def admit(self, run_id: str, placement: Placement, now: float | None = None) -> bool:
+        """pending -> admitted with its placement, before any launch. False if not pending."""
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            if row.phase != Phase.PENDING.value or row.cancel_requested:
+                return False
+            nodes = ",".join(placement.node_names)
+            self._move(
+                conn, row, Phase.ADMITTED, now, "admitted",
+                f"placed on {nodes} ({placement.total_gpus} {placement.gpu_type})",
+                admitted_at=now, placement=json.dumps(placement.to_dict()),
+                gpu_type=placement.gpu_type, backend=placement.backend,
+                reason_code=None, reason=None, eta=None, handle=None,
+            )
+        return True
+
+    def rollback_admission(self, run_id: str, reason: str, now: float | None = None) -> None:
+        """admitted -> pending after a failed launch; the GPUs are free again."""
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            if row.phase != Phase.ADMITTED.value:
+                raise ConflictError(f"run {run_id} is {row.phase}, not admitted")
+            self._move(conn, row, Phase.PENDING, now, "launch_failed", reason,
+                       admitted_at=None, placement=None, gpu_type=None, backend=None,
+                       handle=None, reason_code="launch_failed", reason=reason)
+
+    def set_handle(self, run_id: str, handle: str, phase: Phase, now: float | None = None) -> None:
+        """admitted -> starting/running once the backend accepted the launch."""
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            values: dict[str, Any] = {"handle": handle}
+            if phase is Phase.RUNNING:
+                values["started_at"] = row.started_at or now
+            if row.phase == phase.value:
+                conn.execute(runs.update().where(runs.c.id == run_id).values(**values))
+                return
+            self._move(conn, row, phase, now, str(phase), f"backend handle {handle}", **values)
+
+    def mark_running(self, run_id: str, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            if row.phase not in (Phase.ADMITTED.value, Phase.STARTING.value):
+                return False
+            self._move(conn, row, Phase.RUNNING, now, "running", "the backend reports it running",
+                       started_at=row.started_at or now)
+        return True
+
+    def _usage_row(self, conn: Connection, row: Row[Any], now: float, outcome: str) -> None:
+        if not row.placement or row.admitted_at is None:
+            return
+        p = Placement.from_dict(json.loads(row.placement))
+        gpus = float(p.total_gpus)
+        conn.execute(usage.insert().values(
+            run_id=row.id, attempt=row.attempt, project=row.project, user=row.user,
+            gpu_type=p.gpu_type, backend=p.backend, gpus=gpus, start=row.admitted_at, end=now,
+            gpu_seconds=gpus * max(now - row.admitted_at, 0.0), outcome=outcome,
+        ))
+
+    def finish(
+        self, run_id: str, phase: Phase, reason: str, exit_code: int | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """An active run ends (succeeded, failed or cancelled); its usage is recorded once."""
+        assert phase in TERMINAL_PHASES
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            if Phase(row.phase) in TERMINAL_PHASES:
+                return False
+            self._usage_row(conn, row, now, phase.value)
+            self._move(conn, row, phase, now, phase.value, reason, finished_at=now,
+                       exit_code=exit_code, reason_code=None, reason=reason, eta=None)
+        return True
+
+    def requeue(
+        self, run_id: str, kind: str, reason: str, max_attempts: int,
+        now: float | None = None,
+    ) -> Phase:
+        """A preempted or lost run: pending as attempt + 1, or failed once retries are spent."""
+        assert kind in ("preempted", "lost")
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            if Phase(row.phase) not in ACTIVE_PHASES:
+                raise ConflictError(f"run {run_id} is {row.phase}; only active runs requeue")
+            self._usage_row(conn, row, now, kind)
+            if row.cancel_requested:
+                self._move(conn, row, Phase.CANCELLED, now, kind,
+                           f"{reason}; cancelled as requested", finished_at=now)
+                return Phase.CANCELLED
+            if row.attempt >= max_attempts:
+                self._move(conn, row, Phase.FAILED, now, kind,
+                           f"{reason}; attempt {row.attempt} of {max_attempts}, no retries left",
+                           finished_at=now, reason=reason)
+                return Phase.FAILED
+            self._move(
+                conn, row, Phase.PENDING, now, kind, reason, attempt=row.attempt + 1,
+                admitted_at=None, started_at=None, placement=None, gpu_type=None,
+                backend=None, handle=None, exit_code=None, preempt_requested=False,
+                reason_code=kind, reason=f"{reason}; requeued as attempt {row.attempt + 1}",
+            )
+            return Phase.PENDING
+
+    # -- user requests --------------------------------------------------------------------
+    def request_cancel(self, run_id: str, now: float | None = None) -> Phase:
+        """Cancel a run: a pending one at once, an active one by flag (the controller stops it).
+
+        Returns the phase after the call (terminal runs are left as they are).
+        """
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            phase = Phase(row.phase)
+            if phase is Phase.PENDING:
+                self._move(conn, row, Phase.CANCELLED, now, "cancelled", "cancelled by user",
+                           finished_at=now, reason="cancelled by user", reason_code=None)
+                return Phase.CANCELLED
+            if phase in ACTIVE_PHASES and not row.cancel_requested:
+                conn.execute(runs.update().where(runs.c.id == run_id).values(
+                    cancel_requested=True))
+                self._event(conn, run_id, now, "cancel_requested", None, None, row.attempt,
+                            "cancel requested by user")
+            return phase
+
+    def mark_preempting(self, run_id: str, reason: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            if Phase(row.phase) not in ACTIVE_PHASES or row.preempt_requested:
+                return
+            conn.execute(runs.update().where(runs.c.id == run_id).values(preempt_requested=True))
+            self._event(conn, run_id, now, "preempting", None, None, row.attempt, reason)
+
+    def record_checkpoint(self, run_id: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            conn.execute(runs.update().where(runs.c.id == run_id).values(last_checkpoint_at=now))
+            self._event(conn, run_id, now, "checkpoint", None, None, row.attempt,
+                        "checkpoint saved")
+
+    def set_reasons(self, reasons: Sequence[tuple[str, str, str, float | None]]) -> int:
+        """Store (run_id, reason_code, reason, eta) for pending runs whose reason changed."""
+        if not reasons:
+            return 0
+        ids = [r[0] for r in reasons]
+        changed = 0
+        with self._tx() as conn:
+            current = {
+                r.id: (r.reason_code, r.reason, r.eta)
+                for r in conn.execute(
+                    select(runs.c.id, runs.c.reason_code, runs.c.reason, runs.c.eta).where(
+                        runs.c.id.in_(ids), runs.c.phase == Phase.PENDING.value)
+                )
+            }
+            for run_id, code, reason, eta in reasons:
+                if run_id in current and current[run_id] != (code, reason, eta):
+                    conn.execute(runs.update().where(
+                        runs.c.id == run_id, runs.c.phase == Phase.PENDING.value,
+                    ).values(reason_code=code, reason=reason, eta=eta))
+                    changed += 1
+        return changed
+
+
+def open_store(url: str) -> Store:
+    return Store(url)
+
+
+class LeaderLock:
+    """At most one scheduler per store: ``flock`` beside a SQLite file, a PostgreSQL session
+    advisory lock otherwise. Released by ``release()`` or by the process dying."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._fd: int | None = None
+        self._conn: Connection | None = None
+
+    def acquire(self) -> bool:
+        if self.store.dialect == "sqlite":
+            import fcntl
+            import os
+
+            db = self.store.url.split("///", 1)[1]
+            self._fd = os.open(db + ".scheduler.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._fd)
+                self._fd = None
+                return False
+            os.ftruncate(self._fd, 0)
+            os.write(self._fd, str(os.getpid()).encode())
+            return True
+        from sqlalchemy import text
+
+        self._conn = self.store.engine.connect()
+        got = bool(self._conn.execute(text("SELECT pg_try_advisory_lock(727275)")).scalar())
+        self._conn.commit()
+        if not got:
+            self._conn.close()
+            self._conn = None
+        return got
+
+    def release(self) -> None:
+        if self._fd is not None:
+            import os
+
+            os.close(self._fd)
+            self._fd = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
