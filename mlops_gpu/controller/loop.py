@@ -42,6 +42,22 @@ class TickReport:
     messages: list[str] = field(default_factory=list)
 
 
+def build_snapshot(rt: Runtime, pending: list[Run], active: list[Run], now: float) -> Snapshot:
+    cfg = rt.cfg
+    return Snapshot(
+        now=now,
+        nodes=tuple(rt.nodes()),
+        pending=tuple(pending),
+        active=tuple(active),
+        projects=cfg.model_projects(),
+        gpu_types=cfg.model_gpu_types(),
+        priority_classes=dict(cfg.priority_classes),
+        cohorts=cfg.model_cohorts(),
+        policy=PolicySettings(name=cfg.policy.name, queueing=cfg.policy.queueing),
+        capabilities={n: b.capabilities for n, b in rt.backends.items()},
+    )
+
+
 class LeaderError(RuntimeError):
     """Another scheduler already runs against this store."""
 
@@ -134,26 +150,15 @@ class Controller:
         return rep
 
     def _snapshot(self, pending: list[Run], active: list[Run]) -> Snapshot:
-        cfg = self.rt.cfg
-        return Snapshot(
-            now=self.clock(),
-            nodes=tuple(self.rt.nodes()),
-            pending=tuple(pending),
-            active=tuple(active),
-            projects=cfg.model_projects(),
-            gpu_types=cfg.model_gpu_types(),
-            priority_classes=dict(cfg.priority_classes),
-            cohorts=cfg.model_cohorts(),
-            policy=PolicySettings(name=cfg.policy.name, queueing=cfg.policy.queueing),
-            capabilities={n: b.capabilities for n, b in self.rt.backends.items()},
-        )
+        return build_snapshot(self.rt, pending, active, self.clock())
 
     def _launch(self, run: Run, bname: str, rep: TickReport) -> str | None:
         store = self.rt.store
         admitted = store.get(run.id)
         assert admitted is not None and admitted.placement is not None
         backend = self.rt.backends[bname]
-        req = LaunchRequest(run.id, admitted.attempt, admitted.spec, admitted.placement)
+        env = {"MLOPS_GPU_CONFIG": str(self.rt.cfg.source)} if self.rt.cfg.source else {}
+        req = LaunchRequest(run.id, admitted.attempt, admitted.spec, admitted.placement, env)
         try:
             handle = backend.launch(req)
         except Exception as e:  # any launch failure rolls the admission back

@@ -1,0 +1,40 @@
+"""Starting the scheduler daemon on demand, for the embedded default (SDK and CLI submits).
+
+``ensure_scheduler`` starts ``mlops-gpu scheduler --idle-exit S`` in its own session when no
+scheduler holds the store's leader lock. Two callers racing both may spawn one: the loser finds
+the lock taken and exits at once, so at most one scheduler ever runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from mlops_gpu.controller.runtime import Runtime
+from mlops_gpu.state import LeaderLock
+
+
+def scheduler_running(rt: Runtime) -> bool:
+    lock = LeaderLock(rt.store)
+    if lock.acquire():
+        lock.release()
+        return False
+    return True
+
+
+def ensure_scheduler(rt: Runtime) -> bool:
+    """Start a background scheduler if none runs; True if one was started."""
+    if scheduler_running(rt):
+        return False
+    source = rt.cfg.source
+    if source is None:
+        raise RuntimeError("cannot start a scheduler for a config that has no file")
+    state = rt.cfg.state_path
+    state.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "mlops_gpu.cli.main", "--config", str(Path(source).resolve()),
+           "scheduler", "--idle-exit", str(rt.cfg.scheduler.idle_exit_s), "--quiet-if-running"]
+    with open(state / "scheduler.log", "ab") as log:
+        subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True, close_fds=True)
+    return True

@@ -1,0 +1,10 @@
+"""The Python SDK: ``mg.submit(...) -> Run`` and the ``Run`` handle (Future-like, as submitit's).
+
+Works on the embedded default from a notebook: the config is found as the CLI finds it (or a
+per-user starter is written on first use), and a background scheduler is started on submit when
+none runs; it exits by itself after ``scheduler.idle_exit_s`` with nothing to do.
+"""
+
+from mlops_gpu.sdk.run import Run, RunFailed, checkpoint_saved, get_run, submit
+
+__all__ = ["Run", "RunFailed", "checkpoint_saved", "get_run", "submit"]

@@ -1,0 +1,176 @@
+"""``submit`` and ``Run``."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mlops_gpu.config import ConfigError, find_config, user_config_path
+from mlops_gpu.controller import Runtime
+from mlops_gpu.controller.daemon import ensure_scheduler
+from mlops_gpu.controller.runtime import current_user
+from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest, RunSpec
+from mlops_gpu.model import Run as RunRecord
+from mlops_gpu.model.public import run_to_public
+
+_RUNTIMES: dict[str, Runtime] = {}
+
+
+class RunFailed(RuntimeError):
+    """``Run.result()`` of a run that did not succeed."""
+
+
+def _runtime(config: str | os.PathLike[str] | None) -> Runtime:
+    path = find_config(config)
+    if path is None:
+        path = user_config_path()
+        from mlops_gpu.cli.setup import write_starter  # the edge's starter, for first use
+
+        note = write_starter(str(path), virtual_gpus=None, gpu_type="a100-80gb", force=False)
+        print(f"mlops-gpu: {note}", file=sys.stderr)
+    key = str(Path(path).resolve())
+    if key not in _RUNTIMES:
+        _RUNTIMES[key] = Runtime.load(path)
+    return _RUNTIMES[key]
+
+
+def _command(target: str | Sequence[str] | Callable[..., Any], rt: Runtime,
+             args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
+    if callable(target):
+        import cloudpickle  # comes with prefect; only needed for callables
+
+        calls = rt.cfg.state_path / "calls"
+        calls.mkdir(parents=True, exist_ok=True)
+        path = calls / f"{uuid.uuid4().hex}.pkl"
+        path.write_bytes(cloudpickle.dumps((target, tuple(args), dict(kwargs))))
+        name = getattr(target, "__qualname__", "callable")
+        return (sys.executable, "-m", "mlops_gpu.sdk.call", str(path)), name
+    if isinstance(target, str):
+        return tuple(shlex.split(target)), None
+    return tuple(str(a) for a in target), None
+
+
+def submit(
+    target: str | Sequence[str] | Callable[..., Any], *, project: str, gpus: int = 1,
+    nodes: int = 1, gpu_type: str | Sequence[str] | None = None, priority: str | None = None,
+    name: str | None = None, max_runtime: float | None = None, experiment: str | None = None,
+    env: Mapping[str, str] | None = None, workdir: str | None = None,
+    backend: str | None = None, preemptible: bool = True, signal: str = "SIGTERM",
+    grace: float = 30.0, max_attempts: int | None = None, args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None, config: str | os.PathLike[str] | None = None,
+    start_scheduler: bool = True,
+) -> Run:
+    """Queue a command (a string, an argv list) or a Python callable as a run.
+
+    ``gpus`` is per node; ``max_runtime`` and ``grace`` are seconds. Raises ``ValueError`` (a
+    ``SubmitError``) for a request the config or cluster cannot take; nothing is queued then.
+    """
+    rt = _runtime(config)
+    command, callable_name = _command(target, rt, args, kwargs or {})
+    types = (gpu_type,) if isinstance(gpu_type, str) else tuple(gpu_type or ())
+    spec = RunSpec(
+        name=name or callable_name or " ".join(command)[:80], project=project,
+        user=current_user(), command=command,
+        request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=types),
+        priority=priority or rt.cfg.default_priority, max_runtime_s=max_runtime,
+        preemptible=preemptible, checkpoint=CheckpointPolicy(signal, grace),
+        experiment=experiment, env=dict(env or {}), workdir=workdir or os.getcwd(),
+        backend=backend, max_attempts=max_attempts,
+    )
+    record = rt.submit(spec)
+    if start_scheduler:
+        ensure_scheduler(rt)
+    return Run(record.id, rt)
+
+
+def get_run(run_id: str, config: str | os.PathLike[str] | None = None) -> Run:
+    rt = _runtime(config)
+    if rt.store.get(run_id) is None:
+        raise KeyError(f"no run with id {run_id!r}")
+    return Run(run_id, rt)
+
+
+def checkpoint_saved(run_id: str | None = None) -> None:
+    """Report, from inside a job, that a checkpoint was just saved (the preemption policy
+    prefers victims that lose the least work since their last report)."""
+    rid = run_id or os.environ.get("MLOPS_GPU_RUN_ID")
+    if not rid:
+        raise RuntimeError("checkpoint_saved(): not inside a scheduled run (no MLOPS_GPU_RUN_ID)")
+    _runtime(None).store.record_checkpoint(rid)
+
+
+class Run:
+    """A handle on a scheduled run; every property reads the store afresh."""
+
+    def __init__(self, run_id: str, rt: Runtime) -> None:
+        self.id = run_id
+        self._rt = rt
+
+    def __repr__(self) -> str:
+        r = self.record
+        return f"<Run {self.id} {r.spec.name!r} {r.phase.value}>"
+
+    @property
+    def record(self) -> RunRecord:
+        r = self._rt.store.get(self.id)
+        if r is None:
+            raise KeyError(self.id)
+        return r
+
+    @property
+    def status(self) -> str:
+        return self.record.phase.value
+
+    @property
+    def reason(self) -> str | None:
+        return self.record.reason
+
+    def info(self) -> dict[str, Any]:
+        """The run as the CLI's JSON shows it."""
+        return run_to_public(self.record)
+
+    def done(self) -> bool:
+        return self.record.phase in TERMINAL_PHASES
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.5) -> str:
+        """Block until the run ends; returns its final phase. Raises ``TimeoutError``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            r = self.record
+            if r.phase in TERMINAL_PHASES:
+                return r.phase.value
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.id} is still {r.phase.value} after {timeout}s")
+            time.sleep(poll_s)
+
+    def logs(self, attempt: int | None = None, stderr: bool = True) -> str:
+        r = self.record
+        parts = []
+        for b in self._rt.backends.values():
+            for f in b.log_files(r.id, attempt or r.attempt):
+                if f.name == "stderr.log" and not stderr:
+                    continue
+                parts.append(f.read_text(errors="replace"))
+        return "".join(parts)
+
+    def cancel(self) -> str:
+        return self._rt.store.request_cancel(self.id).value
+
+    def result(self, timeout: float | None = None) -> Any:
+        """For a submitted callable: wait, then return its value (or raise ``RunFailed``)."""
+        import pickle
+
+        phase = self.wait(timeout)
+        r = self.record
+        if r.spec.command[1:3] != ("-m", "mlops_gpu.sdk.call"):
+            raise TypeError(f"run {self.id} is a command, not a callable: it has no result")
+        out = Path(r.spec.command[3]).with_suffix(".result")
+        if phase != Phase.SUCCEEDED.value or not out.exists():
+            raise RunFailed(f"run {self.id} {phase}: {r.reason}\n{self.logs()[-2000:]}")
+        return pickle.loads(out.read_bytes())
