@@ -149,9 +149,14 @@ class LocalBackend:
         except ValueError as e:
             raise HandleError(f"{handle!r}: malformed attempt or pid") from e
 
-    @staticmethod
-    def _alive(pid: int, run_id: str) -> bool:
+    def _alive(self, pid: int, run_id: str) -> bool:
+        proc = self._children.get(pid)
+        if proc is not None:
+            # Our own child: right after fork its command line is still ours, so ask the
+            # Popen object instead of /proc.
+            return proc.poll() is None
         try:
+            status = Path(f"/proc/{pid}/status").read_text()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except FileNotFoundError:
             return False
@@ -161,7 +166,10 @@ class LocalBackend:
             except ProcessLookupError:
                 return False
             return True
-        return run_id.encode() in cmdline
+        if "\nState:\tZ" in status or "\nState:\tX" in status:
+            return False  # exited, not yet reaped
+        # An empty command line is a process inside exec(): not yet the supervisor, but alive.
+        return not cmdline or run_id.encode() in cmdline
 
     def _status(self, handle: str) -> JobStatus:
         run_id, attempt, pid = self._parse(handle)
