@@ -25,12 +25,19 @@ def cfg_path(tmp_path: Path) -> Path:
     return p
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "mlops_gpu.cli.main", *args], cwd=cwd,
-                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mlops_gpu.cli.main", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -43,8 +50,12 @@ def postgres_url() -> Iterator[str]:
     if not url:
         if shutil.which("bash") is None:
             pytest.skip("no bash to run scripts/postgres.sh")
-        proc = subprocess.run(["bash", str(REPO / "scripts" / "postgres.sh"), "start"],
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            ["bash", str(REPO / "scripts" / "postgres.sh"), "start"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if proc.returncode != 0:
             msg = f"scripts/postgres.sh could not start PostgreSQL: {proc.stderr[-500:]}"
             if os.environ.get("MLOPS_GPU_REQUIRE_POSTGRES"):  # CI: a skip would hide this

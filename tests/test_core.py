@@ -32,104 +32,161 @@ CASES = {
         {"a": ("n1", ("0", "1"))},
     ),
     "two-runs-disjoint-devices": Case(
-        make_snapshot(N4, [make_project()], [make_run("a", gpus=2, seq=1),
-                                             make_run("b", gpus=2, seq=2)]),
+        make_snapshot(
+            N4, [make_project()], [make_run("a", gpus=2, seq=1), make_run("b", gpus=2, seq=2)]
+        ),
         {"a": ("n1", ("0", "1")), "b": ("n1", ("2", "3"))},
     ),
     "active-run-devices-are-skipped": Case(
-        make_snapshot(N4, [make_project()], [make_run("b", gpus=2)],
-                      [make_run("a", gpus=2, phase=Phase.RUNNING,
-                                placement=placed("n1", ["1", "2"]))]),
+        make_snapshot(
+            N4,
+            [make_project()],
+            [make_run("b", gpus=2)],
+            [make_run("a", gpus=2, phase=Phase.RUNNING, placement=placed("n1", ["1", "2"]))],
+        ),
         {"b": ("n1", ("0", "3"))},
     ),
     "no-capacity-reason-names-free-block": Case(
-        make_snapshot(N4, [make_project()], [make_run("b", gpus=3)],
-                      [make_run("a", gpus=2, phase=Phase.RUNNING,
-                                placement=placed("n1", ["0", "1"]))]),
-        {}, {"b": ReasonCode.NO_CAPACITY}, {"b": "largest free block is 2"},
+        make_snapshot(
+            N4,
+            [make_project()],
+            [make_run("b", gpus=3)],
+            [make_run("a", gpus=2, phase=Phase.RUNNING, placement=placed("n1", ["0", "1"]))],
+        ),
+        {},
+        {"b": ReasonCode.NO_CAPACITY},
+        {"b": "largest free block is 2"},
     ),
     "priority-first": Case(
-        make_snapshot(N4, [make_project()], [make_run("low", gpus=4, seq=1, priority="low"),
-                                             make_run("hi", gpus=4, seq=2, priority="high")]),
-        {"hi": ("n1", ("0", "1", "2", "3"))}, {"low": ReasonCode.NO_CAPACITY},
+        make_snapshot(
+            N4,
+            [make_project()],
+            [
+                make_run("low", gpus=4, seq=1, priority="low"),
+                make_run("hi", gpus=4, seq=2, priority="high"),
+            ],
+        ),
+        {"hi": ("n1", ("0", "1", "2", "3"))},
+        {"low": ReasonCode.NO_CAPACITY},
     ),
     "submit-order-within-class": Case(
-        make_snapshot(N4, [make_project()], [make_run("late", gpus=4, seq=2, submitted_at=5),
-                                             make_run("early", gpus=4, seq=1, submitted_at=1)]),
-        {"early": ("n1", ("0", "1", "2", "3"))}, {"late": ReasonCode.NO_CAPACITY},
+        make_snapshot(
+            N4,
+            [make_project()],
+            [
+                make_run("late", gpus=4, seq=2, submitted_at=5),
+                make_run("early", gpus=4, seq=1, submitted_at=1),
+            ],
+        ),
+        {"early": ("n1", ("0", "1", "2", "3"))},
+        {"late": ReasonCode.NO_CAPACITY},
     ),
     "quota-blocks-without-cohort": Case(
-        make_snapshot(N4, [make_project(nominal=2)], [make_run("a", gpus=2, seq=1),
-                                                      make_run("b", gpus=1, seq=2)]),
-        {"a": ("n1", ("0", "1"))}, {"b": ReasonCode.QUOTA}, {"b": "borrowing limit 0"},
+        make_snapshot(
+            N4,
+            [make_project(nominal=2)],
+            [make_run("a", gpus=2, seq=1), make_run("b", gpus=1, seq=2)],
+        ),
+        {"a": ("n1", ("0", "1"))},
+        {"b": ReasonCode.QUOTA},
+        {"b": "borrowing limit 0"},
     ),
     "unlimited-borrowing-but-no-cohort": Case(
-        make_snapshot(N4, [make_project(nominal=2, borrowing_limit=None)],
-                      [make_run("a", gpus=3)]),
-        {}, {"a": ReasonCode.QUOTA}, {"a": "no cohort to borrow"},
+        make_snapshot(N4, [make_project(nominal=2, borrowing_limit=None)], [make_run("a", gpus=3)]),
+        {},
+        {"a": ReasonCode.QUOTA},
+        {"a": "no cohort to borrow"},
     ),
     "borrow-within-cohort": Case(
-        make_snapshot(N4, [make_project("p", 2, None, cohort="c"),
-                           make_project("q", 2, 0, cohort="c")],
-                      [make_run("a", "p", gpus=3)]),
+        make_snapshot(
+            N4,
+            [make_project("p", 2, None, cohort="c"), make_project("q", 2, 0, cohort="c")],
+            [make_run("a", "p", gpus=3)],
+        ),
         {"a": ("n1", ("0", "1", "2"))},
     ),
     "borrowing-limit-caps": Case(
-        make_snapshot(N4, [make_project("p", 2, 1, cohort="c"),
-                           make_project("q", 2, 0, cohort="c")],
-                      [make_run("a", "p", gpus=4)]),
-        {}, {"a": ReasonCode.QUOTA}, {"a": "borrowing limit 1"},
+        make_snapshot(
+            N4,
+            [make_project("p", 2, 1, cohort="c"), make_project("q", 2, 0, cohort="c")],
+            [make_run("a", "p", gpus=4)],
+        ),
+        {},
+        {"a": ReasonCode.QUOTA},
+        {"a": "borrowing limit 1"},
     ),
     "cohort-has-nothing-idle": Case(
-        make_snapshot(N4, [make_project("p", 2, None, cohort="c"),
-                           make_project("q", 2, 0, cohort="c")],
-                      [make_run("a", "p", gpus=1)],
-                      [make_run("x", "p", gpus=2, phase=Phase.RUNNING,
-                                placement=placed("n1", ["0", "1"])),
-                       make_run("y", "q", gpus=2, phase=Phase.RUNNING,
-                                placement=placed("n1", ["2", "3"]))]),
-        {}, {"a": ReasonCode.QUOTA}, {"a": "0 idle to lend"},
+        make_snapshot(
+            N4,
+            [make_project("p", 2, None, cohort="c"), make_project("q", 2, 0, cohort="c")],
+            [make_run("a", "p", gpus=1)],
+            [
+                make_run("x", "p", gpus=2, phase=Phase.RUNNING, placement=placed("n1", ["0", "1"])),
+                make_run("y", "q", gpus=2, phase=Phase.RUNNING, placement=placed("n1", ["2", "3"])),
+            ],
+        ),
+        {},
+        {"a": ReasonCode.QUOTA},
+        {"a": "0 idle to lend"},
     ),
     "unknown-type-quota-is-zero": Case(
         make_snapshot([make_node("h", 4, "h100-80gb")], [make_project()], [make_run("a")]),
-        {}, {"a": ReasonCode.QUOTA},
+        {},
+        {"a": ReasonCode.QUOTA},
     ),
     "gpu-type-list-any-of": Case(
-        make_snapshot([make_node("a", 1, "a100-80gb"), make_node("h", 4, "h100-80gb")],
-                      [make_project(quotas={"a100-80gb": Quota(4), "h100-80gb": Quota(4)})],
-                      [make_run("r", gpus=2, gpu_types=["a100-80gb", "h100-80gb"])]),
+        make_snapshot(
+            [make_node("a", 1, "a100-80gb"), make_node("h", 4, "h100-80gb")],
+            [make_project(quotas={"a100-80gb": Quota(4), "h100-80gb": Quota(4)})],
+            [make_run("r", gpus=2, gpu_types=["a100-80gb", "h100-80gb"])],
+        ),
         {"r": ("h", ("0", "1"))},
     ),
     "too-big-is-unschedulable": Case(
         make_snapshot(N4, [make_project()], [make_run("a", gpus=8)]),
-        {}, {"a": ReasonCode.UNSCHEDULABLE}, {"a": "no node of this cluster"},
+        {},
+        {"a": ReasonCode.UNSCHEDULABLE},
+        {"a": "no node of this cluster"},
     ),
     "best-effort-skips-blocked-head": Case(
-        make_snapshot(N4, [make_project()], [make_run("big", gpus=4, seq=1),
-                                             make_run("small", gpus=1, seq=2)],
-                      [make_run("x", gpus=2, phase=Phase.RUNNING,
-                                placement=placed("n1", ["0", "1"]))]),
-        {"small": ("n1", ("2",))}, {"big": ReasonCode.NO_CAPACITY},
+        make_snapshot(
+            N4,
+            [make_project()],
+            [make_run("big", gpus=4, seq=1), make_run("small", gpus=1, seq=2)],
+            [make_run("x", gpus=2, phase=Phase.RUNNING, placement=placed("n1", ["0", "1"]))],
+        ),
+        {"small": ("n1", ("2",))},
+        {"big": ReasonCode.NO_CAPACITY},
     ),
     "strict-fifo-holds-the-line": Case(
-        make_snapshot(N4, [make_project()], [make_run("big", gpus=4, seq=1),
-                                             make_run("small", gpus=1, seq=2)],
-                      [make_run("x", gpus=2, phase=Phase.RUNNING,
-                                placement=placed("n1", ["0", "1"]))], queueing="strict-fifo"),
-        {}, {"big": ReasonCode.NO_CAPACITY, "small": ReasonCode.QUEUED_BEHIND},
+        make_snapshot(
+            N4,
+            [make_project()],
+            [make_run("big", gpus=4, seq=1), make_run("small", gpus=1, seq=2)],
+            [make_run("x", gpus=2, phase=Phase.RUNNING, placement=placed("n1", ["0", "1"]))],
+            queueing="strict-fifo",
+        ),
+        {},
+        {"big": ReasonCode.NO_CAPACITY, "small": ReasonCode.QUEUED_BEHIND},
     ),
     "unschedulable-node-skipped": Case(
-        make_snapshot([make_node("n1", 4, schedulable=False), make_node("n2", 4)],
-                      [make_project()], [make_run("a", gpus=1)]),
+        make_snapshot(
+            [make_node("n1", 4, schedulable=False), make_node("n2", 4)],
+            [make_project()],
+            [make_run("a", gpus=1)],
+        ),
         {"a": ("n2", ("0",))},
     ),
     "unknown-project-invalid": Case(
         make_snapshot(N4, [make_project()], [make_run("a", "ghost")]),
-        {}, {"a": ReasonCode.INVALID}, {"a": "unknown project"},
+        {},
+        {"a": ReasonCode.INVALID},
+        {"a": "unknown project"},
     ),
     "second-node-when-first-full": Case(
-        make_snapshot(TWO, [make_project()], [make_run("a", gpus=3, seq=1),
-                                              make_run("b", gpus=3, seq=2)]),
+        make_snapshot(
+            TWO, [make_project()], [make_run("a", gpus=3, seq=1), make_run("b", gpus=3, seq=2)]
+        ),
         {"a": ("n1", ("0", "1", "2")), "b": ("n2", ("0", "1", "2"))},
     ),
 }
@@ -138,8 +195,9 @@ CASES = {
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_decision(case: Case) -> None:
     d = decide(case.snap)
-    got = {a.run_id: (a.placement.slots[0].node, a.placement.slots[0].devices)
-           for a in d.admissions}
+    got = {
+        a.run_id: (a.placement.slots[0].node, a.placement.slots[0].devices) for a in d.admissions
+    }
     assert got == case.admitted
     reasons = {p.run_id: p for p in d.pending}
     assert {k: v.reason_code for k, v in reasons.items()} == case.reasons
@@ -170,15 +228,26 @@ def test_gang_takes_distinct_nodes_or_none() -> None:
         ({"nodes": 0}, "nodes must be at least 1"),
         ({"command": ()}, "empty command"),
     ],
-    ids=["zero-gpus", "negative-gpus", "unknown-project", "unknown-type", "too-many-gpus",
-         "unknown-priority", "zero-nodes", "empty-command"],
+    ids=[
+        "zero-gpus",
+        "negative-gpus",
+        "unknown-project",
+        "unknown-type",
+        "too-many-gpus",
+        "unknown-priority",
+        "zero-nodes",
+        "empty-command",
+    ],
 )
 def test_request_problems(spec_kw: dict[str, object], needle: str) -> None:
     project = str(spec_kw.pop("project", "p"))
     spec = make_spec(project, **spec_kw)  # type: ignore[arg-type]
     problems = request_problems(
-        spec, projects={"p": make_project()}, gpu_types={"a100-80gb": None},  # type: ignore[dict-item]
-        priority_classes={"normal": 100}, nodes=N4,
+        spec,
+        projects={"p": make_project()},
+        gpu_types={"a100-80gb": None},  # type: ignore[dict-item]
+        priority_classes={"normal": 100},
+        nodes=N4,
     )
     assert any(needle in p for p in problems), problems
 
@@ -190,13 +259,19 @@ TYPES = ["a100-80gb", "h100-80gb"]
 
 @st.composite
 def snapshots(draw: st.DrawFn) -> Snapshot:
-    nodes = [make_node(f"n{i}", draw(st.integers(1, 8)), draw(st.sampled_from(TYPES)))
-             for i in range(draw(st.integers(1, 5)))]
+    nodes = [
+        make_node(f"n{i}", draw(st.integers(1, 8)), draw(st.sampled_from(TYPES)))
+        for i in range(draw(st.integers(1, 5)))
+    ]
     projects = [
-        make_project(f"p{i}", cohort=draw(st.sampled_from([None, "c"])), quotas={
-            t: Quota(draw(st.integers(0, 8)), draw(st.one_of(st.none(), st.integers(0, 8))))
-            for t in TYPES
-        })
+        make_project(
+            f"p{i}",
+            cohort=draw(st.sampled_from([None, "c"])),
+            quotas={
+                t: Quota(draw(st.integers(0, 8)), draw(st.one_of(st.none(), st.integers(0, 8))))
+                for t in TYPES
+            },
+        )
         for i in range(draw(st.integers(1, 3)))
     ]
     free = {n.name: list(n.devices) for n in nodes}
@@ -207,18 +282,34 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         if len(free[node.name]) < k:
             continue
         devs, free[node.name] = free[node.name][:k], free[node.name][k:]
-        active.append(make_run(f"a{i}", draw(st.sampled_from(projects)).name, gpus=k,
-                               phase=Phase.RUNNING,
-                               placement=placed(node.name, devs, node.gpu_type)))
+        active.append(
+            make_run(
+                f"a{i}",
+                draw(st.sampled_from(projects)).name,
+                gpus=k,
+                phase=Phase.RUNNING,
+                placement=placed(node.name, devs, node.gpu_type),
+            )
+        )
     pending = [
-        make_run(f"r{i}", draw(st.sampled_from(projects)).name, gpus=draw(st.integers(1, 9)),
-                 seq=i, submitted_at=draw(st.integers(0, 5)),
-                 priority=draw(st.sampled_from(["low", "normal", "high"])),
-                 gpu_types=draw(st.sampled_from([[], ["a100-80gb"], ["h100-80gb"]])))
+        make_run(
+            f"r{i}",
+            draw(st.sampled_from(projects)).name,
+            gpus=draw(st.integers(1, 9)),
+            seq=i,
+            submitted_at=draw(st.integers(0, 5)),
+            priority=draw(st.sampled_from(["low", "normal", "high"])),
+            gpu_types=draw(st.sampled_from([[], ["a100-80gb"], ["h100-80gb"]])),
+        )
         for i in range(draw(st.integers(0, 12)))
     ]
-    return make_snapshot(nodes, projects, pending, active,
-                         queueing=draw(st.sampled_from(["best-effort-fifo", "strict-fifo"])))
+    return make_snapshot(
+        nodes,
+        projects,
+        pending,
+        active,
+        queueing=draw(st.sampled_from(["best-effort-fifo", "strict-fifo"])),
+    )
 
 
 @settings(max_examples=500, deadline=None)
@@ -252,8 +343,11 @@ def test_invariants(snap: Snapshot) -> None:
     for (project, gpu_type), n in used.items():
         q = snap.projects[project].quota(gpu_type) if project in snap.projects else None
         if q is not None and q.borrowing_limit is not None:
-            before = sum(r.placement.total_gpus for r in snap.active  # type: ignore[union-attr]
-                         if r.project == project and r.placement.gpu_type == gpu_type)  # type: ignore[union-attr]
+            before = sum(
+                r.placement.total_gpus
+                for r in snap.active  # type: ignore[union-attr]
+                if r.project == project and r.placement.gpu_type == gpu_type
+            )  # type: ignore[union-attr]
             assert n <= max(q.nominal + q.borrowing_limit, before)
     decided = {a.run_id for a in d.admissions} | {p.run_id for p in d.pending}
     assert decided == set(pending)  # every pending run is admitted or explained

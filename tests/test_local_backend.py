@@ -23,8 +23,9 @@ def backend(tmp_path: Path) -> LocalBackend:
     return LocalBackend("local", [make_node("n1", 4)], tmp_path / "state", host="testhost")
 
 
-def launch(b: LocalBackend, run_id: str, code: str, devices: list[str] | None = None,
-           **spec_kw: object) -> str:
+def launch(
+    b: LocalBackend, run_id: str, code: str, devices: list[str] | None = None, **spec_kw: object
+) -> str:
     spec = make_spec(command=(PY, "-c", code), **spec_kw)  # type: ignore[arg-type]
     return b.launch(LaunchRequest(run_id, 1, spec, placed("n1", devices or ["0"])))
 
@@ -51,8 +52,10 @@ def out(b: LocalBackend, run_id: str) -> str:
 
 
 def test_devices_env_and_logs(backend: LocalBackend) -> None:
-    code = ("import os,sys; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['MLOPS_GPU_RUN_ID'],"
-            " os.environ['MLOPS_GPU_ATTEMPT']); print('oops', file=sys.stderr)")
+    code = (
+        "import os,sys; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['MLOPS_GPU_RUN_ID'],"
+        " os.environ['MLOPS_GPU_ATTEMPT']); print('oops', file=sys.stderr)"
+    )
     h = launch(backend, "r1", code, ["2", "3"])
     st = wait_done(backend, h)
     assert (st.state, st.exit_code) == (JobState.SUCCEEDED, 0)
@@ -62,11 +65,15 @@ def test_devices_env_and_logs(backend: LocalBackend) -> None:
     assert files[1].read_text() == "oops\n"
 
 
-@pytest.mark.parametrize(("code", "exit_code", "state"), [
-    ("raise SystemExit(0)", 0, JobState.SUCCEEDED),
-    ("raise SystemExit(3)", 3, JobState.FAILED),
-    ("import os,signal; os.kill(os.getpid(), signal.SIGKILL)", -9, JobState.FAILED),
-], ids=["zero", "three", "killed"])
+@pytest.mark.parametrize(
+    ("code", "exit_code", "state"),
+    [
+        ("raise SystemExit(0)", 0, JobState.SUCCEEDED),
+        ("raise SystemExit(3)", 3, JobState.FAILED),
+        ("import os,signal; os.kill(os.getpid(), signal.SIGKILL)", -9, JobState.FAILED),
+    ],
+    ids=["zero", "three", "killed"],
+)
 def test_exit_codes(backend: LocalBackend, code: str, exit_code: int, state: JobState) -> None:
     st = wait_done(backend, launch(backend, "r", code))
     assert (st.state, st.exit_code, st.reason) == (state, exit_code, "exited")
@@ -82,20 +89,26 @@ def test_missing_executable_is_a_failed_run(backend: LocalBackend) -> None:
 
 def test_max_runtime_stops_the_run(backend: LocalBackend) -> None:
     t0 = time.time()
-    h = launch(backend, "r", "import time; time.sleep(60)", max_runtime_s=0.5,
-               checkpoint=CheckpointPolicy("SIGTERM", 5))
+    h = launch(
+        backend,
+        "r",
+        "import time; time.sleep(60)",
+        max_runtime_s=0.5,
+        checkpoint=CheckpointPolicy("SIGTERM", 5),
+    )
     st = wait_done(backend, h)
     assert st.state is JobState.FAILED and st.reason == "max_runtime"
     assert time.time() - t0 < 10
 
 
-def test_cancel_sends_checkpoint_signal_then_job_exits(backend: LocalBackend,
-                                                        tmp_path: Path) -> None:
+def test_cancel_sends_checkpoint_signal_then_job_exits(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
     ready = tmp_path / "ready"
     code = f"""
 import signal, sys, time, pathlib
 def on_sig(s, f):
-    pathlib.Path({str(tmp_path / 'ckpt')!r}).write_text(str(s)); sys.exit(0)
+    pathlib.Path({str(tmp_path / "ckpt")!r}).write_text(str(s)); sys.exit(0)
 signal.signal(signal.SIGUSR1, on_sig)
 pathlib.Path({str(ready)!r}).touch()
 time.sleep(60)
@@ -108,8 +121,7 @@ time.sleep(60)
     assert (tmp_path / "ckpt").read_text() == "10"  # SIGUSR1
 
 
-def test_sigkill_after_grace_reaches_the_whole_group(backend: LocalBackend,
-                                                     tmp_path: Path) -> None:
+def test_sigkill_after_grace_reaches_the_whole_group(backend: LocalBackend, tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     # The job ignores SIGTERM and leaves a grandchild that ignores it too.
     code = f"""
@@ -117,7 +129,7 @@ import signal, subprocess, sys, time, pathlib
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 p = subprocess.Popen([sys.executable, '-c',
     'import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])
-pathlib.Path({str(tmp_path / 'grandchild')!r}).write_text(str(p.pid))
+pathlib.Path({str(tmp_path / "grandchild")!r}).write_text(str(p.pid))
 pathlib.Path({str(ready)!r}).touch()
 time.sleep(60)
 """
@@ -135,13 +147,22 @@ time.sleep(60)
         if "State:\tZ" in status:
             break
         time.sleep(0.05)
-    assert not Path(f"/proc/{gpid}").exists() or "State:\tZ" in Path(
-        f"/proc/{gpid}/status").read_text()
+    assert (
+        not Path(f"/proc/{gpid}").exists()
+        or "State:\tZ" in Path(f"/proc/{gpid}/status").read_text()
+    )
 
 
-@pytest.mark.parametrize("handle", [
-    "slurm:c:1", "local:otherhost:r:1:1", "local:testhost:r:x:1", "local:testhost:r",
-], ids=["other-kind", "other-host", "bad-attempt", "short"])
+@pytest.mark.parametrize(
+    "handle",
+    [
+        "slurm:c:1",
+        "local:otherhost:r:1:1",
+        "local:testhost:r:x:1",
+        "local:testhost:r",
+    ],
+    ids=["other-kind", "other-host", "bad-attempt", "short"],
+)
 def test_foreign_handles_are_refused(backend: LocalBackend, handle: str) -> None:
     with pytest.raises(HandleError):
         backend.cancel(handle, "SIGTERM", 1)
@@ -150,6 +171,9 @@ def test_foreign_handles_are_refused(backend: LocalBackend, handle: str) -> None
 def test_stale_pid_is_refused_and_reported_lost(backend: LocalBackend) -> None:
     h = launch(backend, "r", "pass")
     wait_done(backend, h)
+    pid = int(h.rsplit(":", 1)[1])
+    if pid in backend._children:  # the supervisor may still be exiting after its exit record
+        backend._children[pid].wait(timeout=10)
     (backend.attempt_dir("r", 1) / "exit.json").unlink()  # as if the supervisor died hard
     st = backend.poll([h])[h]
     assert st.state is JobState.LOST

@@ -31,8 +31,15 @@ class FakeJob:
 class FakeBackend:
     kind = "fake"
 
-    def __init__(self, name: str, nodes: Sequence[Node], *, default_duration_s: float = 1.0,
-                 clock: Callable[[], float] = time.time, multi_node: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        nodes: Sequence[Node],
+        *,
+        default_duration_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        multi_node: bool = True,
+    ) -> None:
         self.name = name
         self.nodes = list(nodes)
         self.clock = clock
@@ -71,8 +78,9 @@ class FakeBackend:
                 out[h] = JobStatus(h, JobState.LOST, reason="no such fake job")
                 continue
             self._settle(job)
-            out[h] = JobStatus(h, job.state, job.exit_code, job.started_at, job.finished_at,
-                               job.reason)
+            out[h] = JobStatus(
+                h, job.state, job.exit_code, job.started_at, job.finished_at, job.reason
+            )
         return out
 
     def cancel(self, handle: str, signal: str, grace_s: float) -> None:

@@ -15,6 +15,7 @@ command line must still name the run (pids are reused).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,8 +41,9 @@ class LocalBackend:
     kind = "local"
     capabilities = BackendCapabilities(multi_node=False, checkpoint_signal=True)
 
-    def __init__(self, name: str, nodes: Sequence[Node], state_dir: Path,
-                 host: str | None = None) -> None:
+    def __init__(
+        self, name: str, nodes: Sequence[Node], state_dir: Path, host: str | None = None
+    ) -> None:
         self.name = name
         self._nodes = list(nodes)
         self.state_dir = Path(state_dir)
@@ -71,23 +73,46 @@ class LocalBackend:
         env.update(job_env(req, str(ckpt)))
         env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.devices)
         spec = req.spec
-        cmd = [sys.executable, "-m", "mlops_gpu.backends.runner", "--dir", str(d),
-               "--signal", spec.checkpoint.signal, "--grace", str(spec.checkpoint.grace_s)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlops_gpu.backends.runner",
+            "--dir",
+            str(d),
+            "--signal",
+            spec.checkpoint.signal,
+            "--grace",
+            str(spec.checkpoint.grace_s),
+        ]
         if spec.max_runtime_s is not None:
             cmd += ["--max-runtime", str(spec.max_runtime_s)]
         cmd += ["--", *spec.command]
-        (d / "launch.json").write_text(json.dumps({
-            "run_id": req.run_id, "attempt": req.attempt, "node": slot.node,
-            "devices": list(slot.devices), "command": list(spec.command), "time": time.time(),
-        }))
+        (d / "launch.json").write_text(
+            json.dumps(
+                {
+                    "run_id": req.run_id,
+                    "attempt": req.attempt,
+                    "node": slot.node,
+                    "devices": list(slot.devices),
+                    "command": list(spec.command),
+                    "time": time.time(),
+                }
+            )
+        )
         cwd = spec.workdir or None
         if cwd is not None and not Path(cwd).is_dir():
             raise LaunchError(f"workdir {cwd} does not exist")
         try:
             with open(d / "runner.log", "ab") as log:
                 proc = subprocess.Popen(
-                    cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                    cmd,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
                 )
         except OSError as e:
             raise LaunchError(f"cannot start the supervisor: {e}") from e
@@ -111,10 +136,8 @@ class LocalBackend:
         tmp = d / "stop.tmp"
         tmp.write_text(json.dumps({"signal": signal_name, "grace": grace_s}))
         os.replace(tmp, d / "stop.json")
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
     def find(self, run_id: str, attempt: int) -> str | None:
         d = self.attempt_dir(run_id, attempt)
@@ -180,11 +203,15 @@ class LocalBackend:
         try:
             info = json.loads(exit_file.read_text())
         except (FileNotFoundError, ValueError):
-            return JobStatus(handle, JobState.LOST,
-                             reason=f"supervisor {pid} is gone and left no exit record")
+            return JobStatus(
+                handle, JobState.LOST, reason=f"supervisor {pid} is gone and left no exit record"
+            )
         code = int(info["exit_code"])
         return JobStatus(
-            handle, JobState.SUCCEEDED if code == 0 else JobState.FAILED, exit_code=code,
-            started_at=info.get("started_at"), finished_at=info.get("finished_at"),
+            handle,
+            JobState.SUCCEEDED if code == 0 else JobState.FAILED,
+            exit_code=code,
+            started_at=info.get("started_at"),
+            finished_at=info.get("finished_at"),
             reason=str(info.get("reason", "exited")),
         )

@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -68,10 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         with open(d / "stderr.log", "a") as err_txt:
             err_txt.write(f"mlops-gpu: cannot start {cmd[:1]}: {e}\n")
-        _write_json(d / "exit.json", {
-            "exit_code": 127, "reason": "exec_failed", "message": str(e),
-            "started_at": started, "finished_at": time.time(),
-        })
+        _write_json(
+            d / "exit.json",
+            {
+                "exit_code": 127,
+                "reason": "exec_failed",
+                "message": str(e),
+                "started_at": started,
+                "finished_at": time.time(),
+            },
+        )
         return 127
     (d / "child.pid").write_text(str(child.pid))
 
@@ -101,17 +108,21 @@ def main(argv: list[str] | None = None) -> int:
         elif now >= kill_at:
             _killpg(child.pid, signal.SIGKILL)
             kill_at = float("inf")
-    _write_json(d / "exit.json", {
-        "exit_code": code, "reason": reason, "started_at": started, "finished_at": time.time(),
-    })
+    _write_json(
+        d / "exit.json",
+        {
+            "exit_code": code,
+            "reason": reason,
+            "started_at": started,
+            "finished_at": time.time(),
+        },
+    )
     return code if code >= 0 else 128 - code
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 if __name__ == "__main__":

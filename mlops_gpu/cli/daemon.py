@@ -9,14 +9,16 @@ import sys
 from typing import Any
 
 
-def run_scheduler(rt: Any, *, once: bool, idle_exit: float | None, quiet_if_running: bool,
-                  verbose: bool) -> int:
+def run_scheduler(
+    rt: Any, *, once: bool, idle_exit: float | None, quiet_if_running: bool, verbose: bool
+) -> int:
     from mlops_gpu.controller import Controller
     from mlops_gpu.controller.loop import LeaderError
 
     logging.basicConfig(
         level=logging.INFO if verbose or not once else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stderr,
     )
     ctl = Controller(rt)
     try:
@@ -37,8 +39,11 @@ def run_scheduler(rt: Any, *, once: bool, idle_exit: float | None, quiet_if_runn
         if once:
             ctl.reconcile()
             rep = ctl.tick()
-            print(f"admitted {rep.admitted}, finished {rep.finished}, requeued {rep.requeued}, "
-                  f"pending {rep.pending}", file=sys.stderr)
+            print(
+                f"admitted {rep.admitted}, finished {rep.finished}, requeued {rep.requeued}, "
+                f"pending {rep.pending}",
+                file=sys.stderr,
+            )
             return 0
         logging.getLogger("mlops_gpu").info("scheduler started for %s", rt.cfg.store_url)
         ctl.run_forever(idle_exit_s=idle_exit, should_stop=lambda: stop["flag"])

@@ -47,7 +47,9 @@ def write_demo_config(d: Path) -> Path:
     text = starter_config(
         [StarterNode("node-a", "a100-80gb", None, 4), StarterNode("node-b", "a100-80gb", None, 4)],
         [("vision", 4, 4), ("nlp", 2, 4), ("research", 2, 2)],
-        source="mlops-gpu demo", tracking_uri=tracking, memory_gb={"a100-80gb": 80},
+        source="mlops-gpu demo",
+        tracking_uri=tracking,
+        memory_gb={"a100-80gb": 80},
     ).replace("tick_s: 1.0", "tick_s: 0.25")
     cfg = d / "mlops-gpu.yaml"
     cfg.write_text(text)
@@ -83,25 +85,41 @@ def _table(rt: object, runs: list[Run]) -> object:
             where = f"{s.node}[{','.join(s.devices)}]"
         info = _last_line(rt, r) if r.phase is not Phase.PENDING else (r.reason or "")
         style = {"succeeded": "green", "failed": "red", "running": "cyan"}.get(r.phase.value, "")
-        t.add_row(r.spec.name, r.project, r.spec.priority, _gpus(r),
-                  f"[{style}]{r.phase.value}[/]" if style else r.phase.value, where, info[:70])
+        t.add_row(
+            r.spec.name,
+            r.project,
+            r.spec.priority,
+            _gpus(r),
+            f"[{style}]{r.phase.value}[/]" if style else r.phase.value,
+            where,
+            info[:70],
+        )
     return t
 
 
 def run_demo(directory: str, scale: int = 1) -> int:
-    from rich.console import Console
     from rich.live import Live
 
+    from mlops_gpu.cli.render import console as make_console
     from mlops_gpu.controller import Controller, Runtime
     from mlops_gpu.controller.loop import LeaderError
     from mlops_gpu.controller.runtime import current_user
 
-    console = Console()
+    console = make_console()
     d = Path(directory).resolve()
     d.mkdir(parents=True, exist_ok=True)
     cfg_path = write_demo_config(d)
     rt = Runtime.load(cfg_path)
-    ctl = Controller(rt)
+
+    def on_event(kind: str, run: Run | None, msg: str) -> None:
+        if not console.is_terminal and run is not None:  # a log instead of the live table
+            console.print(
+                f"{time.time() - t0:6.1f}s {kind:<10} {run.id} {run.spec.name}: {msg}",
+                soft_wrap=True,
+                highlight=False,
+            )
+
+    ctl = Controller(rt, on_event=on_event)
     try:
         ctl.acquire()
     except LeaderError as e:
@@ -112,8 +130,11 @@ def run_demo(directory: str, scale: int = 1) -> int:
     mix = sorted(MIX * scale, key=lambda m: m[6])
     ids: list[str] = []
     pending_mix = list(mix)
-    live = Live(console=console, refresh_per_second=4, transient=False,
-                auto_refresh=False) if console.is_terminal else None
+    live = (
+        Live(console=console, refresh_per_second=4, transient=False, auto_refresh=False)
+        if console.is_terminal
+        else None
+    )
     ok = False
     try:
         if live:
@@ -122,15 +143,23 @@ def run_demo(directory: str, scale: int = 1) -> int:
             while pending_mix and time.time() - t0 >= pending_mix[0][6]:
                 proj, name, gpus, epochs, step, prio, _ = pending_mix.pop(0)
                 spec = RunSpec(
-                    name=name, project=proj, user=user,
+                    name=name,
+                    project=proj,
+                    user=user,
                     command=(sys.executable, str(d / "jobs" / "train.py"), str(epochs), str(step)),
-                    request=ResourceRequest(gpus=gpus), priority=prio,
-                    max_runtime_s=120.0, workdir=str(d),
+                    request=ResourceRequest(gpus=gpus),
+                    priority=prio,
+                    max_runtime_s=120.0,
+                    workdir=str(d),
                 )
                 run = rt.submit(spec)
                 ids.append(run.id)
                 if not live:
-                    console.print(f"submitted {run.id} {name} ({proj}, {gpus} GPU, {prio})")
+                    console.print(
+                        f"{time.time() - t0:6.1f}s submitted  {run.id} {name}: "
+                        f"{proj}, {gpus} GPU, priority {prio}",
+                        highlight=False,
+                    )
             ctl.tick()
             runs = [r for r in (rt.store.get(i) for i in ids) if r is not None]
             if live:
@@ -153,11 +182,14 @@ def run_demo(directory: str, scale: int = 1) -> int:
     _summary(console, rt, ids, wall)
     cfg_arg = f"--config {cfg_path}"
     console.print(
-        f"\nDone in {wall:.1f} s. Look at the results:\n"
+        f"\nDone in {wall:.1f} s ({'all runs succeeded' if ok else 'NOT all runs succeeded'})."
+        " Look at the results:\n"
         f"  mlops-gpu {cfg_arg} status\n"
         f"  mlops-gpu {cfg_arg} logs {ids[0] if ids else 'RUN_ID'}\n"
         f"  mlops-gpu {cfg_arg} nodes\n"
-        f"Config, state store and run logs are in {d}"
+        f"Config, state store and run logs are in {d}",
+        soft_wrap=True,
+        highlight=False,
     )
     return 0 if ok else 1
 
@@ -198,12 +230,25 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
         pr = [r for r in runs if r.project == proj]
         gpu_s = sum(u.gpu_seconds for u in usage if u.project == proj)
         waits = [r.started_at - r.submitted_at for r in pr if r.started_at is not None]
-        t.add_row(proj, str(len(pr)), str(sum(r.phase is Phase.SUCCEEDED for r in pr)),
-                  f"{gpu_s / 3600:.4f}", f"{sum(waits) / len(waits):.1f} s" if waits else "-",
-                  f"{gpu_s / available:.0%}" if available else "-")
+        t.add_row(
+            proj,
+            str(len(pr)),
+            str(sum(r.phase is Phase.SUCCEEDED for r in pr)),
+            f"{gpu_s / 3600:.4f}",
+            f"{sum(waits) / len(waits):.1f} s" if waits else "-",
+            f"{gpu_s / available:.0%}" if available else "-",
+        )
     total = sum(u.gpu_seconds for u in usage)
-    t.add_row("all", str(len(runs)), str(sum(r.phase is Phase.SUCCEEDED for r in runs)),
-              f"{total / 3600:.4f}", "", f"{total / available:.0%}" if available else "-")
+    t.add_row(
+        "all",
+        str(len(runs)),
+        str(sum(r.phase is Phase.SUCCEEDED for r in runs)),
+        f"{total / 3600:.4f}",
+        "",
+        f"{total / available:.0%}" if available else "-",
+    )
     console.print(t)
-    console.print("Allocated utilization = GPU-time allocated / GPU-time available over the demo "
-                  f"({capacity_gpus} GPUs x {wall:.1f} s); virtual GPUs have no device utilization.")
+    console.print(
+        "Allocated utilization = GPU-time allocated / GPU-time available over the demo "
+        f"({capacity_gpus} GPUs x {wall:.1f} s); virtual GPUs have no device utilization."
+    )

@@ -23,8 +23,10 @@ def print_logs(rt: Any, run: Run, attempt: int | None, follow: bool) -> int:
         files = _files(rt, run, attempt)
         if not files:
             why = f"{run.phase.value}" + (f": {run.reason}" if run.reason else "")
-            print(f"mlops-gpu: run {run.id} attempt {attempt} has no logs yet ({why})",
-                  file=sys.stderr)
+            print(
+                f"mlops-gpu: run {run.id} attempt {attempt} has no logs yet ({why})",
+                file=sys.stderr,
+            )
             return 0 if run.phase.value == "pending" else 1
         for f in files:
             data = f.read_bytes()

@@ -50,14 +50,19 @@ def cli(ctx: click.Context, config: str | None) -> None:
 
 @cli.command()
 @click.option("--path", default="mlops-gpu.yaml", show_default=True, help="Where to write it.")
-@click.option("--virtual-gpus", type=click.IntRange(min=1), default=None,
-              help="Use N virtual GPUs instead of the GPUs NVML finds.")
-@click.option("--gpu-type", default="a100-80gb", show_default=True,
-              help="GPU type name of the virtual GPUs.")
+@click.option(
+    "--virtual-gpus",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Use N virtual GPUs instead of the GPUs NVML finds.",
+)
+@click.option(
+    "--gpu-type", default="a100-80gb", show_default=True, help="GPU type name of the virtual GPUs."
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(path: str, virtual_gpus: int | None, gpu_type: str, force: bool) -> None:
     """Write a commented starter config with this host's GPUs (or virtual ones)."""
-    from mlops_gpu.cli.setup import write_starter
+    from mlops_gpu.controller.setup import write_starter
 
     try:
         click.echo(write_starter(path, virtual_gpus=virtual_gpus, gpu_type=gpu_type, force=force))
@@ -66,10 +71,21 @@ def init(path: str, virtual_gpus: int | None, gpu_type: str, force: bool) -> Non
 
 
 @cli.command()
-@click.option("--dir", "directory", default="mlops-gpu-demo", show_default=True,
-              help="Folder for the demo's config, state and MLflow store.")
-@click.option("--runs", "scale", type=click.IntRange(1, 5), default=1, show_default=True,
-              help="Scale the workload mix (1 = 12 runs).")
+@click.option(
+    "--dir",
+    "directory",
+    default="mlops-gpu-demo",
+    show_default=True,
+    help="Folder for the demo's config, state and MLflow store.",
+)
+@click.option(
+    "--runs",
+    "scale",
+    type=click.IntRange(1, 5),
+    default=1,
+    show_default=True,
+    help="Scale the workload mix (1 = 12 runs).",
+)
 def demo(directory: str, scale: int) -> None:
     """Run a small multi-project workload on virtual GPUs and summarise it."""
     from mlops_gpu.cli.demo import run_demo
@@ -81,32 +97,65 @@ def demo(directory: str, scale: int) -> None:
 @click.option("--project", "-p", required=True, help="Project (tenant) to charge.")
 @click.option("--gpus", "-g", type=int, default=1, show_default=True, help="GPUs per node.")
 @click.option("--nodes", "-N", type=int, default=1, show_default=True, help="Nodes (a gang).")
-@click.option("--gpu-type", "-t", "gpu_types", multiple=True,
-              help="Acceptable GPU type (repeat for any of several).")
+@click.option(
+    "--gpu-type",
+    "-t",
+    "gpu_types",
+    multiple=True,
+    help="Acceptable GPU type (repeat for any of several).",
+)
 @click.option("--priority", default=None, help="Priority class (default from config).")
 @click.option("--name", "-n", default=None, help="Run name (default: the command).")
 @click.option("--max-runtime", default=None, help="Stop after this long, e.g. 2h.")
 @click.option("--experiment", default=None, help="MLflow experiment name.")
 @click.option("--backend", default=None, help="Pin to one configured backend.")
 @click.option("--non-preemptible", is_flag=True, help="Never preempt this run.")
-@click.option("--signal", "stop_signal", default="SIGTERM", show_default=True,
-              help="Checkpoint signal sent on cancel or preemption.")
-@click.option("--grace", default="30s", show_default=True,
-              help="Time between the checkpoint signal and SIGKILL.")
+@click.option(
+    "--signal",
+    "stop_signal",
+    default="SIGTERM",
+    show_default=True,
+    help="Checkpoint signal sent on cancel or preemption.",
+)
+@click.option(
+    "--grace",
+    default="30s",
+    show_default=True,
+    help="Time between the checkpoint signal and SIGKILL.",
+)
 @click.option("--env", "-e", "env", multiple=True, metavar="KEY=VALUE", help="Extra env var.")
 @click.option("--workdir", default=None, help="Working directory (default: the current one).")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
-              help="Attempts before a preempted or lost run fails (default from config).")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Attempts before a preempted or lost run fails (default from config).",
+)
 @click.option("--no-start", is_flag=True, help="Do not start a background scheduler.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @click.argument("command", nargs=-1, required=True)
 @click.pass_context
-def submit(ctx: click.Context, project: str, gpus: int, nodes: int, gpu_types: tuple[str, ...],
-           priority: str | None, name: str | None, max_runtime: str | None,
-           experiment: str | None, backend: str | None, non_preemptible: bool,
-           stop_signal: str, grace: str, env: tuple[str, ...], workdir: str | None,
-           max_attempts: int | None, no_start: bool, as_json: bool,
-           command: tuple[str, ...]) -> None:
+def submit(
+    ctx: click.Context,
+    project: str,
+    gpus: int,
+    nodes: int,
+    gpu_types: tuple[str, ...],
+    priority: str | None,
+    name: str | None,
+    max_runtime: str | None,
+    experiment: str | None,
+    backend: str | None,
+    non_preemptible: bool,
+    stop_signal: str,
+    grace: str,
+    env: tuple[str, ...],
+    workdir: str | None,
+    max_attempts: int | None,
+    no_start: bool,
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
     """Queue COMMAND (after --) as a run; prints the run id."""
     import os
     import signal as signal_mod
@@ -128,13 +177,20 @@ def submit(ctx: click.Context, project: str, gpus: int, nodes: int, gpu_types: t
         raise UserError(e.format_message()) from None
     rt = _runtime(ctx)
     spec = RunSpec(
-        name=name or " ".join(command)[:80], project=project, user=current_user(),
+        name=name or " ".join(command)[:80],
+        project=project,
+        user=current_user(),
         command=tuple(command),
         request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=gpu_types),
-        priority=priority or rt.cfg.default_priority, max_runtime_s=runtime_s,
-        preemptible=not non_preemptible, checkpoint=CheckpointPolicy(sig, grace_s),
-        experiment=experiment, env=env_map, workdir=os.path.abspath(workdir or os.getcwd()),
-        backend=backend, max_attempts=max_attempts,
+        priority=priority or rt.cfg.default_priority,
+        max_runtime_s=runtime_s,
+        preemptible=not non_preemptible,
+        checkpoint=CheckpointPolicy(sig, grace_s),
+        experiment=experiment,
+        env=env_map,
+        workdir=os.path.abspath(workdir or os.getcwd()),
+        backend=backend,
+        max_attempts=max_attempts,
     )
     try:
         run = rt.submit(spec)
@@ -157,8 +213,10 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
 
     rt = _runtime(ctx)
     prio = rt.cfg.priority_classes
-    runs = sorted(rt.store.list_runs([Phase.PENDING], project=project),
-                  key=lambda r: (-prio.get(r.spec.priority, 0), r.submitted_at, r.seq))
+    runs = sorted(
+        rt.store.list_runs([Phase.PENDING], project=project),
+        key=lambda r: (-prio.get(r.spec.priority, 0), r.submitted_at, r.seq),
+    )
     if as_json:
         _dump([run_to_public(r) for r in runs])
     else:
@@ -172,8 +230,14 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
 @click.option("--limit", type=int, default=50, show_default=True, help="Newest runs shown.")
 @click.option("--json", "as_json", is_flag=True, help="Print runs as a JSON list.")
 @click.pass_context
-def status(ctx: click.Context, run_ids: tuple[str, ...], project: str | None, show_all: bool,
-           limit: int, as_json: bool) -> None:
+def status(
+    ctx: click.Context,
+    run_ids: tuple[str, ...],
+    project: str | None,
+    show_all: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
     """Runs and their phases (the newest first), or the runs named."""
     from mlops_gpu.cli.render import runs_table
     from mlops_gpu.model.public import run_to_public
@@ -182,8 +246,9 @@ def status(ctx: click.Context, run_ids: tuple[str, ...], project: str | None, sh
     if run_ids:
         runs = [_get_run(rt, rid) for rid in run_ids]
     else:
-        runs = rt.store.list_runs(project=project, newest_first=True,
-                                  limit=None if show_all else limit)
+        runs = rt.store.list_runs(
+            project=project, newest_first=True, limit=None if show_all else limit
+        )
     if as_json:
         _dump([run_to_public(r) for r in runs])
     else:
@@ -219,9 +284,15 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     for rid in run_ids:
         _get_run(rt, rid)
         phase = rt.store.request_cancel(rid)
-        what = "cancelled" if phase.value == "cancelled" else (
-            f"already {phase.value}" if phase.value in ("succeeded", "failed") else
-            "stopping (checkpoint signal, then SIGKILL after the grace)")
+        what = (
+            "cancelled"
+            if phase.value == "cancelled"
+            else (
+                f"already {phase.value}"
+                if phase.value in ("succeeded", "failed")
+                else "stopping (checkpoint signal, then SIGKILL after the grace)"
+            )
+        )
         click.echo(f"{rid}: {what}")
 
 
@@ -244,29 +315,52 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
         for node in r.placement.node_names if r.placement else ():
             holders.setdefault(node, []).append(r.id)
     if as_json:
-        _dump([{"name": n.name, "backend": n.backend, "gpu_type": n.gpu_type,
-                "gpus": n.capacity, "free_gpus": len(cap.free[n.name]),
-                "free_devices": cap.free[n.name], "schedulable": n.schedulable,
-                "labels": dict(n.labels), "runs": holders.get(n.name, [])}
-               for n in snap.nodes])
+        _dump(
+            [
+                {
+                    "name": n.name,
+                    "backend": n.backend,
+                    "gpu_type": n.gpu_type,
+                    "gpus": n.capacity,
+                    "free_gpus": len(cap.free[n.name]),
+                    "free_devices": cap.free[n.name],
+                    "schedulable": n.schedulable,
+                    "labels": dict(n.labels),
+                    "runs": holders.get(n.name, []),
+                }
+                for n in snap.nodes
+            ]
+        )
     else:
         nodes_table(snap.nodes, {k: len(v) for k, v in cap.free.items()}, holders)
 
 
 @cli.command()
 @click.option("--once", is_flag=True, help="Reconcile, run one tick and exit.")
-@click.option("--idle-exit", type=float, default=None,
-              help="Exit after this many seconds with nothing pending or running.")
+@click.option(
+    "--idle-exit",
+    type=float,
+    default=None,
+    help="Exit after this many seconds with nothing pending or running.",
+)
 @click.option("--quiet-if-running", is_flag=True, hidden=True)
 @click.option("--verbose", "-v", is_flag=True, help="Log every event.")
 @click.pass_context
-def scheduler(ctx: click.Context, once: bool, idle_exit: float | None, quiet_if_running: bool,
-              verbose: bool) -> None:
+def scheduler(
+    ctx: click.Context, once: bool, idle_exit: float | None, quiet_if_running: bool, verbose: bool
+) -> None:
     """Run the scheduling loop in the foreground (the daemon)."""
     from mlops_gpu.cli.daemon import run_scheduler
 
-    sys.exit(run_scheduler(_runtime(ctx), once=once, idle_exit=idle_exit,
-                           quiet_if_running=quiet_if_running, verbose=verbose))
+    sys.exit(
+        run_scheduler(
+            _runtime(ctx),
+            once=once,
+            idle_exit=idle_exit,
+            quiet_if_running=quiet_if_running,
+            verbose=verbose,
+        )
+    )
 
 
 def main() -> None:

@@ -13,8 +13,9 @@ def parse_duration(text: str, flag: str) -> float:
     """``"90"``, ``"90s"``, ``"10m"``, ``"2h"``, ``"1.5d"`` -> seconds (positive)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
     if not m:
-        raise click.BadParameter(f"expected a duration such as 90s, 10m, 2h or 1d, got {text!r}",
-                                 param_hint=flag)
+        raise click.BadParameter(
+            f"expected a duration such as 90s, 10m, 2h or 1d, got {text!r}", param_hint=flag
+        )
     value = float(m.group(1)) * _UNITS[m.group(2) or "s"]
     if value <= 0:
         raise click.BadParameter(f"must be positive, got {text!r}", param_hint=flag)

@@ -52,8 +52,16 @@ def runs_table(runs: Sequence[Run], *, title: str, with_reason: bool) -> None:
         where = ",".join(pub["node_names"])
         if pub["devices"]:
             where += f" [{','.join(pub['devices'])}]"
-        row = [r.id, r.spec.name, r.project, r.spec.priority, r.phase.value, _gpus(r),
-               where or "-", ago(r.submitted_at, now)]
+        row = [
+            r.id,
+            r.spec.name,
+            r.project,
+            r.spec.priority,
+            r.phase.value,
+            _gpus(r),
+            where or "-",
+            ago(r.submitted_at, now),
+        ]
         if with_reason:
             row += [r.reason or "-", pub["eta"] or "-"]
         t.add_row(*row)
@@ -70,6 +78,13 @@ def nodes_table(nodes: Sequence[Node], free: dict[str, int], holders: dict[str, 
         t.add_column(col)
     for n in nodes:
         state = "ready" if n.schedulable else f"unschedulable {n.state_reason}".strip()
-        t.add_row(n.name, n.backend, n.gpu_type, str(n.capacity), str(free[n.name]), state,
-                  ",".join(holders.get(n.name, [])) or "-")
+        t.add_row(
+            n.name,
+            n.backend,
+            n.gpu_type,
+            str(n.capacity),
+            str(free[n.name]),
+            state,
+            ",".join(holders.get(n.name, [])) or "-",
+        )
     console().print(t)

@@ -30,8 +30,9 @@ def user_config_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "mlops-gpu" / FILE_NAME
 
 
-def find_config(explicit: str | os.PathLike[str] | None = None,
-                environ: Mapping[str, str] | None = None) -> Path | None:
+def find_config(
+    explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Path | None:
     """The config path to use, or None when there is none anywhere (explicit paths are returned
     even when missing, so that loading them names the missing file)."""
     env = os.environ if environ is None else environ
@@ -58,8 +59,9 @@ def parse_config(data: Any, source: str = "<config>", root: Path | None = None) 
     if data is None:
         raise ConfigError(f"{source}: the file is empty; run `mlops-gpu init` for a starter")
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: (top level): expected a mapping of keys, "
-                          f"got {type(data).__name__}")
+        raise ConfigError(
+            f"{source}: (top level): expected a mapping of keys, got {type(data).__name__}"
+        )
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
@@ -69,15 +71,18 @@ def parse_config(data: Any, source: str = "<config>", root: Path | None = None) 
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
             elif msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
+                msg = msg[len("Value error, ") :]
             loc = _loc(err["loc"])
             problems.append(msg if loc == "(top level)" and ": " in msg else f"{loc}: {msg}")
-        raise ConfigError(f"{source}: " + "; ".join(problems)) from None
+        # One line, always: keys and values echoed from the file may hold line breaks.
+        text = "; ".join(problems).replace("\r", "\\r").replace("\n", "\\n")
+        raise ConfigError(f"{source}: {text}") from None
     return cfg.bind(Path(source) if source != "<config>" else None, root or Path.cwd())
 
 
-def load_config(path: str | os.PathLike[str] | None = None,
-                environ: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Config:
     found = find_config(path, environ)
     if found is None:
         raise ConfigError(
@@ -90,6 +95,8 @@ def load_config(path: str | os.PathLike[str] | None = None,
         raise ConfigError(f"{found}: no such file") from None
     except OSError as e:
         raise ConfigError(f"{found}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{found}: not valid UTF-8 (byte {e.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

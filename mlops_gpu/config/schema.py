@@ -169,7 +169,7 @@ class Config(_Strict):
         """The store URL with a relative SQLite path resolved against the config's folder."""
         prefix = "sqlite:///"
         if self.store.startswith(prefix) and not self.store.startswith(prefix + "/"):
-            rest = self.store[len(prefix):]
+            rest = self.store[len(prefix) :]
             if rest and rest != ":memory:":
                 return prefix + str((self._root / rest).resolve())
         return self.store
@@ -184,7 +184,7 @@ class Config(_Strict):
         uri = self.mlflow.tracking_uri or environ.get("MLFLOW_TRACKING_URI")
         if uri:
             if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-                return "sqlite:///" + str((self._root / uri[len("sqlite:///"):]).resolve())
+                return "sqlite:///" + str((self._root / uri[len("sqlite:///") :]).resolve())
             return uri
         return "sqlite:///" + str(self.state_path / "mlflow.db")
 
@@ -192,11 +192,15 @@ class Config(_Strict):
     def model_projects(self) -> dict[str, Project]:
         return {
             name: Project(
-                name=name, cohort=p.cohort, weight=p.weight,
-                quotas=MappingProxyType({
-                    t: Quota(q.nominal, q.borrowing_limit, q.lending_limit)
-                    for t, q in p.quotas.items()
-                }),
+                name=name,
+                cohort=p.cohort,
+                weight=p.weight,
+                quotas=MappingProxyType(
+                    {
+                        t: Quota(q.nominal, q.borrowing_limit, q.lending_limit)
+                        for t, q in p.quotas.items()
+                    }
+                ),
             )
             for name, p in self.projects.items()
         }
@@ -210,7 +214,12 @@ class Config(_Strict):
     def model_nodes(self, backend: str) -> list[Node]:
         b = self.backends[backend]
         return [
-            Node(name=n.name, backend=backend, gpu_type=n.gpu_type, devices=n.device_ids(),
-                 labels=MappingProxyType(dict(n.labels)))
+            Node(
+                name=n.name,
+                backend=backend,
+                gpu_type=n.gpu_type,
+                devices=n.device_ids(),
+                labels=MappingProxyType(dict(n.labels)),
+            )
             for n in b.nodes
         ]

@@ -56,7 +56,7 @@ def starter_config(
     for t in types:
         mem = (memory_gb or {}).get(t)
         extra = f", memory_gb: {mem:g}" if mem else ""
-        out.append(f"  {t}: {{price_per_hour: {PRICES.get(t, 1.0)}{extra}}}")
+        out.append(f"  {_quote(t)}: {{price_per_hour: {PRICES.get(t, 1.0)}{extra}}}")
     out += [
         "",
         "# Where runs execute. 'local' runs subprocesses on this host with CUDA_VISIBLE_DEVICES",
@@ -68,7 +68,7 @@ def starter_config(
     ]
     for n in nodes:
         out.append(f"      - name: {_quote(n.name)}")
-        out.append(f"        gpu_type: {n.gpu_type}")
+        out.append(f"        gpu_type: {_quote(n.gpu_type)}")
         if n.devices is None:
             out.append(f"        gpus: {n.gpus}          # virtual GPUs")
         else:
@@ -79,7 +79,7 @@ def starter_config(
         "cohorts:" + ("" if cohort else " {}"),
     ]
     if cohort:
-        out.append(f"  {cohort}: {{parent: null}}")
+        out.append(f"  {_quote(cohort)}: {{parent: null}}")
     out += [
         "",
         "# Projects (tenants): per GPU type a nominal quota, how much more they may borrow from",
@@ -87,13 +87,13 @@ def starter_config(
         "projects:",
     ]
     for name, nominal, borrow in projects:
-        out.append(f"  {name}:")
-        out.append(f"    cohort: {cohort if cohort else 'null'}")
+        out.append(f"  {_quote(name)}:")
+        out.append(f"    cohort: {_quote(cohort) if cohort else 'null'}")
         out.append("    weight: 1.0")
         out.append("    quotas:")
         for t in types:
             nom = nominal or total[t]
-            out.append(f"      {t}: {{nominal: {nom}, borrowing_limit: {borrow}}}")
+            out.append(f"      {_quote(t)}: {{nominal: {nom}, borrowing_limit: {borrow}}}")
     out += [
         "",
         "# Priority classes: higher runs first.",

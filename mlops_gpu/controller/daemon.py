@@ -32,9 +32,24 @@ def ensure_scheduler(rt: Runtime) -> bool:
         raise RuntimeError("cannot start a scheduler for a config that has no file")
     state = rt.cfg.state_path
     state.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "mlops_gpu.cli.main", "--config", str(Path(source).resolve()),
-           "scheduler", "--idle-exit", str(rt.cfg.scheduler.idle_exit_s), "--quiet-if-running"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlops_gpu.cli.main",
+        "--config",
+        str(Path(source).resolve()),
+        "scheduler",
+        "--idle-exit",
+        str(rt.cfg.scheduler.idle_exit_s),
+        "--quiet-if-running",
+    ]
     with open(state / "scheduler.log", "ab") as log:
-        subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True, close_fds=True)
+        subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     return True

@@ -63,8 +63,9 @@ class LeaderError(RuntimeError):
 
 
 class Controller:
-    def __init__(self, rt: Runtime, clock: Callable[[], float] = time.time,
-                 on_event: EventSink | None = None) -> None:
+    def __init__(
+        self, rt: Runtime, clock: Callable[[], float] = time.time, on_event: EventSink | None = None
+    ) -> None:
         self.rt = rt
         self.clock = clock
         self.on_event = on_event
@@ -97,8 +98,13 @@ class Controller:
             backend = self.rt.backends.get(run.placement.backend) if run.placement else None
             if backend is None:
                 name = run.placement.backend if run.placement else "?"
-                store.requeue(run.id, "lost", f"backend {name} is not configured",
-                              self.rt.cfg.retry.max_attempts, now=self.clock())
+                store.requeue(
+                    run.id,
+                    "lost",
+                    f"backend {name} is not configured",
+                    self.rt.cfg.retry.max_attempts,
+                    now=self.clock(),
+                )
                 fixed += 1
                 continue
             if run.handle is None:
@@ -108,7 +114,8 @@ class Controller:
                     self._emit("recovered", run, f"found its job {handle} after a restart")
                 else:
                     store.rollback_admission(
-                        run.id, "the scheduler stopped before launching it", now=self.clock())
+                        run.id, "the scheduler stopped before launching it", now=self.clock()
+                    )
                     self._emit("rolled_back", run, "admission without a launch, requeued")
                 fixed += 1
         return fixed
@@ -118,20 +125,20 @@ class Controller:
         rep = TickReport()
         store = self.rt.store
         active = store.list_runs(ACTIVE_PHASES)
-        self._poll(active, rep)                                        # 1. poll
+        self._poll(active, rep)  # 1. poll
         active = store.list_runs(ACTIVE_PHASES)
-        self._stop_cancelled(active)                                   # 2. stop
+        self._stop_cancelled(active)  # 2. stop
         pending = store.list_runs([Phase.PENDING])
-        snap = self._snapshot(pending, active)                         # 3. snapshot
-        decision = decide(snap)                                        # 4. decide
+        snap = self._snapshot(pending, active)  # 3. snapshot
+        decision = decide(snap)  # 4. decide
         by_id = {r.id: r for r in (*pending, *active)}
-        for pre in decision.preemptions:                               # 5. preempt
+        for pre in decision.preemptions:  # 5. preempt
             run = by_id[pre.run_id]
             store.mark_preempting(run.id, pre.reason, now=self.clock())
             self._signal(run, pre.signal, pre.grace_s)
             self._emit("preempting", run, pre.reason)
         launched: dict[str, dict[str, str]] = defaultdict(dict)  # backend -> handle -> run id
-        for adm in decision.admissions:                                # 6. admit
+        for adm in decision.admissions:  # 6. admit
             run = by_id[adm.run_id]
             if not store.admit(run.id, adm.placement, now=self.clock()):
                 continue  # cancelled meanwhile
@@ -142,9 +149,11 @@ class Controller:
             for st in self.rt.backends[bname].poll(list(handles)).values():
                 if st.state is JobState.RUNNING:
                     store.mark_running(handles[st.handle], now=self.clock())
-        store.set_reasons([                                            # 7. explain
-            (p.run_id, p.reason_code.value, p.reason, p.eta) for p in decision.pending
-        ])
+        store.set_reasons(
+            [  # 7. explain
+                (p.run_id, p.reason_code.value, p.reason, p.eta) for p in decision.pending
+            ]
+        )
         rep.pending = len(decision.pending)
         rep.active = len(active) + rep.admitted
         return rep
@@ -166,8 +175,9 @@ class Controller:
             self._launch_failures[run.id] += 1
             n = self._launch_failures[run.id]
             msg = f"launch on {bname} failed ({n}x): {e}"
-            store.rollback_admission(run.id, msg, now=self.clock())
-            if n >= self.rt.cfg.retry.max_attempts:
+            if store.rollback_admission(run.id, msg, now=self.clock()) is Phase.CANCELLED:
+                self._emit("cancelled", run, msg)
+            elif n >= self.rt.cfg.retry.max_attempts:
                 store.finish(run.id, Phase.FAILED, msg, now=self.clock())
                 self._emit("failed", run, msg)
             else:
@@ -176,8 +186,12 @@ class Controller:
         self._launch_failures.pop(run.id, None)
         store.set_handle(run.id, handle, Phase.STARTING, now=self.clock())
         rep.admitted += 1
-        self._emit("started", admitted, f"on {','.join(admitted.placement.node_names)} "
-                   f"devices {','.join(d for s in admitted.placement.slots for d in s.devices)}")
+        self._emit(
+            "started",
+            admitted,
+            f"on {','.join(admitted.placement.node_names)} "
+            f"devices {','.join(d for s in admitted.placement.slots for d in s.devices)}",
+        )
         return handle
 
     def _poll(self, active: list[Run], rep: TickReport) -> None:
@@ -206,8 +220,9 @@ class Controller:
         self._signalled.discard((run.id, run.attempt))
         max_attempts = run.spec.max_attempts or self.rt.cfg.retry.max_attempts
         if st.state is JobState.LOST:
-            phase = store.requeue(run.id, "lost", st.reason or "the job vanished",
-                                  max_attempts, now=now)
+            phase = store.requeue(
+                run.id, "lost", st.reason or "the job vanished", max_attempts, now=now
+            )
             rep.requeued += 1
             self._emit("lost", run, f"{st.reason}; now {phase}")
             return
@@ -246,8 +261,13 @@ class Controller:
         self._signalled.add(key)
 
     # -- the daemon -----------------------------------------------------------------------
-    def run_forever(self, *, tick_s: float | None = None, idle_exit_s: float | None = None,
-                    should_stop: Callable[[], bool] = lambda: False) -> None:
+    def run_forever(
+        self,
+        *,
+        tick_s: float | None = None,
+        idle_exit_s: float | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Reconcile, then tick until ``should_stop`` or (if set) idle for ``idle_exit_s``."""
         tick_s = tick_s or self.rt.cfg.scheduler.tick_s
         self.reconcile()
@@ -267,4 +287,3 @@ class Controller:
                     log.info("idle for %.0fs: exiting", idle_exit_s)
                     return
             time.sleep(max(0.0, tick_s - (time.monotonic() - t0)))
-

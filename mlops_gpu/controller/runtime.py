@@ -44,7 +44,7 @@ class Runtime:
     def store(self) -> Store:
         url = self.cfg.store_url
         if url.startswith("sqlite:///"):
-            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         return Store(url)
 
     @cached_property
@@ -70,8 +70,10 @@ class Runtime:
                 f"nodes: {spec.request.nodes}-node gangs need a multi-node backend; "
                 f"configured: {', '.join(sorted(self.backends))}"
             )
-        if spec.request.mig is not None or spec.request.gpu_fraction is not None or (
-            spec.request.gpu_memory_mb is not None
+        if (
+            spec.request.mig is not None
+            or spec.request.gpu_fraction is not None
+            or (spec.request.gpu_memory_mb is not None)
         ):
             out.append("gpu_fraction/gpu_memory/mig: shared and MIG GPUs are not placed yet")
         return out

@@ -37,7 +37,10 @@ class Capacity:
 
     def largest_free_block(self, gpu_type: str) -> int:
         return max(
-            (len(self.free[n.name]) for n in self.nodes.values()
-             if n.gpu_type == gpu_type and n.schedulable),
+            (
+                len(self.free[n.name])
+                for n in self.nodes.values()
+                if n.gpu_type == gpu_type and n.schedulable
+            ),
             default=0,
         )

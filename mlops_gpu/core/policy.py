@@ -60,9 +60,10 @@ def _quota_problem(
     cohort_nominal = sum(snap.projects[m].quota(gpu_type).nominal for m in names)
     cohort_used = sum(cap.used[(m, gpu_type)] for m in names)
     if cohort_used + need > cohort_nominal:
+        idle = max(cohort_nominal - cohort_used, 0)
         return (
             f"project {proj.name} is at its nominal {q.nominal} {gpu_type} and cohort "
-            f"{proj.cohort} has {max(cohort_nominal - cohort_used, 0)} idle to lend; it needs {need}"
+            f"{proj.cohort} has {idle} idle to lend; it needs {need}"
         )
     return None
 
@@ -89,8 +90,10 @@ def _could_ever_fit(snap: Snapshot, run: Run, gpu_type: str) -> bool:
     req = run.request
     per_backend: dict[str, int] = defaultdict(int)
     for n in snap.nodes:
-        if n.gpu_type == gpu_type and n.capacity >= req.gpus and (
-            run.spec.backend is None or n.backend == run.spec.backend
+        if (
+            n.gpu_type == gpu_type
+            and n.capacity >= req.gpus
+            and (run.spec.backend is None or n.backend == run.spec.backend)
         ):
             per_backend[n.backend] += 1
     return any(c >= req.nodes for c in per_backend.values())
@@ -120,8 +123,11 @@ def decide_first_fit(snap: Snapshot) -> Decision:
         if strict and run.project in blocked_projects:
             head = blocked_projects[run.project]
             pending.append(
-                PendingReason(run.id, ReasonCode.QUEUED_BEHIND, f"queued behind run {head} "
-                              f"(strict FIFO in project {run.project})")
+                PendingReason(
+                    run.id,
+                    ReasonCode.QUEUED_BEHIND,
+                    f"queued behind run {head} (strict FIFO in project {run.project})",
+                )
             )
             continue
         types = [t for t in all_types if run.request.accepts(t)]
@@ -151,14 +157,16 @@ def _explain(
     fits_ever = [t for t in types if _could_ever_fit(snap, run, t)]
     if not fits_ever:
         return PendingReason(
-            run.id, ReasonCode.UNSCHEDULABLE,
+            run.id,
+            ReasonCode.UNSCHEDULABLE,
             f"{shape}; no node of this cluster can host it",
         )
     if quota_msgs and len(quota_msgs) == len(types):
         return PendingReason(run.id, ReasonCode.QUOTA, f"{shape}; " + "; ".join(quota_msgs))
     blocks = ", ".join(f"{cap.largest_free_block(t)} {t}" for t in fits_ever)
     return PendingReason(
-        run.id, ReasonCode.NO_CAPACITY,
+        run.id,
+        ReasonCode.NO_CAPACITY,
         f"{shape}; the largest free block is {blocks}; no ETA: it waits for running runs to end",
     )
 

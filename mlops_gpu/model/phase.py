@@ -30,9 +30,7 @@ TERMINAL_PHASES: frozenset[Phase] = frozenset({Phase.SUCCEEDED, Phase.FAILED, Ph
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.PENDING: frozenset({Phase.ADMITTED, Phase.CANCELLED, Phase.FAILED}),
     # admitted -> pending: the launch failed and the admission is rolled back.
-    Phase.ADMITTED: frozenset(
-        {Phase.STARTING, Phase.RUNNING, Phase.PENDING} | TERMINAL_PHASES
-    ),
+    Phase.ADMITTED: frozenset({Phase.STARTING, Phase.RUNNING, Phase.PENDING} | TERMINAL_PHASES),
     # starting/running -> pending: preempted or lost, requeued as the next attempt.
     Phase.STARTING: frozenset({Phase.RUNNING, Phase.PENDING} | TERMINAL_PHASES),
     Phase.RUNNING: frozenset({Phase.PENDING} | TERMINAL_PHASES),

@@ -11,9 +11,27 @@ from typing import Any
 from mlops_gpu.model.run import Run
 
 RUN_KEYS = (
-    "id", "name", "project", "user", "priority", "phase", "gpus", "num_nodes", "gpu_fraction",
-    "mig", "gpu_type", "backend", "node_names", "devices", "attempt", "submitted_at",
-    "started_at", "finished_at", "reason_code", "reason", "eta",
+    "id",
+    "name",
+    "project",
+    "user",
+    "priority",
+    "phase",
+    "gpus",
+    "num_nodes",
+    "gpu_fraction",
+    "mig",
+    "gpu_type",
+    "backend",
+    "node_names",
+    "devices",
+    "attempt",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "reason_code",
+    "reason",
+    "eta",
 )
 
 

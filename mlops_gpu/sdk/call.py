@@ -11,7 +11,9 @@ from pathlib import Path
 
 def main(path: str) -> int:
     p = Path(path)
-    fn, args, kwargs = pickle.loads(p.read_bytes())
+    submitter_path, payload = pickle.loads(p.read_bytes())
+    sys.path.extend(x for x in submitter_path if x not in sys.path)
+    fn, args, kwargs = pickle.loads(payload)
     value = fn(*args, **kwargs)
     tmp = p.with_suffix(".result.tmp")
     tmp.write_bytes(pickle.dumps(value))

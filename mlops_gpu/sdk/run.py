@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlops_gpu.config import ConfigError, find_config, user_config_path
+from mlops_gpu.config import find_config, user_config_path
 from mlops_gpu.controller import Runtime
 from mlops_gpu.controller.daemon import ensure_scheduler
 from mlops_gpu.controller.runtime import current_user
@@ -30,7 +30,7 @@ def _runtime(config: str | os.PathLike[str] | None) -> Runtime:
     path = find_config(config)
     if path is None:
         path = user_config_path()
-        from mlops_gpu.cli.setup import write_starter  # the edge's starter, for first use
+        from mlops_gpu.controller.setup import write_starter
 
         note = write_starter(str(path), virtual_gpus=None, gpu_type="a100-80gb", force=False)
         print(f"mlops-gpu: {note}", file=sys.stderr)
@@ -40,15 +40,23 @@ def _runtime(config: str | os.PathLike[str] | None) -> Runtime:
     return _RUNTIMES[key]
 
 
-def _command(target: str | Sequence[str] | Callable[..., Any], rt: Runtime,
-             args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
+def _command(
+    target: str | Sequence[str] | Callable[..., Any],
+    rt: Runtime,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> tuple[tuple[str, ...], str | None]:
     if callable(target):
         import cloudpickle  # comes with prefect; only needed for callables
 
         calls = rt.cfg.state_path / "calls"
         calls.mkdir(parents=True, exist_ok=True)
         path = calls / f"{uuid.uuid4().hex}.pkl"
-        path.write_bytes(cloudpickle.dumps((target, tuple(args), dict(kwargs))))
+        # The job gets the submitter's import path, so functions defined in the submitter's
+        # own modules (pickled by reference) import there too; notebook functions (in
+        # __main__) are pickled by value anyway.
+        payload = cloudpickle.dumps((target, tuple(args), dict(kwargs)))
+        path.write_bytes(cloudpickle.dumps((list(sys.path), payload)))
         name = getattr(target, "__qualname__", "callable")
         return (sys.executable, "-m", "mlops_gpu.sdk.call", str(path)), name
     if isinstance(target, str):
@@ -57,13 +65,26 @@ def _command(target: str | Sequence[str] | Callable[..., Any], rt: Runtime,
 
 
 def submit(
-    target: str | Sequence[str] | Callable[..., Any], *, project: str, gpus: int = 1,
-    nodes: int = 1, gpu_type: str | Sequence[str] | None = None, priority: str | None = None,
-    name: str | None = None, max_runtime: float | None = None, experiment: str | None = None,
-    env: Mapping[str, str] | None = None, workdir: str | None = None,
-    backend: str | None = None, preemptible: bool = True, signal: str = "SIGTERM",
-    grace: float = 30.0, max_attempts: int | None = None, args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None, config: str | os.PathLike[str] | None = None,
+    target: str | Sequence[str] | Callable[..., Any],
+    *,
+    project: str,
+    gpus: int = 1,
+    nodes: int = 1,
+    gpu_type: str | Sequence[str] | None = None,
+    priority: str | None = None,
+    name: str | None = None,
+    max_runtime: float | None = None,
+    experiment: str | None = None,
+    env: Mapping[str, str] | None = None,
+    workdir: str | None = None,
+    backend: str | None = None,
+    preemptible: bool = True,
+    signal: str = "SIGTERM",
+    grace: float = 30.0,
+    max_attempts: int | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    config: str | os.PathLike[str] | None = None,
     start_scheduler: bool = True,
 ) -> Run:
     """Queue a command (a string, an argv list) or a Python callable as a run.
@@ -75,13 +96,20 @@ def submit(
     command, callable_name = _command(target, rt, args, kwargs or {})
     types = (gpu_type,) if isinstance(gpu_type, str) else tuple(gpu_type or ())
     spec = RunSpec(
-        name=name or callable_name or " ".join(command)[:80], project=project,
-        user=current_user(), command=command,
+        name=name or callable_name or " ".join(command)[:80],
+        project=project,
+        user=current_user(),
+        command=command,
         request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=types),
-        priority=priority or rt.cfg.default_priority, max_runtime_s=max_runtime,
-        preemptible=preemptible, checkpoint=CheckpointPolicy(signal, grace),
-        experiment=experiment, env=dict(env or {}), workdir=workdir or os.getcwd(),
-        backend=backend, max_attempts=max_attempts,
+        priority=priority or rt.cfg.default_priority,
+        max_runtime_s=max_runtime,
+        preemptible=preemptible,
+        checkpoint=CheckpointPolicy(signal, grace),
+        experiment=experiment,
+        env=dict(env or {}),
+        workdir=workdir or os.getcwd(),
+        backend=backend,
+        max_attempts=max_attempts,
     )
     record = rt.submit(spec)
     if start_scheduler:

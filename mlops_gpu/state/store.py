@@ -132,36 +132,52 @@ class Store:
             yield conn
 
     def _locked(self, conn: Connection, run_id: str) -> Row[Any]:
-        row = conn.execute(
-            select(runs).where(runs.c.id == run_id).with_for_update()
-        ).first()
+        row = conn.execute(select(runs).where(runs.c.id == run_id).with_for_update()).first()
         if row is None:
             raise KeyError(run_id)
         return row
 
     @staticmethod
     def _event(
-        conn: Connection, run_id: str, now: float, kind: str, src: str | None, dst: str | None,
-        attempt: int, reason: str,
+        conn: Connection,
+        run_id: str,
+        now: float,
+        kind: str,
+        src: str | None,
+        dst: str | None,
+        attempt: int,
+        reason: str,
     ) -> None:
-        conn.execute(events.insert().values(
-            run_id=run_id, time=now, kind=kind, phase_from=src, phase_to=dst, attempt=attempt,
-            reason=reason,
-        ))
+        conn.execute(
+            events.insert().values(
+                run_id=run_id,
+                time=now,
+                kind=kind,
+                phase_from=src,
+                phase_to=dst,
+                attempt=attempt,
+                reason=reason,
+            )
+        )
 
     def _move(
-        self, conn: Connection, row: Row[Any], dst: Phase, now: float, kind: str, why: str,
+        self,
+        conn: Connection,
+        row: Row[Any],
+        dst: Phase,
+        now: float,
+        kind: str,
+        why: str,
         **values: Any,
     ) -> None:
         """Compare-and-set ``row``'s phase to ``dst`` (plus ``values``) with its event."""
         src = Phase(row.phase)
         if not can_transition(src, dst):
             raise ConflictError(f"run {row.id} is {src}; it cannot become {dst}")
-        conn.execute(
-            runs.update().where(runs.c.id == row.id).values(phase=dst.value, **values)
+        conn.execute(runs.update().where(runs.c.id == row.id).values(phase=dst.value, **values))
+        self._event(
+            conn, row.id, now, kind, src.value, dst.value, values.get("attempt", row.attempt), why
         )
-        self._event(conn, row.id, now, kind, src.value, dst.value,
-                    values.get("attempt", row.attempt), why)
 
     # -- submit and read ------------------------------------------------------------------
     def submit(self, spec: RunSpec, now: float | None = None) -> Run:
@@ -170,12 +186,21 @@ class Store:
             run_id = new_run_id()
             try:
                 with self._tx() as conn:
-                    conn.execute(runs.insert().values(
-                        id=run_id, name=spec.name, project=spec.project, user=spec.user,
-                        priority=spec.priority, phase=Phase.PENDING.value,
-                        spec=json.dumps(spec.to_dict()), attempt=1, submitted_at=now,
-                        cancel_requested=False, preempt_requested=False,
-                    ))
+                    conn.execute(
+                        runs.insert().values(
+                            id=run_id,
+                            name=spec.name,
+                            project=spec.project,
+                            user=spec.user,
+                            priority=spec.priority,
+                            phase=Phase.PENDING.value,
+                            spec=json.dumps(spec.to_dict()),
+                            attempt=1,
+                            submitted_at=now,
+                            cancel_requested=False,
+                            preempt_requested=False,
+                        )
+                    )
                     self._event(conn, run_id, now, "submitted", None, "pending", 1, "submitted")
                 break
             except IntegrityError:  # id collision: draw another
@@ -192,8 +217,11 @@ class Store:
         return _row_to_run(row) if row is not None else None
 
     def list_runs(
-        self, phases: Iterable[Phase] | None = None, project: str | None = None,
-        limit: int | None = None, newest_first: bool = False,
+        self,
+        phases: Iterable[Phase] | None = None,
+        project: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
     ) -> list[Run]:
         q = select(runs)
         if phases is not None:
@@ -226,8 +254,19 @@ class Store:
             q = q.where(usage.c.end >= since)
         with self._ro() as conn:
             return [
-                UsageRow(r.run_id, r.attempt, r.project, r.user, r.gpu_type, r.backend, r.gpus,
-                         r.start, r.end, r.gpu_seconds, r.outcome)
+                UsageRow(
+                    r.run_id,
+                    r.attempt,
+                    r.project,
+                    r.user,
+                    r.gpu_type,
+                    r.backend,
+                    r.gpus,
+                    r.start,
+                    r.end,
+                    r.gpu_seconds,
+                    r.outcome,
+                )
                 for r in conn.execute(q)
             ]
 
@@ -241,24 +280,60 @@ class Store:
                 return False
             nodes = ",".join(placement.node_names)
             self._move(
-                conn, row, Phase.ADMITTED, now, "admitted",
+                conn,
+                row,
+                Phase.ADMITTED,
+                now,
+                "admitted",
                 f"placed on {nodes} ({placement.total_gpus} {placement.gpu_type})",
-                admitted_at=now, placement=json.dumps(placement.to_dict()),
-                gpu_type=placement.gpu_type, backend=placement.backend,
-                reason_code=None, reason=None, eta=None, handle=None,
+                admitted_at=now,
+                placement=json.dumps(placement.to_dict()),
+                gpu_type=placement.gpu_type,
+                backend=placement.backend,
+                reason_code=None,
+                reason=None,
+                eta=None,
+                handle=None,
             )
         return True
 
-    def rollback_admission(self, run_id: str, reason: str, now: float | None = None) -> None:
-        """admitted -> pending after a failed launch; the GPUs are free again."""
+    def rollback_admission(self, run_id: str, reason: str, now: float | None = None) -> Phase:
+        """admitted -> pending after a failed launch; the GPUs are free again. A run whose cancel
+        was requested meanwhile ends cancelled instead (it would never be admitted again)."""
         now = time.time() if now is None else now
         with self._tx() as conn:
             row = self._locked(conn, run_id)
             if row.phase != Phase.ADMITTED.value:
                 raise ConflictError(f"run {run_id} is {row.phase}, not admitted")
-            self._move(conn, row, Phase.PENDING, now, "launch_failed", reason,
-                       admitted_at=None, placement=None, gpu_type=None, backend=None,
-                       handle=None, reason_code="launch_failed", reason=reason)
+            if row.cancel_requested:
+                self._move(
+                    conn,
+                    row,
+                    Phase.CANCELLED,
+                    now,
+                    "cancelled",
+                    f"{reason}; cancelled as requested",
+                    finished_at=now,
+                    reason="cancelled by user",
+                    reason_code=None,
+                )
+                return Phase.CANCELLED
+            self._move(
+                conn,
+                row,
+                Phase.PENDING,
+                now,
+                "launch_failed",
+                reason,
+                admitted_at=None,
+                placement=None,
+                gpu_type=None,
+                backend=None,
+                handle=None,
+                reason_code="launch_failed",
+                reason=reason,
+            )
+            return Phase.PENDING
 
     def set_handle(self, run_id: str, handle: str, phase: Phase, now: float | None = None) -> None:
         """admitted -> starting/running once the backend accepted the launch."""
@@ -279,8 +354,15 @@ class Store:
             row = self._locked(conn, run_id)
             if row.phase not in (Phase.ADMITTED.value, Phase.STARTING.value):
                 return False
-            self._move(conn, row, Phase.RUNNING, now, "running", "the backend reports it running",
-                       started_at=row.started_at or now)
+            self._move(
+                conn,
+                row,
+                Phase.RUNNING,
+                now,
+                "running",
+                "the backend reports it running",
+                started_at=row.started_at or now,
+            )
         return True
 
     def _usage_row(self, conn: Connection, row: Row[Any], now: float, outcome: str) -> None:
@@ -288,14 +370,28 @@ class Store:
             return
         p = Placement.from_dict(json.loads(row.placement))
         gpus = float(p.total_gpus)
-        conn.execute(usage.insert().values(
-            run_id=row.id, attempt=row.attempt, project=row.project, user=row.user,
-            gpu_type=p.gpu_type, backend=p.backend, gpus=gpus, start=row.admitted_at, end=now,
-            gpu_seconds=gpus * max(now - row.admitted_at, 0.0), outcome=outcome,
-        ))
+        conn.execute(
+            usage.insert().values(
+                run_id=row.id,
+                attempt=row.attempt,
+                project=row.project,
+                user=row.user,
+                gpu_type=p.gpu_type,
+                backend=p.backend,
+                gpus=gpus,
+                start=row.admitted_at,
+                end=now,
+                gpu_seconds=gpus * max(now - row.admitted_at, 0.0),
+                outcome=outcome,
+            )
+        )
 
     def finish(
-        self, run_id: str, phase: Phase, reason: str, exit_code: int | None = None,
+        self,
+        run_id: str,
+        phase: Phase,
+        reason: str,
+        exit_code: int | None = None,
         now: float | None = None,
     ) -> bool:
         """An active run ends (succeeded, failed or cancelled); its usage is recorded once."""
@@ -306,12 +402,27 @@ class Store:
             if Phase(row.phase) in TERMINAL_PHASES:
                 return False
             self._usage_row(conn, row, now, phase.value)
-            self._move(conn, row, phase, now, phase.value, reason, finished_at=now,
-                       exit_code=exit_code, reason_code=None, reason=reason, eta=None)
+            self._move(
+                conn,
+                row,
+                phase,
+                now,
+                phase.value,
+                reason,
+                finished_at=now,
+                exit_code=exit_code,
+                reason_code=None,
+                reason=reason,
+                eta=None,
+            )
         return True
 
     def requeue(
-        self, run_id: str, kind: str, reason: str, max_attempts: int,
+        self,
+        run_id: str,
+        kind: str,
+        reason: str,
+        max_attempts: int,
         now: float | None = None,
     ) -> Phase:
         """A preempted or lost run: pending as attempt + 1, or failed once retries are spent."""
@@ -323,19 +434,46 @@ class Store:
                 raise ConflictError(f"run {run_id} is {row.phase}; only active runs requeue")
             self._usage_row(conn, row, now, kind)
             if row.cancel_requested:
-                self._move(conn, row, Phase.CANCELLED, now, kind,
-                           f"{reason}; cancelled as requested", finished_at=now)
+                self._move(
+                    conn,
+                    row,
+                    Phase.CANCELLED,
+                    now,
+                    kind,
+                    f"{reason}; cancelled as requested",
+                    finished_at=now,
+                )
                 return Phase.CANCELLED
             if row.attempt >= max_attempts:
-                self._move(conn, row, Phase.FAILED, now, kind,
-                           f"{reason}; attempt {row.attempt} of {max_attempts}, no retries left",
-                           finished_at=now, reason=reason)
+                self._move(
+                    conn,
+                    row,
+                    Phase.FAILED,
+                    now,
+                    kind,
+                    f"{reason}; attempt {row.attempt} of {max_attempts}, no retries left",
+                    finished_at=now,
+                    reason=reason,
+                )
                 return Phase.FAILED
             self._move(
-                conn, row, Phase.PENDING, now, kind, reason, attempt=row.attempt + 1,
-                admitted_at=None, started_at=None, placement=None, gpu_type=None,
-                backend=None, handle=None, exit_code=None, preempt_requested=False,
-                reason_code=kind, reason=f"{reason}; requeued as attempt {row.attempt + 1}",
+                conn,
+                row,
+                Phase.PENDING,
+                now,
+                kind,
+                reason,
+                attempt=row.attempt + 1,
+                admitted_at=None,
+                started_at=None,
+                placement=None,
+                gpu_type=None,
+                backend=None,
+                handle=None,
+                exit_code=None,
+                preempt_requested=False,
+                reason_code=kind,
+                reason=f"{reason}; requeued as attempt {row.attempt + 1}",
             )
             return Phase.PENDING
 
@@ -350,14 +488,30 @@ class Store:
             row = self._locked(conn, run_id)
             phase = Phase(row.phase)
             if phase is Phase.PENDING:
-                self._move(conn, row, Phase.CANCELLED, now, "cancelled", "cancelled by user",
-                           finished_at=now, reason="cancelled by user", reason_code=None)
+                self._move(
+                    conn,
+                    row,
+                    Phase.CANCELLED,
+                    now,
+                    "cancelled",
+                    "cancelled by user",
+                    finished_at=now,
+                    reason="cancelled by user",
+                    reason_code=None,
+                )
                 return Phase.CANCELLED
             if phase in ACTIVE_PHASES and not row.cancel_requested:
-                conn.execute(runs.update().where(runs.c.id == run_id).values(
-                    cancel_requested=True))
-                self._event(conn, run_id, now, "cancel_requested", None, None, row.attempt,
-                            "cancel requested by user")
+                conn.execute(runs.update().where(runs.c.id == run_id).values(cancel_requested=True))
+                self._event(
+                    conn,
+                    run_id,
+                    now,
+                    "cancel_requested",
+                    None,
+                    None,
+                    row.attempt,
+                    "cancel requested by user",
+                )
             return phase
 
     def mark_preempting(self, run_id: str, reason: str, now: float | None = None) -> None:
@@ -374,8 +528,9 @@ class Store:
         with self._tx() as conn:
             row = self._locked(conn, run_id)
             conn.execute(runs.update().where(runs.c.id == run_id).values(last_checkpoint_at=now))
-            self._event(conn, run_id, now, "checkpoint", None, None, row.attempt,
-                        "checkpoint saved")
+            self._event(
+                conn, run_id, now, "checkpoint", None, None, row.attempt, "checkpoint saved"
+            )
 
     def set_reasons(self, reasons: Sequence[tuple[str, str, str, float | None]]) -> int:
         """Store (run_id, reason_code, reason, eta) for pending runs whose reason changed."""
@@ -388,14 +543,20 @@ class Store:
                 r.id: (r.reason_code, r.reason, r.eta)
                 for r in conn.execute(
                     select(runs.c.id, runs.c.reason_code, runs.c.reason, runs.c.eta).where(
-                        runs.c.id.in_(ids), runs.c.phase == Phase.PENDING.value)
+                        runs.c.id.in_(ids), runs.c.phase == Phase.PENDING.value
+                    )
                 )
             }
             for run_id, code, reason, eta in reasons:
                 if run_id in current and current[run_id] != (code, reason, eta):
-                    conn.execute(runs.update().where(
-                        runs.c.id == run_id, runs.c.phase == Phase.PENDING.value,
-                    ).values(reason_code=code, reason=reason, eta=eta))
+                    conn.execute(
+                        runs.update()
+                        .where(
+                            runs.c.id == run_id,
+                            runs.c.phase == Phase.PENDING.value,
+                        )
+                        .values(reason_code=code, reason=reason, eta=eta)
+                    )
                     changed += 1
         return changed
 
@@ -414,6 +575,8 @@ class LeaderLock:
         self._conn: Connection | None = None
 
     def acquire(self) -> bool:
+        if self._fd is not None or self._conn is not None:
+            return True  # already ours
         if self.store.dialect == "sqlite":
             import fcntl
             import os
@@ -446,5 +609,11 @@ class LeaderLock:
             os.close(self._fd)
             self._fd = None
         if self._conn is not None:
+            from sqlalchemy import text
+
+            # Session-level advisory locks outlive close() on a pooled connection: unlock
+            # explicitly before handing the connection back.
+            self._conn.execute(text("SELECT pg_advisory_unlock(727275)"))
+            self._conn.commit()
             self._conn.close()
             self._conn = None

@@ -33,16 +33,18 @@ def gpu_type_name(product: str, memory_gb: float) -> str:
     return f"{'-'.join(model) or 'gpu'}-{round(memory_gb)}gb"
 
 
-def discover_gpus(nvml: Any | None = None) -> list[DiscoveredGpu] | None:
+def discover_gpus(nvml_seam: Any | None = None) -> list[DiscoveredGpu] | None:
     """The host's GPUs, or None when NVML is not usable here (no library or no driver).
 
-    ``nvml`` is the seam: a module-like object with pynvml's functions; default ``pynvml``.
+    ``nvml_seam`` is the seam: a module-like object with pynvml's functions; default ``pynvml``.
     """
+    nvml: Any = nvml_seam
     if nvml is None:
         try:
-            import pynvml as nvml  # noqa: PLC0415 - heavy and optional: imported on use
+            import pynvml  # optional and only needed here: imported on use
         except ImportError:
             return None
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no usable NVML
@@ -54,12 +56,14 @@ def discover_gpus(nvml: Any | None = None) -> list[DiscoveredGpu] | None:
             name = nvml.nvmlDeviceGetName(h)
             uuid = nvml.nvmlDeviceGetUUID(h)
             mem = nvml.nvmlDeviceGetMemoryInfo(h).total / 1024**3
-            out.append(DiscoveredGpu(
-                i,
-                uuid.decode() if isinstance(uuid, bytes) else str(uuid),
-                name.decode() if isinstance(name, bytes) else str(name),
-                mem,
-            ))
+            out.append(
+                DiscoveredGpu(
+                    i,
+                    uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                    name.decode() if isinstance(name, bytes) else str(name),
+                    mem,
+                )
+            )
         return out
     finally:
         nvml.nvmlShutdown()

@@ -26,50 +26,103 @@ from mlops_gpu.model import (
 DEFAULT_PRIORITIES: Mapping[str, int] = {"low": 0, "normal": 100, "high": 1000}
 
 
-def make_node(name: str = "n1", gpus: int = 4, gpu_type: str = "a100-80gb",
-              backend: str = "local", **kw: Any) -> Node:
-    return Node(name=name, backend=backend, gpu_type=gpu_type,
-                devices=tuple(str(i) for i in range(gpus)), **kw)
+def make_node(
+    name: str = "n1", gpus: int = 4, gpu_type: str = "a100-80gb", backend: str = "local", **kw: Any
+) -> Node:
+    return Node(
+        name=name,
+        backend=backend,
+        gpu_type=gpu_type,
+        devices=tuple(str(i) for i in range(gpus)),
+        **kw,
+    )
 
 
-def make_project(name: str = "p", nominal: int = 8, borrowing_limit: int | None = 0,
-                 gpu_type: str = "a100-80gb", cohort: str | None = None,
-                 quotas: Mapping[str, Quota] | None = None) -> Project:
+def make_project(
+    name: str = "p",
+    nominal: int = 8,
+    borrowing_limit: int | None = 0,
+    gpu_type: str = "a100-80gb",
+    cohort: str | None = None,
+    quotas: Mapping[str, Quota] | None = None,
+) -> Project:
     q = dict(quotas) if quotas is not None else {gpu_type: Quota(nominal, borrowing_limit)}
     return Project(name=name, cohort=cohort, quotas=MappingProxyType(q))
 
 
-def make_spec(project: str = "p", gpus: int = 1, nodes: int = 1, *, name: str = "job",
-              command: Sequence[str] = ("true",), gpu_types: Iterable[str] = (),
-              priority: str = "normal", **kw: Any) -> RunSpec:
-    return RunSpec(name=name, project=project, user="tester", command=tuple(command),
-                   request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=tuple(gpu_types)),
-                   priority=priority, checkpoint=kw.pop("checkpoint", CheckpointPolicy()), **kw)
+def make_spec(
+    project: str = "p",
+    gpus: int = 1,
+    nodes: int = 1,
+    *,
+    name: str = "job",
+    command: Sequence[str] = ("true",),
+    gpu_types: Iterable[str] = (),
+    priority: str = "normal",
+    **kw: Any,
+) -> RunSpec:
+    return RunSpec(
+        name=name,
+        project=project,
+        user="tester",
+        command=tuple(command),
+        request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=tuple(gpu_types)),
+        priority=priority,
+        checkpoint=kw.pop("checkpoint", CheckpointPolicy()),
+        **kw,
+    )
 
 
-def make_run(run_id: str, project: str = "p", gpus: int = 1, nodes: int = 1, *,
-             seq: int = 0, submitted_at: float = 0.0, priority: str = "normal",
-             phase: Phase = Phase.PENDING, placement: Placement | None = None,
-             gpu_types: Iterable[str] = (), **kw: Any) -> Run:
-    spec = make_spec(project, gpus, nodes, name=run_id, gpu_types=gpu_types, priority=priority,
-                     **kw)
-    return Run(id=run_id, seq=seq, spec=spec, phase=phase, attempt=1,
-               submitted_at=submitted_at, placement=placement)
+def make_run(
+    run_id: str,
+    project: str = "p",
+    gpus: int = 1,
+    nodes: int = 1,
+    *,
+    seq: int = 0,
+    submitted_at: float = 0.0,
+    priority: str = "normal",
+    phase: Phase = Phase.PENDING,
+    placement: Placement | None = None,
+    gpu_types: Iterable[str] = (),
+    **kw: Any,
+) -> Run:
+    spec = make_spec(
+        project, gpus, nodes, name=run_id, gpu_types=gpu_types, priority=priority, **kw
+    )
+    return Run(
+        id=run_id,
+        seq=seq,
+        spec=spec,
+        phase=phase,
+        attempt=1,
+        submitted_at=submitted_at,
+        placement=placement,
+    )
 
 
-def placed(node: str, devices: Sequence[str], gpu_type: str = "a100-80gb",
-           backend: str = "local") -> Placement:
-    return Placement(backend=backend, gpu_type=gpu_type,
-                     slots=(NodeSlot(node, tuple(devices)),))
+def placed(
+    node: str, devices: Sequence[str], gpu_type: str = "a100-80gb", backend: str = "local"
+) -> Placement:
+    return Placement(backend=backend, gpu_type=gpu_type, slots=(NodeSlot(node, tuple(devices)),))
 
 
-def make_snapshot(nodes: Sequence[Node], projects: Sequence[Project],
-                  pending: Sequence[Run] = (), active: Sequence[Run] = (), *,
-                  now: float = 1000.0, queueing: str = "best-effort-fifo",
-                  gpu_types: Iterable[str] | None = None) -> Snapshot:
+def make_snapshot(
+    nodes: Sequence[Node],
+    projects: Sequence[Project],
+    pending: Sequence[Run] = (),
+    active: Sequence[Run] = (),
+    *,
+    now: float = 1000.0,
+    queueing: str = "best-effort-fifo",
+    gpu_types: Iterable[str] | None = None,
+) -> Snapshot:
     types = set(gpu_types or ()) | {n.gpu_type for n in nodes}
     return Snapshot(
-        now=now, nodes=tuple(nodes), pending=tuple(pending), active=tuple(active),
+        now=now,
+        nodes=tuple(nodes),
+        pending=tuple(pending),
+        active=tuple(active),
         projects={p.name: p for p in projects},
         gpu_types={t: GpuType(t, 1.0) for t in sorted(types)},
         priority_classes=dict(DEFAULT_PRIORITIES),
@@ -77,22 +130,32 @@ def make_snapshot(nodes: Sequence[Node], projects: Sequence[Project],
     )
 
 
-def config_yaml(*, nodes: Sequence[tuple[str, int]] = (("node-a", 4),),
-                projects: Mapping[str, tuple[int, int | None]] | None = None,
-                gpu_type: str = "a100-80gb", extra: Mapping[str, Any] | None = None,
-                cohort: bool = True) -> str:
+def config_yaml(
+    *,
+    nodes: Sequence[tuple[str, int]] = (("node-a", 4),),
+    projects: Mapping[str, tuple[int, int | None]] | None = None,
+    gpu_type: str = "a100-80gb",
+    extra: Mapping[str, Any] | None = None,
+    cohort: bool = True,
+) -> str:
     """A valid config file's text: local virtual nodes, projects name -> (nominal, borrow)."""
     projects = projects or {"p": (4, 0)}
     data: dict[str, Any] = {
         "store": "sqlite:///state.db",
         "state_dir": "state",
         "gpu_types": {gpu_type: {"price_per_hour": 2.5}},
-        "backends": {"local": {"type": "local", "nodes": [
-            {"name": n, "gpu_type": gpu_type, "gpus": g} for n, g in nodes]}},
+        "backends": {
+            "local": {
+                "type": "local",
+                "nodes": [{"name": n, "gpu_type": gpu_type, "gpus": g} for n, g in nodes],
+            }
+        },
         "cohorts": {"org": {}} if cohort else {},
         "projects": {
-            name: {"cohort": "org" if cohort else None,
-                   "quotas": {gpu_type: {"nominal": nom, "borrowing_limit": b}}}
+            name: {
+                "cohort": "org" if cohort else None,
+                "quotas": {gpu_type: {"nominal": nom, "borrowing_limit": b}},
+            }
             for name, (nom, b) in projects.items()
         },
         "scheduler": {"tick_s": 0.1},

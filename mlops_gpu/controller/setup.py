@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 from mlops_gpu.config.starter import StarterNode, starter_config
 from mlops_gpu.telemetry import discover_gpus
 
 
-def starter_nodes(virtual_gpus: int | None, gpu_type: str) -> tuple[list[StarterNode], str]:
-    """Nodes for a starter config and a sentence saying where they came from."""
+def starter_nodes(
+    virtual_gpus: int | None, gpu_type: str, nvml: Any | None = None
+) -> tuple[list[StarterNode], str]:
+    """Nodes for a starter config and a sentence saying where they came from (``nvml``: the
+    telemetry seam, for tests)."""
     host = socket.gethostname()
     if virtual_gpus is None:
-        found = discover_gpus()
+        found = discover_gpus(nvml)
         if found:
             by_type: dict[str, list[str]] = {}
             for g in found:

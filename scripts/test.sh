@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite, as README.md and CI run it: install (into .venv), start the real
+# services the tests need (PostgreSQL from Debian's packages), lint, type-check, then pytest.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+# Fast when everything is already installed; pip's cache lives in ~/.cache/pip.
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[test]"
+
+echo "== starting PostgreSQL (scripts/postgres.sh)" >&2
+if pg_url=$(bash scripts/postgres.sh start); then
+  export MLOPS_GPU_TEST_PG_URL="$pg_url"
+else
+  echo "scripts/postgres.sh failed: PostgreSQL tests will skip (CI makes them fail)" >&2
+fi
+
+echo "== ruff" >&2
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "== mypy --strict (model, core, state)" >&2
+.venv/bin/mypy
+echo "== pytest" >&2
+exec .venv/bin/python -m pytest "$@"

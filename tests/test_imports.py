@@ -1,0 +1,76 @@
+"""Layering and import weight: lower layers never import higher ones (import-linter, with a
+check that the contract does catch a violation), and ``import mlops_gpu`` stays light."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("prefect", "mlflow", "kubernetes", "pandas")
+
+
+def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run(
+        [str(exe), "--no-cache"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin"},
+        timeout=300,
+    )
+
+
+def test_import_contract_holds() -> None:
+    r = lint_imports(REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 kept, 0 broken" in r.stdout
+
+
+def test_import_contract_catches_core_importing_state(tmp_path: Path) -> None:
+    shutil.copytree(
+        REPO / "mlops_gpu", tmp_path / "mlops_gpu", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    policy = tmp_path / "mlops_gpu" / "core" / "policy.py"
+    policy.write_text(policy.read_text() + "\nimport mlops_gpu.state  # noqa\n")
+    r = lint_imports(tmp_path)
+    assert r.returncode != 0
+    assert "mlops_gpu.core.policy -> mlops_gpu.state" in r.stdout
+
+
+def imported_modules(code: str) -> set[str]:
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    mods = set()
+    for line in r.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            mods.add(line.rsplit("|", 1)[1].strip())
+    return mods
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["import mlops_gpu", "import mlops_gpu.cli.main", "import mlops_gpu.core, mlops_gpu.model"],
+    ids=["package", "cli", "core"],
+)
+def test_import_is_light(code: str) -> None:
+    mods = imported_modules(code)
+    assert mods, "importtime printed nothing"
+    heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY)
+    assert heavy == []
+
+
+def test_importtime_parser_sees_heavy_imports() -> None:
+    # The check above is only meaningful if the parser would see such an import.
+    assert "pandas" in imported_modules("import pandas")
