@@ -30,7 +30,7 @@ def console() -> Any:
 
 def _gpus(run: Run) -> str:
     req = run.spec.request
-    types = "|".join(req.gpu_types) or "any"
+    types = "|".join(req.gpu_types) or "(any type)"
     if run.placement is not None:
         types = run.placement.gpu_type
     shape = f"{req.gpus}" if req.nodes == 1 else f"{req.nodes}x{req.gpus}"

@@ -101,7 +101,7 @@ def _could_ever_fit(snap: Snapshot, run: Run, gpu_type: str) -> bool:
 
 def _shape(run: Run, gpu_types: list[str]) -> str:
     req = run.request
-    types = " or ".join(gpu_types) if gpu_types else "any GPU type"
+    types = " or ".join(gpu_types) if gpu_types else "GPUs (no type in this cluster)"
     where = "on one node" if req.nodes == 1 else f"on each of {req.nodes} nodes"
     return f"needs {req.gpus} {types} {where}"
 
@@ -153,7 +153,7 @@ def decide_first_fit(snap: Snapshot) -> Decision:
 def _explain(
     snap: Snapshot, cap: Capacity, run: Run, types: list[str], quota_msgs: list[str]
 ) -> PendingReason:
-    shape = _shape(run, list(run.request.gpu_types))
+    shape = _shape(run, types)  # the acceptable types that exist here
     fits_ever = [t for t in types if _could_ever_fit(snap, run, t)]
     if not fits_ever:
         return PendingReason(
