@@ -46,6 +46,13 @@ def test_submit_then_logs_shows_two_devices(tmp_path: Path) -> None:
     devices = logs.stdout.strip().split(",")
     assert len(devices) == 2 and all(d.isdigit() for d in devices)
     assert devices == st["devices"]
+    (with_events,) = json.loads(
+        run_cli("--config", str(cfg), "status", run_id, "--events", "--json").stdout
+    )
+    phases = [e["phase_to"] for e in with_events["events"]]
+    # "running" shows unless the job ended before the scheduler first looked at it
+    assert phases[:3] == ["pending", "admitted", "starting"] and phases[-1] == "succeeded"
+    assert with_events["events"][1]["reason"].startswith("placed on node-a")
     # the auto-started scheduler exits by itself once idle
     rt = Runtime(load_config(cfg))
     deadline = time.time() + 15

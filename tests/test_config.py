@@ -117,7 +117,11 @@ BAD_CONFIGS: dict[str, tuple[str | bytes | None, str]] = {
     "missing-file": (None, "no such file"),
     "newline-in-key": (mutated(((*QUOTA, "x\ny"), 1)), "projects.p.quotas.a100-80gb."),
     "newline-in-backend-type": (mutated(((*NODE[:2], "type"), "sl\nurm")), "backends.local"),
-    "not-utf8": (b'store: "\xff\xfe"\n', ""),
+    "not-utf8": (b'store: "\xff\xfe"\n', "not valid UTF-8"),
+    "duplicate-key": ("store: sqlite:///a.db\nstore: sqlite:///b.db\n", "duplicate key 'store'"),
+    "bool-is-not-a-count": (mutated(((*NODE, "gpus"), True)), "backends.local.nodes.0.gpus"),
+    "absurd-gpu-count": (mutated(((*NODE, "gpus"), 10**9)), "backends.local.nodes.0.gpus"),
+    "string-is-not-a-count": (mutated(((*QUOTA, "nominal"), "4")), ".a100-80gb.nominal"),
 }
 
 

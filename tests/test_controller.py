@@ -199,3 +199,63 @@ def test_two_concurrent_2gpu_runs_get_disjoint_devices(tmp_path: Path) -> None:
     assert all(len(d) == 2 for d in devices)
     assert not devices[0] & devices[1]
     assert devices[0] | devices[1] == {"0", "1", "2", "3"}
+
+
+def test_preemption_signals_then_requeues_as_next_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's preemption path on real processes: the run gets its checkpoint signal,
+    saves a checkpoint within the grace, is requeued, and completes as attempt 2."""
+    import sys
+
+    from mlops_gpu.controller import loop
+    from mlops_gpu.core import Decision, Preemption, Snapshot
+
+    rt = local_runtime(tmp_path)
+    code = """
+import os, signal, sys, time, pathlib
+ckpt = pathlib.Path(os.environ['MLOPS_GPU_CHECKPOINT_DIR']) / 'ckpt'
+if ckpt.exists():
+    print('resumed from', ckpt.read_text()); sys.exit(0)
+def save(signum, frame):
+    ckpt.write_text('step-7'); sys.exit(0)
+signal.signal(signal.SIGUSR1, save)
+pathlib.Path(os.environ['MLOPS_GPU_RUN_ID'] + '.up').touch()
+time.sleep(60)
+"""
+    from mlops_gpu.model import CheckpointPolicy
+
+    run = rt.submit(
+        make_spec(
+            gpus=2,
+            command=(sys.executable, "-c", code),
+            workdir=str(tmp_path),
+            checkpoint=CheckpointPolicy("SIGUSR1", 10),
+        )
+    )
+    ctl = Controller(rt)
+    ctl.tick()
+    deadline = time.time() + 10
+    while not (tmp_path / f"{run.id}.up").exists():
+        assert time.time() < deadline
+        time.sleep(0.05)
+    real_decide = loop.decide
+    once = {"done": False}
+
+    def preempting(snap: Snapshot) -> Decision:
+        if not once["done"] and snap.active:
+            once["done"] = True
+            return Decision(
+                preemptions=(Preemption(run.id, "make room for a test", "SIGUSR1", 10.0),)
+            )
+        return real_decide(snap)
+
+    monkeypatch.setattr(loop, "decide", preempting)
+    run_until_done(rt, ctl, [run])
+    r = get(rt, run)
+    assert (r.phase, r.attempt) == (Phase.SUCCEEDED, 2)
+    kinds = [e.kind for e in rt.store.events(run.id)]
+    assert kinds.count("preempting") == 1 and kinds.count("preempted") == 1
+    out = [f for f in rt.backends["local"].log_files(run.id, 2) if f.name == "stdout.log"]
+    assert out[0].read_text().strip() == "resumed from step-7"
+    assert [u.outcome for u in rt.store.usage()] == ["preempted", "succeeded"]

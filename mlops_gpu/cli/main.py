@@ -228,6 +228,7 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
 @click.option("--project", "-p", default=None, help="Only this project.")
 @click.option("--all", "show_all", is_flag=True, help="Include every finished run.")
 @click.option("--limit", type=int, default=50, show_default=True, help="Newest runs shown.")
+@click.option("--events", is_flag=True, help="Add each run's event history (why it moved).")
 @click.option("--json", "as_json", is_flag=True, help="Print runs as a JSON list.")
 @click.pass_context
 def status(
@@ -236,11 +237,12 @@ def status(
     project: str | None,
     show_all: bool,
     limit: int,
+    events: bool,
     as_json: bool,
 ) -> None:
     """Runs and their phases (the newest first), or the runs named."""
-    from mlops_gpu.cli.render import runs_table
-    from mlops_gpu.model.public import run_to_public
+    from mlops_gpu.cli.render import events_table, runs_table
+    from mlops_gpu.model.public import event_to_public, run_to_public
 
     rt = _runtime(ctx)
     if run_ids:
@@ -249,10 +251,16 @@ def status(
         runs = rt.store.list_runs(
             project=project, newest_first=True, limit=None if show_all else limit
         )
+    history = {r.id: rt.store.events(r.id) for r in runs} if events else {}
     if as_json:
-        _dump([run_to_public(r) for r in runs])
-    else:
-        runs_table(runs, title="Runs", with_reason=True)
+        out = [run_to_public(r) for r in runs]
+        for item in out if events else ():
+            item["events"] = [event_to_public(e) for e in history[item["id"]]]
+        _dump(out)
+        return
+    runs_table(runs, title="Runs", with_reason=True)
+    for r in runs if events else ():
+        events_table(r.id, history[r.id])
 
 
 def _get_run(rt: Any, run_id: str) -> Any:

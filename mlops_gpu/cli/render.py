@@ -88,3 +88,17 @@ def nodes_table(nodes: Sequence[Node], free: dict[str, int], holders: dict[str, 
             ",".join(holders.get(n.name, [])) or "-",
         )
     console().print(t)
+
+
+def events_table(run_id: str, events: Sequence[Any]) -> None:
+    from rich.table import Table
+
+    from mlops_gpu.model.public import iso
+
+    t = Table(title=f"Events of {run_id}", title_justify="left")
+    for col in ("TIME (UTC)", "ATTEMPT", "EVENT", "PHASE", "REASON"):
+        t.add_column(col)
+    for e in events:
+        phase = f"{e.phase_from or ''} -> {e.phase_to}" if e.phase_to else "-"
+        t.add_row(iso(e.time) or "-", str(e.attempt), e.kind, phase, e.reason)
+    console().print(t)

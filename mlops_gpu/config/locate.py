@@ -20,6 +20,23 @@ from mlops_gpu.config.schema import Config
 FILE_NAME = "mlops-gpu.yaml"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that rejects a key given twice in one mapping (YAML would keep the last)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # unhashable keys are rejected by the schema anyway
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 class ConfigError(ValueError):
     """A config problem, as one line: ``FILE: key.path: what was expected``."""
 
@@ -98,7 +115,7 @@ def load_config(
     except UnicodeDecodeError as e:
         raise ConfigError(f"{found}: not valid UTF-8 (byte {e.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

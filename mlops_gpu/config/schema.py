@@ -15,7 +15,8 @@ NonNeg = Annotated[int, Field(ge=0)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: no silent coercion (``gpus: true`` is not 1 GPU, ``"4"`` is not 4).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class GpuTypeConfig(_Strict):
@@ -43,7 +44,7 @@ class NodeConfig(_Strict):
     name: str = Field(min_length=1)
     gpu_type: str
     #: Number of virtual GPUs (ids 0..gpus-1), or explicit device ids.
-    gpus: int | None = Field(None, ge=1)
+    gpus: int | None = Field(None, ge=1, le=4096)
     devices: list[str] | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 

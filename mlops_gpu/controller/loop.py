@@ -240,7 +240,12 @@ class Controller:
             phase, why = Phase.SUCCEEDED, "exited 0"
         else:
             phase, why = Phase.FAILED, f"exited {st.exit_code}"
-        if store.finish(run.id, phase, why, exit_code=st.exit_code, now=now):
+        # The job's own end time (it may have ended while the scheduler was down), never
+        # before its admission.
+        end = max(st.finished_at or now, run.admitted_at or 0.0)
+        if store.finish(
+            run.id, phase, why, exit_code=st.exit_code, now=min(end, now), started_at=st.started_at
+        ):
             rep.finished += 1
             self._emit(phase.value, run, why)
 

@@ -67,3 +67,15 @@ def run_to_public(run: Run) -> dict[str, Any]:
         "reason": run.reason,
         "eta": iso(run.eta),
     }
+
+
+def event_to_public(e: Any) -> dict[str, Any]:
+    """An event (``mlops_gpu.state.Event``) as ``status --events --json`` shows it."""
+    return {
+        "time": iso(e.time),
+        "kind": e.kind,
+        "phase_from": e.phase_from,
+        "phase_to": e.phase_to,
+        "attempt": e.attempt,
+        "reason": e.reason,
+    }

@@ -393,8 +393,12 @@ class Store:
         reason: str,
         exit_code: int | None = None,
         now: float | None = None,
+        started_at: float | None = None,
     ) -> bool:
-        """An active run ends (succeeded, failed or cancelled); its usage is recorded once."""
+        """An active run ends (succeeded, failed or cancelled); its usage is recorded once.
+
+        ``started_at``: when the backend says the job started, for a run that ended before the
+        scheduler saw it running."""
         assert phase in TERMINAL_PHASES
         now = time.time() if now is None else now
         with self._tx() as conn:
@@ -410,6 +414,7 @@ class Store:
                 phase.value,
                 reason,
                 finished_at=now,
+                started_at=row.started_at or started_at,
                 exit_code=exit_code,
                 reason_code=None,
                 reason=reason,
