@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_EMPTY_MIG: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,16 +35,39 @@ class Node:
     schedulable: bool = True
     #: Free-text why the node is not schedulable (drained, down, cordoned).
     state_reason: str = ""
+    #: MIG slices offered, by profile (``"1g.10gb"`` -> slice UUIDs). GPUs split into MIG
+    #: slices are not listed in ``devices``.
+    mig: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _EMPTY_MIG)
+    #: Whether ``devices`` may be shared by fractional or memory-capped runs (time-slicing).
+    shared: bool = False
+    #: Memory of one device, for memory-capped shared requests.
+    gpu_memory_mb: int | None = None
 
     @property
     def capacity(self) -> int:
         return len(self.devices)
 
 
+def mig_share(profile: str) -> float:
+    """The share of a GPU one MIG slice is charged as: ``"3g.40gb"`` -> 3/7 (A100/H100 have
+    seven compute slices)."""
+    head = profile.split("g.", 1)[0]
+    return int(head) / 7 if head.isdigit() else 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSlot:
     node: str
     devices: tuple[str, ...]
+    #: The share of each device held: 1.0 for whole GPUs, the fraction for shared GPUs, the
+    #: slice's share for MIG (``mig_share``).
+    fraction: float = 1.0
+    #: Memory cap on a shared device, if the run asked for one.
+    memory_mb: int | None = None
+
+    @property
+    def amount(self) -> float:
+        return len(self.devices) * self.fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +84,27 @@ class Placement:
 
     @property
     def total_gpus(self) -> int:
+        """Devices held (whole, shared or MIG slices), counted once each."""
         return sum(len(s.devices) for s in self.slots)
+
+    @property
+    def gpu_amount(self) -> float:
+        """GPUs charged to quota and cost: whole GPUs count 1, shares and slices their part."""
+        return sum(s.amount for s in self.slots)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "backend": self.backend,
             "gpu_type": self.gpu_type,
-            "slots": [{"node": s.node, "devices": list(s.devices)} for s in self.slots],
+            "slots": [
+                {
+                    "node": s.node,
+                    "devices": list(s.devices),
+                    "fraction": s.fraction,
+                    "memory_mb": s.memory_mb,
+                }
+                for s in self.slots
+            ],
         }
 
     @staticmethod
@@ -77,7 +115,12 @@ class Placement:
             backend=str(d["backend"]),
             gpu_type=str(d["gpu_type"]),
             slots=tuple(
-                NodeSlot(node=str(s["node"]), devices=tuple(str(x) for x in s["devices"]))
+                NodeSlot(
+                    node=str(s["node"]),
+                    devices=tuple(str(x) for x in s["devices"]),
+                    fraction=float(s.get("fraction", 1.0)),
+                    memory_mb=s.get("memory_mb"),
+                )
                 for s in slots_raw
             ),
         )

@@ -20,6 +20,19 @@ class Quota:
     lending_limit: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A spending cap per rolling window: GPU-hours, US dollars, or both.
+
+    When spent, the project's runs ``wait``, or run at priority class ``lower_to``."""
+
+    window_s: float
+    gpu_hours: float | None = None
+    usd: float | None = None
+    action: str = "wait"
+    lower_to: str | None = None
+
+
 _NO_QUOTAS: Mapping[str, Quota] = MappingProxyType({})
 
 
@@ -29,6 +42,7 @@ class Project:
     cohort: str | None = None
     weight: float = 1.0
     quotas: Mapping[str, Quota] = field(default_factory=lambda: _NO_QUOTAS)
+    budget: Budget | None = None
 
     def quota(self, gpu_type: str) -> Quota:
         q = self.quotas.get(gpu_type)

@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -42,30 +43,55 @@ class ResourceRequest:
     gpu_fraction: float | None = None
     gpu_memory_mb: int | None = None
     mig: str | None = None
+    #: Node label whose value all gang members share (e.g. ``"rack"``): required, or only
+    #: preferred when ``topology_required`` is False.
+    topology_key: str | None = None
+    topology_required: bool = False
 
     @property
     def total_gpus(self) -> int:
         return self.gpus * self.nodes
 
+    @property
+    def shape(self) -> str:
+        """``whole``, ``shared`` or ``mig``: how the request takes GPUs."""
+        if self.mig is not None:
+            return "mig"
+        if self.gpu_fraction is not None or self.gpu_memory_mb is not None:
+            return "shared"
+        return "whole"
+
     def accepts(self, gpu_type: str) -> bool:
         return not self.gpu_types or gpu_type in self.gpu_types
 
     def problems(self) -> list[str]:
-        """Shape errors, each naming the offending field; empty when the request is well formed."""
+        """Shape errors, each naming the offending field; empty when the request is well formed.
+
+        Whole GPUs: ``gpus`` >= 1 per node. Shared: one device (``gpus`` 1) with a
+        ``gpu_fraction`` and/or ``gpu_memory_mb``. MIG: ``gpus`` slices of profile ``mig``.
+        """
         out: list[str] = []
         shared = self.gpu_fraction is not None or self.gpu_memory_mb is not None
         if self.nodes < 1:
             out.append(f"nodes must be at least 1, got {self.nodes}")
-        if self.mig is None and not shared and self.gpus < 1:
-            out.append(f"gpus must be a positive integer, got {self.gpus}")
         if self.gpus < 0:
             out.append(f"gpus must not be negative, got {self.gpus}")
+        elif self.gpus < 1:
+            out.append(f"gpus must be a positive integer, got {self.gpus}")
         if self.gpu_fraction is not None and not 0 < self.gpu_fraction < 1:
             out.append(f"gpu_fraction must be in (0, 1), got {self.gpu_fraction}")
         if self.gpu_memory_mb is not None and self.gpu_memory_mb <= 0:
             out.append(f"gpu_memory must be positive, got {self.gpu_memory_mb}")
+        if shared and self.mig is not None:
+            out.append("mig: a MIG slice cannot also be a shared fraction or memory cap")
+        if shared and self.gpus > 1:
+            out.append(f"gpus: a shared request takes part of one GPU, got gpus={self.gpus}")
+        if self.mig is not None and not re.fullmatch(r"\d+g\.\d+gb", self.mig):
+            out.append(f"mig: expected a profile such as 1g.10gb, got {self.mig!r}")
         if (shared or self.mig is not None) and self.nodes != 1:
-            out.append("fractional and MIG requests run on one node")
+            out.append("nodes: fractional and MIG requests run on one node")
+        if self.topology_required and not self.topology_key:
+            out.append("topology: a required topology needs a label key (e.g. rack)")
         return out
 
 
@@ -110,6 +136,8 @@ class RunSpec:
                 "gpu_fraction": r.gpu_fraction,
                 "gpu_memory_mb": r.gpu_memory_mb,
                 "mig": r.mig,
+                "topology_key": r.topology_key,
+                "topology_required": r.topology_required,
             },
             "priority": self.priority,
             "kind": self.kind.value,
@@ -139,6 +167,8 @@ class RunSpec:
                 gpu_fraction=r.get("gpu_fraction"),
                 gpu_memory_mb=r.get("gpu_memory_mb"),
                 mig=r.get("mig"),
+                topology_key=r.get("topology_key"),
+                topology_required=bool(r.get("topology_required", False)),
             ),
             priority=d.get("priority", "normal"),
             kind=RunKind(d.get("kind", "train")),
@@ -177,6 +207,10 @@ class Run:
     cancel_requested: bool = False
     preempt_requested: bool = False
     last_checkpoint_at: float | None = None
+    #: GPU-seconds this run held over all its earlier attempts (least-attained-service order).
+    attained_gpu_s: float = 0.0
+    #: A requeued run waits until then (backoff).
+    not_before: float | None = None
 
     @property
     def project(self) -> str:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    inspect,
     text,
 )
 
@@ -58,6 +59,9 @@ runs = Table(
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("preempt_requested", Boolean, nullable=False, default=False),
     Column("last_checkpoint_at", Float),
+    # v2: least-attained-service order and requeue backoff
+    Column("attained_gpu_s", Float, nullable=False, default=0.0, server_default="0"),
+    Column("not_before", Float),
     Index("ix_runs_phase", "phase"),
     Index("ix_runs_project", "project"),
 )
@@ -103,12 +107,30 @@ schema_version = Table(
 
 
 def _v1(conn: Connection) -> None:
+    # Creates missing tables at the *latest* definition; later steps therefore only add what
+    # an older store lacks, and check before adding.
     for t in (runs, events, usage):
         t.create(conn, checkfirst=True)
 
 
+def _add_missing_columns(conn: Connection, table: Table, names: list[str]) -> None:
+    have = {c["name"] for c in inspect(conn).get_columns(table.name)}
+    for name in names:
+        if name in have:
+            continue
+        col = table.c[name]
+        ddl = f"ALTER TABLE {table.name} ADD COLUMN {name} {col.type.compile(conn.dialect)}"
+        if col.server_default is not None:
+            ddl += f" NOT NULL DEFAULT {col.server_default.arg}"  # type: ignore[attr-defined]
+        conn.execute(text(ddl))
+
+
+def _v2(conn: Connection) -> None:
+    _add_missing_columns(conn, runs, ["attained_gpu_s", "not_before"])
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1)]
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2)]
 LATEST = MIGRATIONS[-1][0]
 
 

@@ -103,6 +103,8 @@ def _row_to_run(r: Row[Any]) -> Run:
         cancel_requested=bool(r.cancel_requested),
         preempt_requested=bool(r.preempt_requested),
         last_checkpoint_at=r.last_checkpoint_at,
+        attained_gpu_s=r.attained_gpu_s or 0.0,
+        not_before=r.not_before,
     )
 
 
@@ -365,11 +367,13 @@ class Store:
             )
         return True
 
-    def _usage_row(self, conn: Connection, row: Row[Any], now: float, outcome: str) -> None:
+    def _usage_row(self, conn: Connection, row: Row[Any], now: float, outcome: str) -> float:
+        """Record the attempt's GPU time in the ledger; returns the GPU-seconds recorded."""
         if not row.placement or row.admitted_at is None:
-            return
+            return 0.0
         p = Placement.from_dict(json.loads(row.placement))
-        gpus = float(p.total_gpus)
+        gpus = p.gpu_amount
+        gpu_s = float(gpus * max(now - row.admitted_at, 0.0))
         conn.execute(
             usage.insert().values(
                 run_id=row.id,
@@ -381,10 +385,11 @@ class Store:
                 gpus=gpus,
                 start=row.admitted_at,
                 end=now,
-                gpu_seconds=gpus * max(now - row.admitted_at, 0.0),
+                gpu_seconds=gpu_s,
                 outcome=outcome,
             )
         )
+        return gpu_s
 
     def finish(
         self,
@@ -405,7 +410,7 @@ class Store:
             row = self._locked(conn, run_id)
             if Phase(row.phase) in TERMINAL_PHASES:
                 return False
-            self._usage_row(conn, row, now, phase.value)
+            held = self._usage_row(conn, row, now, phase.value)
             self._move(
                 conn,
                 row,
@@ -413,6 +418,7 @@ class Store:
                 now,
                 phase.value,
                 reason,
+                attained_gpu_s=(row.attained_gpu_s or 0.0) + held,
                 finished_at=now,
                 started_at=row.started_at or started_at,
                 exit_code=exit_code,
@@ -429,15 +435,19 @@ class Store:
         reason: str,
         max_attempts: int,
         now: float | None = None,
+        backoff_s: float = 0.0,
     ) -> Phase:
-        """A preempted or lost run: pending as attempt + 1, or failed once retries are spent."""
+        """A preempted or lost run: pending as attempt + 1 (not admitted again before
+        ``backoff_s`` has passed), or failed once retries are spent. The GPU time it held
+        stays counted (ledger, ``attained_gpu_s``), so fair share remembers it."""
         assert kind in ("preempted", "lost")
         now = time.time() if now is None else now
         with self._tx() as conn:
             row = self._locked(conn, run_id)
             if Phase(row.phase) not in ACTIVE_PHASES:
                 raise ConflictError(f"run {run_id} is {row.phase}; only active runs requeue")
-            self._usage_row(conn, row, now, kind)
+            held = self._usage_row(conn, row, now, kind)
+            attained = (row.attained_gpu_s or 0.0) + held
             if row.cancel_requested:
                 self._move(
                     conn,
@@ -447,6 +457,7 @@ class Store:
                     kind,
                     f"{reason}; cancelled as requested",
                     finished_at=now,
+                    attained_gpu_s=attained,
                 )
                 return Phase.CANCELLED
             if row.attempt >= max_attempts:
@@ -459,6 +470,7 @@ class Store:
                     f"{reason}; attempt {row.attempt} of {max_attempts}, no retries left",
                     finished_at=now,
                     reason=reason,
+                    attained_gpu_s=attained,
                 )
                 return Phase.FAILED
             self._move(
@@ -477,6 +489,8 @@ class Store:
                 handle=None,
                 exit_code=None,
                 preempt_requested=False,
+                attained_gpu_s=attained,
+                not_before=now + backoff_s if backoff_s > 0 else None,
                 reason_code=kind,
                 reason=f"{reason}; requeued as attempt {row.attempt + 1}",
             )
