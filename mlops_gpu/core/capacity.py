@@ -1,8 +1,12 @@
 """Free capacity and quota usage derived from a snapshot, updated as a cycle admits runs.
 
-Invariant: ``free[node]`` is the node's devices minus every device named in an active run's
-placement slot on that node, kept in the node's own device order; ``used[(project, type)]`` is
-the sum of GPUs held by the project's active runs of that type.
+Invariants:
+- ``free[node]`` lists the node's whole devices that no active run holds in any share, in the
+  node's own order; ``shared[node][device]`` is the (fraction, memory MB) held on a device that
+  shared runs use; ``mig_free[node][profile]`` lists free MIG slices.
+- ``used[(project, gpu_type)]`` is the GPU amount (``Placement.gpu_amount``) held by the
+  project's active runs of that type.
+- ``take`` and ``release`` are exact inverses, so a trial (preemption search) can undo itself.
 """
 
 from __future__ import annotations
@@ -11,29 +15,84 @@ from collections import defaultdict
 
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node, Placement
+from mlops_gpu.model.cluster import mig_share
 
 
 class Capacity:
     def __init__(self, snap: Snapshot) -> None:
         self.nodes: dict[str, Node] = {n.name: n for n in snap.nodes}
-        held: dict[str, set[str]] = defaultdict(set)
-        self.used: dict[tuple[str, str], int] = defaultdict(int)
-        for run in snap.active:
-            p = run.placement
-            if p is None:
-                continue
-            for slot in p.slots:
-                held[slot.node].update(slot.devices)
-            self.used[(run.project, p.gpu_type)] += p.total_gpus
-        self.free: dict[str, list[str]] = {
-            n.name: [d for d in n.devices if d not in held[n.name]] for n in snap.nodes
+        self.used: dict[tuple[str, str], float] = defaultdict(float)
+        self.free: dict[str, list[str]] = {n.name: list(n.devices) for n in snap.nodes}
+        self.shared: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
+        self.mig_free: dict[str, dict[str, list[str]]] = {
+            n.name: {p: list(ids) for p, ids in n.mig.items()} for n in snap.nodes
         }
+        for run in snap.active:
+            if run.placement is not None:
+                self.take(run.project, run.placement)
+
+    @property
+    def capacity_by_type(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for n in self.nodes.values():
+            out[n.gpu_type] += n.capacity + sum(len(ids) * mig_share(p) for p, ids in n.mig.items())
+        return out
 
     def take(self, project: str, placement: Placement) -> None:
         for slot in placement.slots:
-            taken = set(slot.devices)
-            self.free[slot.node] = [d for d in self.free[slot.node] if d not in taken]
-        self.used[(project, placement.gpu_type)] += placement.total_gpus
+            if slot.node not in self.nodes:
+                continue  # a node that left the inventory: nothing to book
+            node = self.nodes[slot.node]
+            for dev in slot.devices:
+                mig_profile = _mig_profile_of(node, dev)
+                if mig_profile is not None:
+                    free = self.mig_free[slot.node][mig_profile]
+                    if dev in free:
+                        free.remove(dev)
+                elif slot.fraction >= 1.0 and slot.memory_mb is None:
+                    if dev in self.free[slot.node]:
+                        self.free[slot.node].remove(dev)
+                else:
+                    frac, mem = self.shared[slot.node].get(dev, (0.0, 0))
+                    self.shared[slot.node][dev] = (
+                        frac + slot.fraction,
+                        mem + (slot.memory_mb or 0),
+                    )
+                    if dev in self.free[slot.node]:
+                        self.free[slot.node].remove(dev)
+        self.used[(project, placement.gpu_type)] += placement.gpu_amount
+
+    def release(self, project: str, placement: Placement) -> None:
+        for slot in placement.slots:
+            if slot.node not in self.nodes:
+                continue
+            node = self.nodes[slot.node]
+            for dev in slot.devices:
+                mig_profile = _mig_profile_of(node, dev)
+                if mig_profile is not None:
+                    self.mig_free[slot.node][mig_profile].append(dev)
+                    order = node.mig[mig_profile]
+                    self.mig_free[slot.node][mig_profile].sort(key=order.index)
+                elif slot.fraction >= 1.0 and slot.memory_mb is None:
+                    self._free_device(node, dev)
+                else:
+                    frac, mem = self.shared[slot.node][dev]
+                    frac, mem = frac - slot.fraction, mem - (slot.memory_mb or 0)
+                    if frac <= 1e-9 and mem <= 0:
+                        del self.shared[slot.node][dev]
+                        self._free_device(node, dev)
+                    else:
+                        self.shared[slot.node][dev] = (frac, mem)
+        self.used[(project, placement.gpu_type)] -= placement.gpu_amount
+
+    def _free_device(self, node: Node, dev: str) -> None:
+        free = self.free[node.name]
+        if dev not in free:
+            free.append(dev)
+            free.sort(key=node.devices.index)
+
+    def free_amount(self, node: str) -> int:
+        return len(self.free[node])
 
     def largest_free_block(self, gpu_type: str) -> int:
         return max(
@@ -44,3 +103,12 @@ class Capacity:
             ),
             default=0,
         )
+
+
+def _mig_profile_of(node: Node, dev: str) -> str | None:
+    if not node.mig:
+        return None
+    for profile, ids in node.mig.items():
+        if dev in ids:
+            return profile
+    return None

@@ -14,8 +14,16 @@ from mlops_gpu.model import Placement
 class ReasonCode(str, Enum):
     #: Some node could host it, but not enough GPUs are free now.
     NO_CAPACITY = "no_capacity"
+    #: Free GPUs exist, but taking them would delay the reservation of an earlier blocked run.
+    RESERVED = "reserved"
     #: The project has no quota left for the GPU type (nominal + borrowing limit or cohort).
     QUOTA = "quota"
+    #: Runs are being preempted to make room for it; it starts when they have exited.
+    PREEMPTING = "preempting"
+    #: Its project's GPU-hour or money budget for the window is spent.
+    BUDGET = "budget"
+    #: Requeued after a preemption or loss, it waits out its backoff.
+    BACKOFF = "backoff"
     #: No node of any acceptable type and backend could ever host it.
     UNSCHEDULABLE = "unschedulable"
     #: Strict FIFO: an older run of the same project is blocked and holds its place.
@@ -39,6 +47,8 @@ class Preemption:
     reason: str
     signal: str
     grace_s: float
+    #: The pending run this makes room for.
+    for_run: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,177 +1,327 @@
-"""Policies behind one entry point, ``decide(snapshot)``.
+"""The default policy, one scheduling cycle as numbered steps (``decide``):
 
-The foundation policy (``default`` until the full scheduling core replaces it), one cycle:
-1. snapshot -> free devices per node and GPUs used per project and type (``Capacity``);
-2. order pending runs: priority class (high first), then submit time, then sequence number;
-3. fit: for each acceptable GPU type, the project's usage must stay within nominal quota, or
-   within nominal + borrowing limit while its cohort as a whole stays within the cohort's
-   nominal total (idle quota of cohort members is lent);
-4. place: first fit over schedulable nodes in name order, lowest device ids first; a gang takes
-   ``nodes`` distinct nodes of one backend and one type, all or none;
-5. explain: every run not admitted gets a reason code and a sentence.
-No preemption and no ETA yet (the ETA stays null and the reason says what the run waits for).
+1. snapshot -> free devices, quota usage, shares (``Capacity``, ``QuotaBook``, ``Shares``);
+2. triage: unknown project or class (invalid), backoff not over, budget spent with
+   ``action: wait``; a spent budget with ``action: lower`` demotes the run's class instead;
+3. order: priority class (high first); within a class, the project with the lowest weighted
+   dominant share goes next (fair share, recomputed as the cycle admits); within a project,
+   submit time (or least attained service under ``order: las``);
+4. fit: for each acceptable GPU type, best-fit placement (``placement.place``) that also
+   respects the backfill reservation, and the project's quota (``QuotaBook.problem``);
+5. preempt: a run that does not fit may get victims (``preempt.find_plan``); it is admitted
+   in a later cycle, once they have exited;
+6. reserve: the first run blocked by capacity gets an EASY reservation (``backfill.reserve``);
+   runs behind it start only if they do not delay it;
+7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
+   waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``).
+Strict FIFO: once a project has a blocked run, its later runs wait behind it.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Callable
 
+from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, reserve
 from mlops_gpu.core.capacity import Capacity
-from mlops_gpu.core.decision import Admission, Decision, PendingReason, ReasonCode
+from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
+from mlops_gpu.core.fairshare import (
+    Shares,
+    attained_now,
+    budget_exceeded,
+    effective_priority,
+    las_level,
+)
+from mlops_gpu.core.placement import could_ever_fit, place, request_amount
+from mlops_gpu.core.preempt import find_plan
+from mlops_gpu.core.quota import QuotaBook
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import NodeSlot, Placement, Run
-
-
-def _order_key(snap: Snapshot) -> Callable[[Run], tuple[int, float, int]]:
-    return lambda r: (-snap.priority_of(r), r.submitted_at, r.seq)
-
-
-def _cohort_members(snap: Snapshot) -> dict[str, list[str]]:
-    members: dict[str, list[str]] = defaultdict(list)
-    for p in snap.projects.values():
-        if p.cohort is not None:
-            members[p.cohort].append(p.name)
-    return members
-
-
-def _quota_problem(
-    snap: Snapshot, cap: Capacity, members: dict[str, list[str]], run: Run, gpu_type: str
-) -> str | None:
-    """None if ``run`` fits the project's quota for ``gpu_type``, else why not."""
-    proj = snap.projects[run.project]
-    q = proj.quota(gpu_type)
-    need = run.request.total_gpus
-    used = cap.used[(proj.name, gpu_type)]
-    if used + need <= q.nominal:
-        return None
-    limit = None if q.borrowing_limit is None else q.nominal + q.borrowing_limit
-    if limit is not None and used + need > limit:
-        return (
-            f"project {proj.name} holds {used} of its {limit} {gpu_type} "
-            f"(nominal {q.nominal} + borrowing limit {q.borrowing_limit}); it needs {need} more"
-        )
-    if proj.cohort is None:
-        return (
-            f"project {proj.name} holds {used} of its nominal {q.nominal} {gpu_type} and has "
-            "no cohort to borrow from"
-        )
-    names = members[proj.cohort]
-    cohort_nominal = sum(snap.projects[m].quota(gpu_type).nominal for m in names)
-    cohort_used = sum(cap.used[(m, gpu_type)] for m in names)
-    if cohort_used + need > cohort_nominal:
-        idle = max(cohort_nominal - cohort_used, 0)
-        return (
-            f"project {proj.name} is at its nominal {q.nominal} {gpu_type} and cohort "
-            f"{proj.cohort} has {idle} idle to lend; it needs {need}"
-        )
-    return None
-
-
-def _place(snap: Snapshot, cap: Capacity, run: Run, gpu_type: str) -> Placement | None:
-    req = run.request
-    by_backend: dict[str, list[NodeSlot]] = defaultdict(list)
-    for node in sorted(cap.nodes.values(), key=lambda n: n.name):
-        if node.gpu_type != gpu_type or not node.schedulable:
-            continue
-        if run.spec.backend is not None and node.backend != run.spec.backend:
-            continue
-        free = cap.free[node.name]
-        if len(free) < req.gpus:
-            continue
-        slots = by_backend[node.backend]
-        slots.append(NodeSlot(node=node.name, devices=tuple(free[: req.gpus])))
-        if len(slots) == req.nodes:
-            return Placement(backend=node.backend, gpu_type=gpu_type, slots=tuple(slots))
-    return None
-
-
-def _could_ever_fit(snap: Snapshot, run: Run, gpu_type: str) -> bool:
-    req = run.request
-    per_backend: dict[str, int] = defaultdict(int)
-    for n in snap.nodes:
-        if (
-            n.gpu_type == gpu_type
-            and n.capacity >= req.gpus
-            and (run.spec.backend is None or n.backend == run.spec.backend)
-        ):
-            per_backend[n.backend] += 1
-    return any(c >= req.nodes for c in per_backend.values())
+from mlops_gpu.model import Placement, Run
 
 
 def _shape(run: Run, gpu_types: list[str]) -> str:
     req = run.request
     types = " or ".join(gpu_types) if gpu_types else "GPUs (no type in this cluster)"
+    if req.shape == "mig":
+        return f"needs {req.gpus} MIG {req.mig} slice(s) of {types}"
+    if req.shape == "shared":
+        parts = [
+            f"{req.gpu_fraction:g} of a GPU" if req.gpu_fraction else "",
+            f"{req.gpu_memory_mb} MB" if req.gpu_memory_mb else "",
+        ]
+        return f"needs {' with '.join(p for p in parts if p)} of a shared {types}"
     where = "on one node" if req.nodes == 1 else f"on each of {req.nodes} nodes"
     return f"needs {req.gpus} {types} {where}"
 
 
-def decide_first_fit(snap: Snapshot) -> Decision:
-    cap = Capacity(snap)
-    members = _cohort_members(snap)
-    all_types = sorted({n.gpu_type for n in snap.nodes})
-    admissions: list[Admission] = []
-    pending: list[PendingReason] = []
-    blocked_projects: dict[str, str] = {}
-    strict = snap.policy.queueing == "strict-fifo"
+class Cycle:
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.cap = Capacity(snap)  # 1. snapshot
+        self.quota = QuotaBook(snap, self.cap.used)
+        self.shares = Shares(snap, self.cap.used, self.cap.capacity_by_type)
+        self.types = sorted({n.gpu_type for n in snap.nodes})
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.pending: dict[str, PendingReason] = {}
+        self.going: set[str] = {a.id for a in snap.active if a.preempt_requested}
+        self.reservation: Reservation | None = None
+        self.blocked_projects: dict[str, str] = {}
+        self.budget_notes = {p: budget_exceeded(snap, p) for p in snap.projects}
+        self.prio: dict[str, int] = {}
+        self.visit_order: list[Run] = []
+        self.types_of: dict[str, list[str]] = {}
 
-    for run in sorted(snap.pending, key=_order_key(snap)):
-        if run.project not in snap.projects or run.spec.priority not in snap.priority_classes:
-            what = "project" if run.project not in snap.projects else "priority class"
-            pending.append(PendingReason(run.id, ReasonCode.INVALID, f"unknown {what}"))
-            continue
-        if strict and run.project in blocked_projects:
-            head = blocked_projects[run.project]
-            pending.append(
-                PendingReason(
-                    run.id,
-                    ReasonCode.QUEUED_BEHIND,
-                    f"queued behind run {head} (strict FIFO in project {run.project})",
+    # -- 2. triage ----------------------------------------------------------------------
+    def _triage(self) -> list[Run]:
+        snap, ready = self.snap, []
+        for run in snap.pending:
+            if run.project not in snap.projects or run.spec.priority not in snap.priority_classes:
+                what = "project" if run.project not in snap.projects else "priority class"
+                self._wait(run, ReasonCode.INVALID, f"unknown {what}")
+                continue
+            note = self.budget_notes.get(run.project)
+            budget = snap.projects[run.project].budget
+            if note is not None and budget is not None and budget.action == "wait":
+                self._wait(
+                    run, ReasonCode.BUDGET, f"{note}; it waits until the window frees budget"
                 )
-            )
-            continue
-        types = [t for t in all_types if run.request.accepts(t)]
-        placement = None
+                continue
+            if run.not_before is not None and run.not_before > snap.now:
+                self._wait(
+                    run,
+                    ReasonCode.BACKOFF,
+                    f"requeued as attempt {run.attempt}; backoff for "
+                    f"{run.not_before - snap.now:.0f}s more",
+                    eta=run.not_before,
+                )
+                continue
+            self.prio[run.id] = effective_priority(snap, run, note)
+            self.types_of[run.id] = [t for t in self.types if run.request.accepts(t)]
+            ready.append(run)
+        return ready
+
+    # -- 3. order -----------------------------------------------------------------------
+    def _within_project_key(self, run: Run) -> tuple[int, float, int]:
+        level = las_level(self.snap, run.attained_gpu_s) if self.snap.policy.order == "las" else 0
+        return (level, run.submitted_at, run.seq)
+
+    def run(self) -> Decision:
+        ready = self._triage()
+        levels: dict[int, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
+        for run in ready:
+            levels[self.prio[run.id]][run.project].append(run)
+        for level in sorted(levels, reverse=True):
+            queues = levels[level]
+            for q in queues.values():
+                q.sort(key=self._within_project_key)
+            self._level(queues)
+        self._explain()  # 7. explain
+        return Decision(
+            tuple(self.admissions),
+            tuple(self.preemptions),
+            tuple(self.pending[r.id] for r in self.snap.pending if r.id in self.pending),
+        )
+
+    def _level(self, queues: dict[str, list[Run]]) -> None:
+        heap = [(self.shares.share(p), p, 0) for p in queues]
+        heapq.heapify(heap)
+        while heap:
+            _, project, i = heapq.heappop(heap)
+            q = queues[project]
+            if project in self.blocked_projects:  # strict FIFO
+                head = self.blocked_projects[project]
+                for run in q[i:]:
+                    self._wait(
+                        run,
+                        ReasonCode.QUEUED_BEHIND,
+                        f"queued behind run {head} (strict FIFO in project {project})",
+                    )
+                continue
+            run = q[i]
+            self.visit_order.append(run)
+            if not self._try(run) and self.snap.policy.queueing == "strict-fifo":
+                self.blocked_projects[project] = run.id
+            if i + 1 < len(q):
+                heapq.heappush(heap, (self.shares.share(project), project, i + 1))
+
+    # -- 4. fit, 5. preempt, 6. reserve -------------------------------------------------
+    def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
+        res = self.reservation
+        if res is None:
+            return None
+        ends = None
+        if run.spec.max_runtime_s is not None:
+            ends = self.snap.now + run.spec.max_runtime_s
+        return lambda node, free_after: res.allows(node, free_after, ends)
+
+    def _try(self, run: Run) -> bool:
+        types = self.types_of[run.id]
         quota_msgs: list[str] = []
+        fits_without_reservation = False
+        flt = self._backfill_filter(run)
         for t in types:
-            problem = _quota_problem(snap, cap, members, run, t)
+            placement = place(self.snap, self.cap, run, t, flt)
+            if placement is None and flt is not None:
+                fits_without_reservation |= place(self.snap, self.cap, run, t) is not None
+            amount = placement.gpu_amount if placement else request_amount(run)
+            problem = self.quota.problem(run.project, t, amount)
             if problem is not None:
                 quota_msgs.append(problem)
                 continue
-            placement = _place(snap, cap, run, t)
             if placement is not None:
-                break
-        if placement is not None:
-            cap.take(run.project, placement)
-            admissions.append(Admission(run.id, placement))
-            continue
-        blocked_projects.setdefault(run.project, run.id)
-        pending.append(_explain(snap, cap, run, types, quota_msgs))
-    return Decision(admissions=tuple(admissions), pending=tuple(pending))
+                self._admit(run, placement)
+                return True
+        if self.snap.policy.preemption and self._preempt(run, types):
+            return False
+        if len(quota_msgs) == len(types) and types:
+            self._wait(run, ReasonCode.QUOTA, f"{_shape(run, types)}; " + "; ".join(quota_msgs))
+            return False
+        if fits_without_reservation and self.reservation is not None:
+            res = self.reservation
+            self._wait(
+                run,
+                ReasonCode.RESERVED,
+                f"{_shape(run, types)}; free GPUs are held for run {res.run_id}, "
+                f"reserved to start by {res.at:.0f} (epoch s), and this run "
+                "would not end before then (set max_runtime to backfill)",
+            )
+            return False
+        if self.snap.policy.backfill and self.reservation is None:
+            self.reservation = reserve(self.snap, self.cap, run, types)
+        self._wait_capacity(run, types)
+        return False
 
+    def _admit(self, run: Run, placement: Placement) -> None:
+        self.cap.take(run.project, placement)
+        self.shares.add(run.project, placement.gpu_type, placement.gpu_amount)
+        self.admissions.append(Admission(run.id, placement))
 
-def _explain(
-    snap: Snapshot, cap: Capacity, run: Run, types: list[str], quota_msgs: list[str]
-) -> PendingReason:
-    shape = _shape(run, types)  # the acceptable types that exist here
-    fits_ever = [t for t in types if _could_ever_fit(snap, run, t)]
-    if not fits_ever:
-        return PendingReason(
-            run.id,
-            ReasonCode.UNSCHEDULABLE,
-            f"{shape}; no node of this cluster can host it",
+    def _may_preempt(self, run: Run, victim: Run) -> bool:
+        if victim.id in self.going:
+            return False
+        snap = self.snap
+        if victim.project == run.project:
+            mine, theirs = self.prio[run.id], snap.priority_of(victim)
+            if theirs < mine:
+                return True
+            return (
+                snap.policy.order == "las"
+                and theirs == mine
+                and las_level(snap, attained_now(snap, victim))
+                > las_level(snap, run.attained_gpu_s)
+            )
+        t = victim.placement.gpu_type if victim.placement else ""
+        return (
+            self.quota.root.get(victim.project) is not None
+            and self.quota.root.get(victim.project) == self.quota.root.get(run.project)
+            and self.quota.borrowed(victim.project, t) > 0
+            and self.quota.within_nominal(run.project, t, request_amount(run))
         )
-    if quota_msgs and len(quota_msgs) == len(types):
-        return PendingReason(run.id, ReasonCode.QUOTA, f"{shape}; " + "; ".join(quota_msgs))
-    blocks = ", ".join(f"{cap.largest_free_block(t)} {t}" for t in fits_ever)
-    return PendingReason(
-        run.id,
-        ReasonCode.NO_CAPACITY,
-        f"{shape}; the largest free block is {blocks}; no ETA: it waits for running runs to end",
-    )
+
+    def _preempt(self, run: Run, types: list[str]) -> bool:
+        snap = self.snap
+        going = [a for a in snap.active if a.id in self.going and not a.preempt_requested]
+        for a in going:  # this cycle's victims count as gone too
+            self.cap.release(a.project, a.placement)  # type: ignore[arg-type]
+        try:
+            plan = find_plan(snap, self.cap, self.quota, run, types, self._may_preempt)
+        finally:
+            for a in going:
+                self.cap.take(a.project, a.placement)  # type: ignore[arg-type]
+        if plan is None:
+            return False
+        if not plan.victims:
+            waiting = sorted(self.going)
+            self._wait(
+                run,
+                ReasonCode.PREEMPTING,
+                f"{_shape(run, types)}; waiting for preempted run(s) "
+                f"{', '.join(waiting[:5])} to exit",
+                eta=max(
+                    (expected_end(snap, a) or snap.now for a in snap.active if a.id in self.going),
+                    default=snap.now,
+                ),
+            )
+            return True
+        for v in plan.victims:
+            self.going.add(v.id)
+            why = (
+                f"preempted for run {run.id} (priority {run.spec.priority})"
+                if v.project == run.project
+                else f"reclaimed: project {run.project} needs its nominal quota back; project "
+                f"{v.project} was borrowing"
+            )
+            self.preemptions.append(
+                Preemption(v.id, why, v.spec.checkpoint.signal, v.spec.checkpoint.grace_s, run.id)
+            )
+        names = ", ".join(v.id for v in plan.victims)
+        grace = max(v.spec.checkpoint.grace_s for v in plan.victims)
+        self._wait(
+            run,
+            ReasonCode.PREEMPTING,
+            f"{_shape(run, types)}; preempting {len(plan.victims)} run(s) ({names}), "
+            f"losing {plan.lost_gpu_s / 3600:.2f} GPU-hours since their checkpoints; "
+            f"it starts once they exit (grace up to {grace:g}s)",
+            eta=snap.now + grace,
+        )
+        return True
+
+    # -- 7. explain ---------------------------------------------------------------------
+    def _wait(self, run: Run, code: ReasonCode, reason: str, eta: float | None = None) -> None:
+        self.pending[run.id] = PendingReason(run.id, code, reason, eta)
+
+    def _wait_capacity(self, run: Run, types: list[str]) -> None:
+        fits_ever = [t for t in types if could_ever_fit(self.snap, run, t)]
+        if not fits_ever:
+            self._wait(
+                run,
+                ReasonCode.UNSCHEDULABLE,
+                f"{_shape(run, types)}; no node of this cluster can host it",
+            )
+            return
+        blocks = ", ".join(f"{self.cap.largest_free_block(t)} {t}" for t in fits_ever)
+        borrowed = [
+            f"{b:g} {t} borrowed by project {p}"
+            for t in fits_ever
+            for p, b in sorted(self.quota.borrowers(run.project, t).items())
+        ]
+        extra = ""
+        if borrowed and self.quota.within_nominal(run.project, fits_ever[0], request_amount(run)):
+            extra = "; reclaimable: " + ", ".join(borrowed)
+        elif borrowed:
+            extra = "; " + ", ".join(borrowed)
+        self._wait(
+            run,
+            ReasonCode.NO_CAPACITY,
+            f"{_shape(run, types)}; the largest free block is {blocks}{extra}",
+        )
+
+    def _explain(self) -> None:
+        """Add ETAs: the reservation's time for its run, the profile estimate for the rest."""
+        etas = EtaBook(self.snap, self.cap)
+        for run in self.visit_order:
+            p = self.pending.get(run.id)
+            if p is None:
+                continue
+            types = self.types_of[run.id]
+            if p.reason_code in (ReasonCode.UNSCHEDULABLE, ReasonCode.INVALID):
+                continue
+            eta, why = etas.book(types, request_amount(run))
+            if self.reservation is not None and self.reservation.run_id == run.id:
+                eta, why = self.reservation.at, "reserved (EASY backfill)"
+            if p.eta is not None:
+                eta = max(p.eta, eta) if eta is not None else p.eta
+            reason = p.reason if eta is not None else f"{p.reason}; {why}"
+            self.pending[run.id] = PendingReason(run.id, p.reason_code, reason, eta)
 
 
-POLICIES: dict[str, Callable[[Snapshot], Decision]] = {"default": decide_first_fit}
+def decide_default(snap: Snapshot) -> Decision:
+    return Cycle(snap).run()
+
+
+POLICIES: dict[str, Callable[[Snapshot], Decision]] = {"default": decide_default}
 
 
 def decide(snap: Snapshot) -> Decision:

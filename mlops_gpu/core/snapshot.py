@@ -15,6 +15,8 @@ from mlops_gpu.model import BackendCapabilities, Cohort, GpuType, Node, Project,
 _EMPTY_COHORTS: Mapping[str, Cohort] = MappingProxyType({})
 _NO_CAPS: Mapping[str, BackendCapabilities] = MappingProxyType({})
 _DEFAULT_CAPS = BackendCapabilities()
+_NO_USAGE: Mapping[tuple[str, str], float] = MappingProxyType({})
+_NO_SPENT: Mapping[str, tuple[float, float]] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,15 @@ class PolicySettings:
     #: ``best-effort-fifo``: a blocked run does not block smaller runs behind it;
     #: ``strict-fifo``: within a project, nothing starts ahead of a blocked older run.
     queueing: str = "best-effort-fifo"
+    #: Order inside a priority class and project: ``submit`` time, or ``las`` (least attained
+    #: GPU-service first, discretized at ``las_thresholds_gpu_s``, as Tiresias' 2D-LAS).
+    order: str = "submit"
+    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
+    #: Order across projects by weighted dominant share (allocation + decayed usage).
+    fair_share: bool = True
+    half_life_s: float = 4 * 3600.0
+    preemption: bool = True
+    backfill: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +51,11 @@ class Snapshot:
     policy: PolicySettings = field(default_factory=PolicySettings)
     #: Per backend name; a backend missing here has the default capabilities.
     capabilities: Mapping[str, BackendCapabilities] = field(default_factory=lambda: _NO_CAPS)
+    #: Decayed past GPU-seconds per (project, GPU type): finished attempts only (current
+    #: allocations are in ``active``), each second weighted 2^(-age / half_life).
+    usage_history: Mapping[tuple[str, str], float] = field(default_factory=lambda: _NO_USAGE)
+    #: Spent in each budgeted project's current window: (GPU-hours, USD).
+    spent: Mapping[str, tuple[float, float]] = field(default_factory=lambda: _NO_SPENT)
 
     def priority_of(self, run: Run) -> int:
         return self.priority_classes.get(run.spec.priority, 0)

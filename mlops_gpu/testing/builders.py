@@ -10,7 +10,9 @@ import yaml
 
 from mlops_gpu.core import PolicySettings, Snapshot
 from mlops_gpu.model import (
+    BackendCapabilities,
     CheckpointPolicy,
+    Cohort,
     GpuType,
     Node,
     NodeSlot,
@@ -116,8 +118,22 @@ def make_snapshot(
     now: float = 1000.0,
     queueing: str = "best-effort-fifo",
     gpu_types: Iterable[str] | None = None,
+    capabilities: Mapping[str, BackendCapabilities] | None = None,
+    cohorts: Iterable[str] = (),
+    usage_history: Mapping[tuple[str, str], float] | None = None,
+    spent: Mapping[str, tuple[float, float]] | None = None,
+    **policy: Any,
 ) -> Snapshot:
+    """A snapshot; backends can do everything (gangs, MIG, sharing) unless ``capabilities``
+    says otherwise; ``policy`` overrides ``PolicySettings`` fields. Cohorts named by projects
+    exist (as roots) unless given."""
     types = set(gpu_types or ()) | {n.gpu_type for n in nodes}
+    if capabilities is None:
+        capabilities = {
+            n.backend: BackendCapabilities(multi_node=True, mig=True, shared_gpus=True)
+            for n in nodes
+        }
+    names = set(cohorts) | {p.cohort for p in projects if p.cohort is not None}
     return Snapshot(
         now=now,
         nodes=tuple(nodes),
@@ -126,7 +142,11 @@ def make_snapshot(
         projects={p.name: p for p in projects},
         gpu_types={t: GpuType(t, 1.0) for t in sorted(types)},
         priority_classes=dict(DEFAULT_PRIORITIES),
-        policy=PolicySettings(queueing=queueing),
+        cohorts={c: Cohort(c) for c in sorted(names)},
+        policy=PolicySettings(queueing=queueing, **policy),
+        capabilities=capabilities,
+        usage_history=dict(usage_history or {}),
+        spent=dict(spent or {}),
     )
 
 

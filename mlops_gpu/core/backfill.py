@@ -1,0 +1,171 @@
+"""Time: EASY backfill reservations and estimated start times, from active runs' expected ends.
+
+A run's expected end is its start (or admission) plus ``max_runtime``; a run being preempted
+ends within its grace; a run without ``max_runtime`` has no known end.
+
+Reservation (for the first run blocked by capacity): the earliest time T at which enough GPUs
+free up on specific nodes, and those nodes. Later runs may use a reserved node only if they end
+(by ``max_runtime``) before T, or if the node still has the reserved GPUs free at T after they
+took theirs. ETA (for every pending run): per GPU type, the earliest time the GPUs free now plus
+those released by then cover the run's need plus the needs of the pending runs ahead of it.
+This ignores node boundaries: an estimate, said to be one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+from mlops_gpu.core.capacity import Capacity
+from mlops_gpu.core.placement import eligible_nodes
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import Node, Run
+
+
+def expected_end(snap: Snapshot, run: Run) -> float | None:
+    if run.preempt_requested:
+        return snap.now + run.spec.checkpoint.grace_s
+    if run.spec.max_runtime_s is None:
+        return None
+    start = run.started_at or run.admitted_at or snap.now
+    return max(start + run.spec.max_runtime_s, snap.now)
+
+
+@dataclass
+class Reservation:
+    run_id: str
+    at: float
+    need: int  # GPUs per reserved node
+    nodes: dict[str, list[tuple[float, int]]]  # node -> its (end, GPUs released) timeline
+
+    def released_by(self, node: str, t: float) -> int:
+        return sum(n for end, n in self.nodes.get(node, ()) if end <= t)
+
+    def allows(self, node: Node, free_after: int, ends_at: float | None) -> bool:
+        """May a run leaving ``free_after`` free on ``node`` start now without delaying us?"""
+        if node.name not in self.nodes:
+            return True
+        if ends_at is not None and ends_at <= self.at:
+            return True
+        return free_after + self.released_by(node.name, self.at) >= self.need
+
+
+def _timelines(snap: Snapshot) -> dict[str, list[tuple[float, int]]]:
+    out: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for a in snap.active:
+        end = expected_end(snap, a)
+        if a.placement is None or end is None:
+            continue
+        for slot in a.placement.slots:
+            if slot.fraction >= 1.0 and slot.memory_mb is None:
+                out[slot.node].append((end, len(slot.devices)))
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def reserve(snap: Snapshot, cap: Capacity, run: Run, gpu_types: list[str]) -> Reservation | None:
+    """The earliest reservation for a whole-GPU run, or None when no time can be computed."""
+    req = run.request
+    if req.shape != "whole":
+        return None
+    lines = _timelines(snap)
+    best: Reservation | None = None
+    for t in gpu_types:
+        by_backend: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        for node in eligible_nodes(snap, cap, run, t):
+            if node.capacity < req.gpus:
+                continue
+            free, when = len(cap.free[node.name]), snap.now
+            for end, n in lines.get(node.name, ()):
+                if free >= req.gpus:
+                    break
+                free, when = free + n, end
+            if free >= req.gpus:
+                by_backend[node.backend].append((when, node.name))
+        for cands in by_backend.values():
+            if len(cands) < req.nodes:
+                continue
+            cands.sort()
+            chosen = cands[: req.nodes]
+            at = chosen[-1][0]
+            if best is None or at < best.at:
+                best = Reservation(
+                    run.id, at, req.gpus, {name: lines.get(name, []) for _, name in chosen}
+                )
+    return best
+
+
+@dataclass
+class _TypeProfile:
+    free_now: float
+    ends: list[float] = field(default_factory=list)
+    cum: list[float] = field(default_factory=list)  # GPUs released by ends[i], cumulative
+    unknown: float = 0.0  # GPUs held by runs without a known end
+    ahead: float = 0.0  # GPUs wanted by pending runs ahead in the queue
+
+    def eta(self, now: float, need: float) -> float | None:
+        short = self.ahead + need - self.free_now
+        if short <= 1e-9:
+            return now
+        i = bisect_left(self.cum, short - 1e-9)
+        return self.ends[i] if i < len(self.cum) else None
+
+
+class EtaBook:
+    """Estimated start times for pending runs visited in scheduling order."""
+
+    def __init__(self, snap: Snapshot, cap: Capacity) -> None:
+        self.now = snap.now
+        self.profiles: dict[str, _TypeProfile] = {}
+        releases: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        unknown: dict[str, float] = defaultdict(float)
+        for a in snap.active:
+            if a.placement is None:
+                continue
+            end = expected_end(snap, a)
+            if end is None:
+                unknown[a.placement.gpu_type] += a.placement.gpu_amount
+            else:
+                releases[a.placement.gpu_type].append((end, a.placement.gpu_amount))
+        free: dict[str, float] = defaultdict(float)
+        for n in cap.nodes.values():
+            if n.schedulable:
+                free[n.gpu_type] += len(cap.free[n.name])
+        for t in set(free) | set(releases):
+            rel = sorted(releases[t])
+            self.profiles[t] = _TypeProfile(
+                free_now=free[t],
+                ends=[e for e, _ in rel],
+                cum=list(accumulate(a for _, a in rel)),
+                unknown=unknown[t],
+            )
+
+    def book(self, gpu_types: list[str], need: float) -> tuple[float | None, str]:
+        """ETA of a run needing ``need`` GPUs of any of ``gpu_types``, queued behind the runs
+        booked before it; and, when there is none, why."""
+        best: tuple[float, str] | None = None
+        held_unknown = 0.0
+        for t in gpu_types:
+            prof = self.profiles.get(t)
+            if prof is None:
+                continue
+            eta = prof.eta(self.now, need)
+            held_unknown += prof.unknown
+            if eta is not None and (best is None or eta < best[0]):
+                best = (eta, t)
+        if best is None:
+            why = (
+                f"no ETA: {held_unknown:g} GPUs are held by runs without max_runtime"
+                if held_unknown
+                else "no ETA: not enough GPUs of this type will free up"
+            )
+            for t in gpu_types:  # still queue it, so runs behind it are not estimated too early
+                if t in self.profiles:
+                    self.profiles[t].ahead += need
+                    break
+            return None, why
+        self.profiles[best[1]].ahead += need
+        return best[0], "estimated from max_runtime of running runs"

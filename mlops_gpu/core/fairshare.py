@@ -1,0 +1,94 @@
+"""Ordering inputs: effective priority (budgets), least-attained-service levels, and the
+weighted dominant share that orders projects within a priority class.
+
+share(p) = max over GPU types t of (alloc[p,t] + history[p,t] / half_life) / capacity[t],
+divided by p's weight. ``history`` is decayed GPU-seconds (each past second weighs
+2^(-age / half_life)), so dividing by the half-life turns it into "GPUs held lately": a project
+that ran 300 runs this morning ranks behind one that ran nothing, and less so every hour.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Mapping
+
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import Run
+
+
+def budget_exceeded(snap: Snapshot, project: str) -> str | None:
+    """A sentence saying the project's budget is spent, or None."""
+    proj = snap.projects.get(project)
+    if proj is None or proj.budget is None:
+        return None
+    b = proj.budget
+    hours, usd = snap.spent.get(project, (0.0, 0.0))
+    window = f"{b.window_s / 3600:g}h"
+    if b.gpu_hours is not None and hours >= b.gpu_hours:
+        return (
+            f"project {project} spent {hours:.1f} of its {b.gpu_hours:g} GPU-hour budget "
+            f"per {window}"
+        )
+    if b.usd is not None and usd >= b.usd:
+        return f"project {project} spent ${usd:.2f} of its ${b.usd:g} budget per {window}"
+    return None
+
+
+def effective_priority(snap: Snapshot, run: Run, budget_note: str | None) -> int:
+    """The run's class value, or its budget's ``lower_to`` class once the budget is spent."""
+    if budget_note is not None:
+        b = snap.projects[run.project].budget
+        if b is not None and b.action == "lower" and b.lower_to is not None:
+            lowered = snap.priority_classes.get(b.lower_to)
+            if lowered is not None:
+                return min(lowered, snap.priority_of(run))
+    return snap.priority_of(run)
+
+
+def las_level(snap: Snapshot, attained_gpu_s: float) -> int:
+    """0 for the least attained service; one more per threshold passed."""
+    return bisect_right(snap.policy.las_thresholds_gpu_s, attained_gpu_s)
+
+
+def attained_now(snap: Snapshot, run: Run) -> float:
+    """GPU-seconds over all attempts, the current one included (active runs)."""
+    held = 0.0
+    if run.placement is not None and run.admitted_at is not None:
+        held = run.placement.gpu_amount * max(snap.now - run.admitted_at, 0.0)
+    return run.attained_gpu_s + held
+
+
+class Shares:
+    def __init__(
+        self, snap: Snapshot, used: Mapping[tuple[str, str], float], capacity: Mapping[str, float]
+    ) -> None:
+        self.snap = snap
+        self.capacity = capacity
+        self.load: dict[tuple[str, str], float] = defaultdict(float)
+        h = max(snap.policy.half_life_s, 1.0)
+        for key, gpu_s in snap.usage_history.items():
+            self.load[key] += gpu_s / h
+        for key, amount in used.items():
+            self.load[key] += amount
+        self._share: dict[str, float] = {}
+
+    def share(self, project: str) -> float:
+        if not self.snap.policy.fair_share:
+            return 0.0
+        s = self._share.get(project)
+        if s is None:
+            weight = self.snap.projects[project].weight if project in self.snap.projects else 1.0
+            s = (
+                max(
+                    (self.load[(project, t)] / c for t, c in self.capacity.items() if c > 0),
+                    default=0.0,
+                )
+                / weight
+            )
+            self._share[project] = s
+        return s
+
+    def add(self, project: str, gpu_type: str, amount: float) -> None:
+        self.load[(project, gpu_type)] += amount
+        self._share.pop(project, None)

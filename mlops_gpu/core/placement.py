@@ -1,0 +1,200 @@
+"""Where a run fits now: best-fit bin-packing over the nodes a backend offers.
+
+Rules (in order):
+- only schedulable nodes of the GPU type, of a backend whose capabilities allow the shape;
+- whole GPUs: a node with at least ``gpus`` fully free devices, choosing the node left with the
+  fewest free devices afterwards (best fit keeps large blocks whole for large runs), then name;
+- gangs: ``nodes`` distinct nodes of one backend, all or nothing, each chosen best-fit; with a
+  topology key, all members share the label's value (required), or such a group is tried first
+  (preferred);
+- shared: one device with enough fraction and memory left, the fullest such device first;
+- MIG: ``gpus`` free slices of the profile on one node, best fit.
+``avoid`` maps node -> devices a trial must not use (a backfill reservation's share).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from mlops_gpu.core.capacity import Capacity
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import Node, NodeSlot, Placement, ResourceRequest, Run
+from mlops_gpu.model.cluster import mig_share
+
+NodeFilter = Callable[[Node, int], bool]
+
+
+def eligible_nodes(snap: Snapshot, cap: Capacity, run: Run, gpu_type: str) -> list[Node]:
+    """Schedulable nodes of ``gpu_type`` whose backend can host the run's shape."""
+    req, pinned = run.request, run.spec.backend
+    shape = req.shape
+    out = []
+    for node in cap.nodes.values():
+        if node.gpu_type != gpu_type or not node.schedulable:
+            continue
+        if pinned is not None and node.backend != pinned:
+            continue
+        caps = snap.caps(node.backend)
+        if req.nodes > 1 and not caps.multi_node:
+            continue
+        if shape == "mig" and (not caps.mig or req.mig not in node.mig):
+            continue
+        if shape == "shared" and (not caps.shared_gpus or not node.shared):
+            continue
+        out.append(node)
+    return out
+
+
+def place(
+    snap: Snapshot, cap: Capacity, run: Run, gpu_type: str, fits: NodeFilter | None = None
+) -> Placement | None:
+    """The best placement of ``run`` on GPUs of ``gpu_type`` free in ``cap``, or None.
+
+    ``fits(node, free_after)`` may veto a node (backfill uses it to protect a reservation).
+    """
+    nodes = eligible_nodes(snap, cap, run, gpu_type)
+    req = run.request
+    if req.shape == "mig":
+        return _place_mig(cap, nodes, req, gpu_type, fits)
+    if req.shape == "shared":
+        return _place_shared(cap, nodes, req, gpu_type, fits)
+    return _place_whole(cap, nodes, req, gpu_type, fits)
+
+
+def _best(cands: Iterable[tuple[Node, int]]) -> list[tuple[Node, int]]:
+    # Least free left after placing, then node name: deterministic best fit.
+    return sorted(cands, key=lambda c: (c[1], c[0].name))
+
+
+def _place_whole(
+    cap: Capacity, nodes: list[Node], req: ResourceRequest, gpu_type: str, fits: NodeFilter | None
+) -> Placement | None:
+    cands = []
+    for n in nodes:
+        left = len(cap.free[n.name]) - req.gpus
+        if left >= 0 and (fits is None or fits(n, left)):
+            cands.append((n, left))
+    if not cands:
+        return None
+    by_backend: dict[str, list[tuple[Node, int]]] = defaultdict(list)
+    for c in _best(cands):
+        by_backend[c[0].backend].append(c)
+    choice: list[Node] | None = None
+    for backend in sorted(by_backend):
+        group = _gang(by_backend[backend], req)
+        if group is not None and (choice is None or _cost(cap, group) < _cost(cap, choice)):
+            choice = group
+    if choice is None:
+        return None
+    slots = tuple(NodeSlot(n.name, tuple(cap.free[n.name][: req.gpus])) for n in choice)
+    return Placement(backend=choice[0].backend, gpu_type=gpu_type, slots=slots)
+
+
+def _cost(cap: Capacity, group: list[Node]) -> tuple[int, tuple[str, ...]]:
+    return (sum(len(cap.free[n.name]) for n in group), tuple(n.name for n in group))
+
+
+def _gang(cands: list[tuple[Node, int]], req: ResourceRequest) -> list[Node] | None:
+    """``req.nodes`` nodes out of best-fit-ordered candidates, honouring topology."""
+    if len(cands) < req.nodes:
+        return None
+    key = req.topology_key
+    if key is None or (req.nodes == 1 and not req.topology_required):
+        return [n for n, _ in cands[: req.nodes]]
+    groups: dict[str, list[Node]] = defaultdict(list)
+    for n, _ in cands:
+        if key in n.labels:
+            groups[n.labels[key]].append(n)
+    whole = [g[: req.nodes] for _, g in sorted(groups.items()) if len(g) >= req.nodes]
+    if whole:
+        # the group whose chosen members leave the least free (best fit), then label value
+        return min(whole, key=lambda g: sum(left for n, left in cands if n in g))
+    if req.topology_required:
+        return None
+    return [n for n, _ in cands[: req.nodes]]
+
+
+def request_amount(run: Run) -> float:
+    """GPUs the run will be charged before it is placed: whole GPUs, its fraction, its MIG
+    slices' share (a memory-only shared request is charged its memory's share once placed,
+    and counts as a whole GPU until then)."""
+    req = run.request
+    if req.shape == "mig":
+        return req.gpus * mig_share(req.mig or "")
+    if req.shape == "shared":
+        return req.gpu_fraction if req.gpu_fraction is not None else 1.0
+    return float(req.gpus * req.nodes)
+
+
+def _place_shared(
+    cap: Capacity, nodes: list[Node], req: ResourceRequest, gpu_type: str, fits: NodeFilter | None
+) -> Placement | None:
+    mem = req.gpu_memory_mb
+    best: tuple[float, str, str, Node, float] | None = None
+    for n in nodes:
+        if fits is not None and not fits(n, len(cap.free[n.name])):
+            continue
+        if req.gpu_fraction is not None:
+            frac = req.gpu_fraction
+        elif mem is not None and n.gpu_memory_mb:
+            frac = min(mem / n.gpu_memory_mb, 1.0)  # memory-only: charged its memory's share
+        else:
+            continue  # a memory cap needs a node that says how much memory a GPU has
+        held = cap.shared.get(n.name, {})
+        for dev in n.devices:
+            if dev in held:
+                used_f, used_m = held[dev]
+            elif dev in cap.free[n.name]:
+                used_f, used_m = 0.0, 0
+            else:
+                continue  # held whole by another run
+            if used_f + frac > 1.0 + 1e-9:
+                continue
+            if mem is not None and (n.gpu_memory_mb is None or used_m + mem > n.gpu_memory_mb):
+                continue
+            left = 1.0 - used_f - frac
+            if best is None or (left, n.name, dev) < best[:3]:
+                best = (left, n.name, dev, n, frac)
+    if best is None:
+        return None
+    _, _, dev, node, frac = best
+    return Placement(node.backend, gpu_type, (NodeSlot(node.name, (dev,), frac, mem),))
+
+
+def _place_mig(
+    cap: Capacity, nodes: list[Node], req: ResourceRequest, gpu_type: str, fits: NodeFilter | None
+) -> Placement | None:
+    assert req.mig is not None
+    cands = []
+    for n in nodes:
+        free = cap.mig_free[n.name].get(req.mig, [])
+        left = len(free) - req.gpus
+        if left >= 0 and (fits is None or fits(n, len(cap.free[n.name]))):
+            cands.append((n, left))
+    if not cands:
+        return None
+    node, _ = _best(cands)[0]
+    ids = tuple(cap.mig_free[node.name][req.mig][: req.gpus])
+    return Placement(node.backend, gpu_type, (NodeSlot(node.name, ids, mig_share(req.mig)),))
+
+
+def could_ever_fit(snap: Snapshot, run: Run, gpu_type: str) -> bool:
+    """Whether an empty cluster could host the run on ``gpu_type`` (ignoring quotas)."""
+    empty = Snapshot(
+        now=snap.now,
+        nodes=snap.nodes,
+        pending=(),
+        active=(),
+        projects={},
+        gpu_types={},
+        priority_classes={},
+        capabilities=snap.capabilities,
+    )
+    cap = Capacity(empty)
+    # Unschedulable nodes may come back: judge the cluster's shape, not today's state.
+    for name, node in list(cap.nodes.items()):
+        if not node.schedulable:
+            cap.nodes[name] = replace(node, schedulable=True)
+    return place(snap, cap, run, gpu_type) is not None

@@ -1,0 +1,170 @@
+"""Victim selection: which running runs to stop so that a blocked run fits.
+
+Who may be a victim of run R (on the GPU type R would use):
+- a preemptible run of R's own project with a lower effective priority (under ``las`` order,
+  also one of equal priority that has attained more service, in a later LAS level);
+- a preemptible run of another project of R's cohort tree that is borrowing that type, when R
+  would stay within its own nominal quota (reclaiming lent quota).
+Runs already being preempted count as gone (their GPUs free up soon), so R never asks for more
+victims than it needs. Among sufficient sets, the search prefers the fewest GPU-hours lost since
+each victim's last checkpoint (or start), then the fewest victims: a greedy pass in cost order
+around each candidate node, then a pruning pass that keeps every victim that is still needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mlops_gpu.core.capacity import Capacity
+from mlops_gpu.core.placement import eligible_nodes, place
+from mlops_gpu.core.quota import QuotaBook
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import Placement, Run
+
+#: How many anchor nodes the search tries per GPU type (the most promising first).
+MAX_ANCHORS = 12
+
+
+@dataclass(frozen=True)
+class Plan:
+    victims: tuple[Run, ...]
+    placement: Placement
+    lost_gpu_s: float
+
+
+def lost_gpu_s(snap: Snapshot, run: Run) -> float:
+    """GPU-seconds of work a victim loses: since its last checkpoint, else since it started."""
+    assert run.placement is not None
+    since = max(
+        t for t in (run.last_checkpoint_at, run.started_at, run.admitted_at, 0.0) if t is not None
+    )
+    return run.placement.gpu_amount * max(snap.now - since, 0.0)
+
+
+def find_plan(
+    snap: Snapshot,
+    cap: Capacity,
+    quota: QuotaBook,
+    run: Run,
+    gpu_types: list[str],
+    may_preempt: Callable[[Run, Run], bool],
+) -> Plan | None:
+    """The cheapest sufficient set of victims for ``run``, or None.
+
+    ``cap`` and ``quota`` are restored before returning.
+    """
+    going = [a for a in snap.active if a.preempt_requested and a.placement is not None]
+    for a in going:
+        cap.release(a.project, _placement(a))
+    try:
+        best: Plan | None = None
+        for t in gpu_types:
+            plan = _plan_for_type(snap, cap, quota, run, t, may_preempt)
+            if plan is not None and (
+                best is None
+                or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
+            ):
+                best = plan
+        return best
+    finally:
+        for a in going:
+            cap.take(a.project, _placement(a))
+
+
+def _placement(run: Run) -> Placement:
+    assert run.placement is not None, f"active run {run.id} has no placement"
+    return run.placement
+
+
+def _fits(snap: Snapshot, cap: Capacity, quota: QuotaBook, run: Run, t: str) -> Placement | None:
+    placed = place(snap, cap, run, t)
+    if placed is None or quota.problem(run.project, t, placed.gpu_amount) is not None:
+        return None
+    return placed
+
+
+def _plan_for_type(
+    snap: Snapshot,
+    cap: Capacity,
+    quota: QuotaBook,
+    run: Run,
+    t: str,
+    may_preempt: Callable[[Run, Run], bool],
+) -> Plan | None:
+    placed = _fits(snap, cap, quota, run, t)
+    if placed is not None:
+        return Plan((), placed, 0.0)  # in-flight preemptions already make room
+    cands = [
+        a
+        for a in snap.active
+        if a.placement is not None
+        and a.placement.gpu_type == t
+        and not a.preempt_requested
+        and a.spec.preemptible
+        and may_preempt(run, a)
+    ]
+    if not cands:
+        return None
+    cost = {a.id: lost_gpu_s(snap, a) for a in cands}
+    cands.sort(key=lambda a: (cost[a.id], snap.priority_of(a), -(a.admitted_at or 0.0), a.id))
+    on_node: dict[str, list[Run]] = {}
+    for a in cands:
+        for node in _placement(a).node_names:
+            on_node.setdefault(node, []).append(a)
+
+    def room(name: str) -> int:  # free now plus what its candidates hold
+        return len(cap.free[name]) + sum(_placement(a).total_gpus for a in on_node[name])
+
+    nodes = [n for n in eligible_nodes(snap, cap, run, t) if n.name in on_node]
+    nodes.sort(key=lambda n: (-room(n.name), n.name))
+    orders = []
+    for n in nodes[:MAX_ANCHORS]:
+        local = {a.id for a in on_node[n.name]}
+        orders.append([*on_node[n.name], *(a for a in cands if a.id not in local)])
+    orders = orders or [cands]
+    best: Plan | None = None
+    for order in orders:
+        plan = _greedy(snap, cap, quota, run, t, order, cost)
+        if plan is not None and (
+            best is None
+            or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
+        ):
+            best = plan
+    return best
+
+
+def _greedy(
+    snap: Snapshot,
+    cap: Capacity,
+    quota: QuotaBook,
+    run: Run,
+    t: str,
+    order: list[Run],
+    cost: dict[str, float],
+) -> Plan | None:
+    chosen: list[Run] = []
+    placed = None
+    for a in order:
+        cap.release(a.project, _placement(a))
+        chosen.append(a)
+        placed = _fits(snap, cap, quota, run, t)
+        if placed is not None:
+            break
+    if placed is None:
+        for a in chosen:
+            cap.take(a.project, _placement(a))
+        return None
+    # Prune: give back every victim the run can do without, most expensive first.
+    for a in sorted(chosen, key=lambda a: -cost[a.id]):
+        cap.take(a.project, _placement(a))
+        still = _fits(snap, cap, quota, run, t)
+        if still is not None:
+            chosen.remove(a)
+            placed = still
+        else:
+            cap.release(a.project, _placement(a))
+    for a in chosen:
+        cap.take(a.project, _placement(a))
+    assert placed is not None
+    return Plan(tuple(sorted(chosen, key=lambda a: a.id)), placed, sum(cost[a.id] for a in chosen))

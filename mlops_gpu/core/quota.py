@@ -1,0 +1,121 @@
+"""Quota accounting: nominal quota, borrowing and lending limits, cohorts that share idle quota.
+
+Model (per GPU type): a project may hold up to ``nominal`` on its own. Beyond that it borrows,
+up to ``borrowing_limit`` (None = no limit), from the idle quota of the other projects in the
+same cohort tree (the tree's root groups everyone who shares). A project lends at most
+``lending_limit`` (None = all) of its idle nominal. The tree is consistent when
+
+    sum over members of borrowed  <=  sum over members of lendable idle nominal,
+
+with borrowed = max(used - nominal, 0) and lendable = min(max(nominal - used, 0), lending).
+``admissible`` checks both limits for an added amount. A project without a cohort has no one to
+borrow from. Borrowed GPUs are reclaimable: a member within its nominal may preempt borrowers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import Quota
+
+_EPS = 1e-9
+
+
+def cohort_roots(snap: Snapshot) -> dict[str, str | None]:
+    """project -> the root of its cohort tree (None: no cohort)."""
+    out: dict[str, str | None] = {}
+    for p in snap.projects.values():
+        c = p.cohort
+        seen = set()
+        while c is not None and c in snap.cohorts and snap.cohorts[c].parent is not None:
+            if c in seen:  # a loop the config check would have caught; stop anyway
+                break
+            seen.add(c)
+            c = snap.cohorts[c].parent
+        out[p.name] = c
+    return out
+
+
+class QuotaBook:
+    def __init__(self, snap: Snapshot, used: Mapping[tuple[str, str], float]) -> None:
+        self.projects = snap.projects
+        self.used = used  # shared with Capacity: it changes as the cycle admits
+        self.root = cohort_roots(snap)
+        self.members: dict[str, list[str]] = defaultdict(list)
+        for name, root in self.root.items():
+            if root is not None:
+                self.members[root].append(name)
+
+    def quota(self, project: str, gpu_type: str) -> Quota:
+        return self.projects[project].quota(gpu_type)
+
+    def borrowed(self, project: str, gpu_type: str) -> float:
+        return max(self.used[(project, gpu_type)] - self.quota(project, gpu_type).nominal, 0.0)
+
+    def _lendable(self, project: str, gpu_type: str, used: float) -> float:
+        q = self.quota(project, gpu_type)
+        idle = max(q.nominal - used, 0.0)
+        return idle if q.lending_limit is None else min(idle, float(q.lending_limit))
+
+    def problem(self, project: str, gpu_type: str, amount: float) -> str | None:
+        """None if ``project`` may add ``amount`` of ``gpu_type`` now, else why not."""
+        q = self.quota(project, gpu_type)
+        used = self.used[(project, gpu_type)]
+        after = used + amount
+        if after <= q.nominal + _EPS:
+            return None
+        if q.borrowing_limit is not None and after > q.nominal + q.borrowing_limit + _EPS:
+            limit = q.nominal + q.borrowing_limit
+            return (
+                f"project {project} holds {used:g} of its {limit:g} {gpu_type} (nominal "
+                f"{q.nominal} + borrowing limit {q.borrowing_limit}); it needs {amount:g} more"
+            )
+        root = self.root.get(project)
+        if root is None:
+            return (
+                f"project {project} holds {used:g} of its nominal {q.nominal} {gpu_type} and "
+                "has no cohort to borrow from"
+            )
+        borrowed = lendable = 0.0
+        for m in self.members[root]:
+            u = self.used[(m, gpu_type)] + (amount if m == project else 0.0)
+            borrowed += max(u - self.quota(m, gpu_type).nominal, 0.0)
+            lendable += self._lendable(m, gpu_type, u)
+        if borrowed > lendable + _EPS:
+            idle = self.lendable_now(project, gpu_type)
+            return (
+                f"project {project} is at its nominal {q.nominal} {gpu_type} and cohort "
+                f"{root} has {idle:g} idle to lend; it needs {amount:g}"
+            )
+        return None
+
+    def lendable_now(self, project: str, gpu_type: str) -> float:
+        """Idle quota the project's cohort tree could lend it now (net of what is borrowed)."""
+        root = self.root.get(project)
+        if root is None:
+            return 0.0
+        borrowed = lendable = 0.0
+        for m in self.members[root]:
+            u = self.used[(m, gpu_type)]
+            borrowed += max(u - self.quota(m, gpu_type).nominal, 0.0)
+            if m != project:
+                lendable += self._lendable(m, gpu_type, u)
+        return max(lendable - borrowed + self.borrowed(project, gpu_type), 0.0)
+
+    def within_nominal(self, project: str, gpu_type: str, amount: float) -> bool:
+        nominal = self.quota(project, gpu_type).nominal
+        return self.used[(project, gpu_type)] + amount <= nominal + _EPS
+
+    def borrowers(self, project: str, gpu_type: str) -> dict[str, float]:
+        """Other projects of the same cohort tree borrowing ``gpu_type`` now, with amounts."""
+        root = self.root.get(project)
+        if root is None:
+            return {}
+        out = {}
+        for m in self.members[root]:
+            b = self.borrowed(m, gpu_type)
+            if m != project and b > _EPS:
+                out[m] = b
+        return out
