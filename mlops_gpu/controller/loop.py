@@ -242,7 +242,7 @@ class Controller:
             phase, why = Phase.FAILED, f"exited {st.exit_code}"
         # The job's own end time (it may have ended while the scheduler was down), never
         # before its admission.
-        end = max(st.finished_at or now, run.admitted_at or 0.0)
+        end = max(now if st.finished_at is None else st.finished_at, run.admitted_at or 0.0)
         if store.finish(
             run.id, phase, why, exit_code=st.exit_code, now=min(end, now), started_at=st.started_at
         ):

@@ -29,7 +29,7 @@ def expected_end(snap: Snapshot, run: Run) -> float | None:
         return snap.now + run.spec.checkpoint.grace_s
     if run.spec.max_runtime_s is None:
         return None
-    start = run.started_at or run.admitted_at or snap.now
+    start = next((t for t in (run.started_at, run.admitted_at) if t is not None), snap.now)
     return max(start + run.spec.max_runtime_s, snap.now)
 
 
@@ -169,3 +169,26 @@ class EtaBook:
             return None, why
         self.profiles[best[1]].ahead += need
         return best[0], "estimated from max_runtime of running runs"
+
+
+def quota_eta(
+    snap: Snapshot, used: float, limit: float | None, project: str, gpu_type: str, need: float
+) -> tuple[float | None, str]:
+    """When the project's own runs of ``gpu_type`` will have released enough quota."""
+    if limit is None:
+        return None, "no ETA: it waits for quota its cohort lends"
+    short = used + need - limit
+    if short <= 1e-9:
+        return snap.now, ""
+    ends: list[tuple[float, float]] = []
+    for a in snap.active:
+        if a.project == project and a.placement is not None and a.placement.gpu_type == gpu_type:
+            end = expected_end(snap, a)
+            if end is not None:
+                ends.append((end, a.placement.gpu_amount))
+    freed = 0.0
+    for end, amount in sorted(ends):
+        freed += amount
+        if freed >= short - 1e-9:
+            return end, ""
+    return None, f"no ETA: project {project}'s running runs that hold its quota have no max_runtime"

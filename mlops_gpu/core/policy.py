@@ -23,7 +23,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable
 
-from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, reserve
+from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, quota_eta, reserve
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.fairshare import (
@@ -173,7 +173,12 @@ class Cycle:
             if placement is not None:
                 self._admit(run, placement)
                 return True
-        if self.snap.policy.preemption and self._preempt(run, types):
+        # A run that fits but for the reservation waits for it; it does not preempt.
+        if (
+            not fits_without_reservation
+            and self.snap.policy.preemption
+            and self._preempt(run, types)
+        ):
             return False
         if len(quota_msgs) == len(types) and types:
             self._wait(run, ReasonCode.QUOTA, f"{_shape(run, types)}; " + "; ".join(quota_msgs))
@@ -222,14 +227,7 @@ class Cycle:
 
     def _preempt(self, run: Run, types: list[str]) -> bool:
         snap = self.snap
-        going = [a for a in snap.active if a.id in self.going and not a.preempt_requested]
-        for a in going:  # this cycle's victims count as gone too
-            self.cap.release(a.project, a.placement)  # type: ignore[arg-type]
-        try:
-            plan = find_plan(snap, self.cap, self.quota, run, types, self._may_preempt)
-        finally:
-            for a in going:
-                self.cap.take(a.project, a.placement)  # type: ignore[arg-type]
+        plan = find_plan(snap, self.cap, self.quota, run, types, self._may_preempt, self.going)
         if plan is None:
             return False
         if not plan.victims:
@@ -309,12 +307,35 @@ class Cycle:
             if p.reason_code in (ReasonCode.UNSCHEDULABLE, ReasonCode.INVALID):
                 continue
             eta, why = etas.book(types, request_amount(run))
+            if p.reason_code is ReasonCode.QUOTA:
+                eta, why = self._quota_eta(run, types)
             if self.reservation is not None and self.reservation.run_id == run.id:
                 eta, why = self.reservation.at, "reserved (EASY backfill)"
             if p.eta is not None:
                 eta = max(p.eta, eta) if eta is not None else p.eta
             reason = p.reason if eta is not None else f"{p.reason}; {why}"
             self.pending[run.id] = PendingReason(run.id, p.reason_code, reason, eta)
+
+    def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
+        best: tuple[float | None, str] = (None, "no ETA")
+        for t in types:
+            q = self.quota.quota(run.project, t)
+            limit = None if q.borrowing_limit is None else float(q.nominal + q.borrowing_limit)
+            if self.quota.root.get(run.project) is None:
+                limit = float(q.nominal)
+            eta, why = quota_eta(
+                self.snap,
+                self.quota.used[(run.project, t)],
+                limit,
+                run.project,
+                t,
+                request_amount(run),
+            )
+            if eta is not None and (best[0] is None or eta < best[0]):
+                best = (eta, why)
+            elif best[0] is None:
+                best = (None, why)
+        return best
 
 
 def decide_default(snap: Snapshot) -> Decision:

@@ -49,18 +49,17 @@ def find_plan(
     run: Run,
     gpu_types: list[str],
     may_preempt: Callable[[Run, Run], bool],
+    going_ids: set[str],
 ) -> Plan | None:
-    """The cheapest sufficient set of victims for ``run``, or None.
-
-    ``cap`` and ``quota`` are restored before returning.
-    """
-    going = [a for a in snap.active if a.preempt_requested and a.placement is not None]
+    """The cheapest sufficient set of victims for ``run``, or None. Runs in ``going_ids``
+    (being preempted) count as gone. ``cap`` and ``quota`` are restored before returning."""
+    going = [a for a in snap.active if a.id in going_ids and a.placement is not None]
     for a in going:
         cap.release(a.project, _placement(a))
     try:
         best: Plan | None = None
         for t in gpu_types:
-            plan = _plan_for_type(snap, cap, quota, run, t, may_preempt)
+            plan = _plan_for_type(snap, cap, quota, run, t, may_preempt, bool(going))
             if plan is not None and (
                 best is None
                 or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
@@ -91,16 +90,18 @@ def _plan_for_type(
     run: Run,
     t: str,
     may_preempt: Callable[[Run, Run], bool],
+    going: bool,
 ) -> Plan | None:
     placed = _fits(snap, cap, quota, run, t)
     if placed is not None:
-        return Plan((), placed, 0.0)  # in-flight preemptions already make room
+        # It fits once the runs already being preempted are gone (or, with none going, it
+        # fits now and only something else, such as a reservation, holds it back).
+        return Plan((), placed, 0.0) if going else None
     cands = [
         a
         for a in snap.active
         if a.placement is not None
         and a.placement.gpu_type == t
-        and not a.preempt_requested
         and a.spec.preemptible
         and may_preempt(run, a)
     ]

@@ -92,7 +92,8 @@ class QuotaBook:
         return None
 
     def lendable_now(self, project: str, gpu_type: str) -> float:
-        """Idle quota the project's cohort tree could lend it now (net of what is borrowed)."""
+        """Idle quota the others in the project's cohort tree could still lend: their lendable
+        idle nominal minus what the tree's members borrow already."""
         root = self.root.get(project)
         if root is None:
             return 0.0
@@ -102,7 +103,7 @@ class QuotaBook:
             borrowed += max(u - self.quota(m, gpu_type).nominal, 0.0)
             if m != project:
                 lendable += self._lendable(m, gpu_type, u)
-        return max(lendable - borrowed + self.borrowed(project, gpu_type), 0.0)
+        return max(lendable - borrowed, 0.0)
 
     def within_nominal(self, project: str, gpu_type: str, amount: float) -> bool:
         nominal = self.quota(project, gpu_type).nominal

@@ -10,7 +10,7 @@ Invariants:
 
 from mlops_gpu.model.cluster import BackendCapabilities, GpuType, Node, NodeSlot, Placement
 from mlops_gpu.model.phase import ACTIVE_PHASES, TERMINAL_PHASES, Phase
-from mlops_gpu.model.project import Cohort, Project, Quota
+from mlops_gpu.model.project import Budget, Cohort, Project, Quota
 from mlops_gpu.model.run import (
     CheckpointPolicy,
     ResourceRequest,
@@ -23,6 +23,7 @@ __all__ = [
     "ACTIVE_PHASES",
     "TERMINAL_PHASES",
     "BackendCapabilities",
+    "Budget",
     "CheckpointPolicy",
     "Cohort",
     "GpuType",

@@ -344,7 +344,7 @@ class Store:
             row = self._locked(conn, run_id)
             values: dict[str, Any] = {"handle": handle}
             if phase is Phase.RUNNING:
-                values["started_at"] = row.started_at or now
+                values["started_at"] = row.started_at if row.started_at is not None else now
             if row.phase == phase.value:
                 conn.execute(runs.update().where(runs.c.id == run_id).values(**values))
                 return
@@ -363,7 +363,7 @@ class Store:
                 now,
                 "running",
                 "the backend reports it running",
-                started_at=row.started_at or now,
+                started_at=row.started_at if row.started_at is not None else now,
             )
         return True
 
@@ -420,7 +420,7 @@ class Store:
                 reason,
                 attained_gpu_s=(row.attained_gpu_s or 0.0) + held,
                 finished_at=now,
-                started_at=row.started_at or started_at,
+                started_at=row.started_at if row.started_at is not None else started_at,
                 exit_code=exit_code,
                 reason_code=None,
                 reason=reason,

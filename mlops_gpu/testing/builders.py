@@ -11,6 +11,7 @@ import yaml
 from mlops_gpu.core import PolicySettings, Snapshot
 from mlops_gpu.model import (
     BackendCapabilities,
+    Budget,
     CheckpointPolicy,
     Cohort,
     GpuType,
@@ -47,9 +48,27 @@ def make_project(
     gpu_type: str = "a100-80gb",
     cohort: str | None = None,
     quotas: Mapping[str, Quota] | None = None,
+    weight: float = 1.0,
+    budget: Budget | None = None,
 ) -> Project:
     q = dict(quotas) if quotas is not None else {gpu_type: Quota(nominal, borrowing_limit)}
-    return Project(name=name, cohort=cohort, quotas=MappingProxyType(q))
+    return Project(
+        name=name, cohort=cohort, weight=weight, quotas=MappingProxyType(q), budget=budget
+    )
+
+
+_REQUEST_KEYS = ("gpu_fraction", "gpu_memory_mb", "mig", "topology_key", "topology_required")
+_RUN_KEYS = (
+    "attempt",
+    "admitted_at",
+    "started_at",
+    "last_checkpoint_at",
+    "attained_gpu_s",
+    "not_before",
+    "preempt_requested",
+    "cancel_requested",
+    "handle",
+)
 
 
 def make_spec(
@@ -63,14 +82,21 @@ def make_spec(
     priority: str = "normal",
     **kw: Any,
 ) -> RunSpec:
+    """A run spec; request fields (``mig``, ``gpu_fraction``, ``topology_key``, ...) may be
+    given directly."""
+    req = {k: kw.pop(k) for k in _REQUEST_KEYS if k in kw}
+    grace = kw.pop("grace_s", None)
+    checkpoint = kw.pop(
+        "checkpoint", CheckpointPolicy() if grace is None else CheckpointPolicy(grace_s=grace)
+    )
     return RunSpec(
         name=name,
         project=project,
         user="tester",
         command=tuple(command),
-        request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=tuple(gpu_types)),
+        request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=tuple(gpu_types), **req),
         priority=priority,
-        checkpoint=kw.pop("checkpoint", CheckpointPolicy()),
+        checkpoint=checkpoint,
         **kw,
     )
 
@@ -89,6 +115,12 @@ def make_run(
     gpu_types: Iterable[str] = (),
     **kw: Any,
 ) -> Run:
+    """A run record; ``Run`` fields (``started_at``, ``attained_gpu_s``, ...) and spec fields
+    may both be given. An active run without ``admitted_at`` was admitted at time 0."""
+    run_kw = {k: kw.pop(k) for k in _RUN_KEYS if k in kw}
+    if phase is not Phase.PENDING:
+        run_kw.setdefault("admitted_at", 0.0)
+        run_kw.setdefault("started_at", run_kw["admitted_at"])
     spec = make_spec(
         project, gpus, nodes, name=run_id, gpu_types=gpu_types, priority=priority, **kw
     )
@@ -97,16 +129,30 @@ def make_run(
         seq=seq,
         spec=spec,
         phase=phase,
-        attempt=1,
         submitted_at=submitted_at,
         placement=placement,
+        **{"attempt": 1, **run_kw},
     )
 
 
 def placed(
-    node: str, devices: Sequence[str], gpu_type: str = "a100-80gb", backend: str = "local"
+    node: str,
+    devices: Sequence[str],
+    gpu_type: str = "a100-80gb",
+    backend: str = "local",
+    fraction: float = 1.0,
+    memory_mb: int | None = None,
 ) -> Placement:
-    return Placement(backend=backend, gpu_type=gpu_type, slots=(NodeSlot(node, tuple(devices)),))
+    slot = NodeSlot(node, tuple(devices), fraction, memory_mb)
+    return Placement(backend=backend, gpu_type=gpu_type, slots=(slot,))
+
+
+def placed_gang(
+    slots: Sequence[tuple[str, Sequence[str]]],
+    gpu_type: str = "a100-80gb",
+    backend: str = "local",
+) -> Placement:
+    return Placement(backend, gpu_type, tuple(NodeSlot(n, tuple(d)) for n, d in slots))
 
 
 def make_snapshot(

@@ -1,0 +1,362 @@
+"""Policy items 4 (placement) and 5 (preemption)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from mlops_gpu.core import ReasonCode as RC
+from mlops_gpu.model import BackendCapabilities
+from mlops_gpu.testing import make_snapshot as snap
+from tests.core.cases import (
+    A100,
+    H100,
+    Case,
+    Quota,
+    busy,
+    check,
+    make_node,
+    make_project,
+    placed,
+    placed_gang,
+)
+from tests.core.cases import make_run as run
+
+P = make_project("p", 32)
+MIG = MappingProxyType({"1g.10gb": ("m0", "m1", "m2"), "3g.40gb": ("m3",)})
+RACKS = [
+    make_node("a1", 4, labels={"rack": "a"}),
+    make_node("b1", 4, labels={"rack": "b"}),
+    make_node("b2", 4, labels={"rack": "b"}),
+]
+
+
+def _shared(name: str = "s1") -> object:
+    return make_node(name, 2, shared=True, gpu_memory_mb=80_000)
+
+
+PLACEMENT = {
+    "best-fit-fullest-node": Case(
+        snap(
+            [make_node("n1", 4), make_node("n2", 4)],
+            [P],
+            [run("a")],
+            [busy("x", "p", "n2", ["0", "1", "2"])],
+        ),
+        admit={"a": "n2"},
+        devices={"a": ("3",)},
+    ),
+    "multi-gpu-on-exactly-fitting-node": Case(
+        snap(
+            [make_node("n1", 8), make_node("n2", 8)],
+            [P],
+            [run("a", gpus=4)],
+            [busy("x", "p", "n1", ["0", "1"]), busy("y", "p", "n2", ["0", "1", "2", "3"])],
+        ),
+        admit={"a": "n2"},
+        devices={"a": ("4", "5", "6", "7")},
+    ),
+    "gang-all-nodes-at-once": Case(
+        snap([make_node("n1", 2), make_node("n2", 2)], [P], [run("g", gpus=2, nodes=2)]),
+        admit={"g": ("n1", "n2")},
+    ),
+    "gang-whole-or-nothing": Case(
+        snap(
+            [make_node("n1", 2), make_node("n2", 2)],
+            [P],
+            [run("g", gpus=2, nodes=2)],
+            [busy("x", "p", "n2", ["0"])],
+        ),
+        codes={"g": RC.NO_CAPACITY},
+    ),
+    "gang-needs-multi-node-backend": Case(
+        snap(
+            [make_node("n1", 2), make_node("n2", 2)],
+            [P],
+            [run("g", gpus=2, nodes=2)],
+            capabilities={"local": BackendCapabilities(multi_node=False)},
+        ),
+        codes={"g": RC.UNSCHEDULABLE},
+    ),
+    "gang-one-backend": Case(
+        snap(
+            [make_node("n1", 2, backend="k8s"), make_node("n2", 2, backend="slurm")],
+            [P],
+            [run("g", gpus=2, nodes=2)],
+        ),
+        codes={"g": RC.UNSCHEDULABLE},
+    ),
+    "topology-required-same-rack": Case(
+        snap(RACKS, [P], [run("g", gpus=2, nodes=2, topology_key="rack", topology_required=True)]),
+        admit={"g": ("b1", "b2")},
+    ),
+    "topology-required-unsatisfiable": Case(
+        snap(
+            RACKS,
+            [P],
+            [run("g", gpus=2, nodes=2, topology_key="rack", topology_required=True)],
+            [busy("x", "p", "b2", ["0", "1", "2"])],
+        ),
+        codes={"g": RC.NO_CAPACITY},
+    ),
+    "topology-preferred-falls-back": Case(
+        snap(
+            RACKS,
+            [P],
+            [run("g", gpus=2, nodes=2, topology_key="rack")],
+            [busy("x", "p", "b2", ["0", "1", "2"])],
+        ),
+        admit={"g": ("a1", "b1")},
+    ),
+    "gpu-type-any-of": Case(
+        snap(
+            [make_node("a", 1), make_node("h", 4, H100)],
+            [make_project("p", quotas={A100: Quota(4), H100: Quota(4)})],
+            [run("r", gpus=2, gpu_types=[A100, H100])],
+        ),
+        admit={"r": "h"},
+    ),
+    "mig-slice-of-profile": Case(
+        snap([make_node("m", 0, mig=MIG)], [P], [run("r", mig="1g.10gb")]),
+        admit={"r": "m"},
+        devices={"r": ("m0",)},
+    ),
+    "mig-profile-missing": Case(
+        snap([make_node("m", 0, mig=MIG)], [P], [run("r", mig="2g.20gb")]),
+        codes={"r": RC.UNSCHEDULABLE},
+    ),
+    "mig-slices-run-out": Case(
+        snap(
+            [make_node("m", 0, mig=MIG)],
+            [P],
+            [run("r", mig="3g.40gb")],
+            [busy("x", "p", "m", ["m3"])],
+        ),
+        codes={"r": RC.NO_CAPACITY},
+    ),
+    "shared-two-halves-one-device": Case(
+        snap(
+            [_shared()], [P], [run("a", gpu_fraction=0.5, seq=1), run("b", gpu_fraction=0.5, seq=2)]
+        ),
+        admit={"a": "s1", "b": "s1"},
+        devices={"a": ("0",), "b": ("0",)},
+    ),
+    "shared-memory-cap-too-big": Case(
+        snap([_shared()], [P], [run("a", gpu_memory_mb=90_000)]), codes={"a": RC.UNSCHEDULABLE}
+    ),
+    "whole-gpu-avoids-shared-device": Case(
+        snap(
+            [_shared()],
+            [P],
+            [run("w", gpus=2)],
+            [
+                run(
+                    "s",
+                    gpu_fraction=0.25,
+                    phase=busy("z", "p", "s1", ["0"]).phase,
+                    placement=placed("s1", ["0"], fraction=0.25),
+                )
+            ],
+        ),
+        codes={"w": RC.NO_CAPACITY},
+    ),
+    "shared-needs-shared-node": Case(
+        snap([make_node("n1", 2)], [P], [run("a", gpu_fraction=0.5)]), codes={"a": RC.UNSCHEDULABLE}
+    ),
+}
+
+PREEMPT_P = make_project("p", 4)
+N4 = [make_node("n1", 4)]
+ORG = "org"
+LENDER = make_project("q", 2, cohort=ORG)
+BORROWER = make_project("p", 2, None, cohort=ORG)
+
+PREEMPTION = {
+    "higher-priority-preempts-lower": Case(
+        snap(
+            N4,
+            [PREEMPT_P],
+            [run("hi", gpus=4, priority="high")],
+            [busy("lo", "p", "n1", ["0", "1", "2", "3"], priority="low")],
+        ),
+        preempt={"lo"},
+        codes={"hi": RC.PREEMPTING},
+        says={"hi": "preempting 1 run(s) (lo)"},
+    ),
+    "equal-priority-is-not-preempted": Case(
+        snap(N4, [PREEMPT_P], [run("a", gpus=4)], [busy("b", "p", "n1", ["0", "1", "2", "3"])]),
+        codes={"a": RC.QUOTA},
+    ),
+    "non-preemptible-is-never-a-victim": Case(
+        snap(
+            N4,
+            [PREEMPT_P],
+            [run("hi", gpus=4, priority="high")],
+            [busy("lo", "p", "n1", ["0", "1", "2", "3"], priority="low", preemptible=False)],
+        ),
+        codes={"hi": RC.QUOTA},
+    ),
+    "reclaim-borrowed-quota": Case(
+        snap(
+            N4,
+            [BORROWER, LENDER],
+            [run("q1", "q", gpus=2)],
+            [busy("b1", "p", "n1", ["0", "1"]), busy("b2", "p", "n1", ["2", "3"])],
+        ),
+        preempt={"b1"},
+        codes={"q1": RC.PREEMPTING},
+        says={"q1": "preempting"},
+    ),
+    "no-reclaim-from-non-borrower": Case(
+        snap(
+            N4,
+            [make_project("p", 4, cohort=ORG), make_project("q", 2, None, cohort=ORG)],
+            [run("q1", "q", gpus=2)],
+            [busy("x", "p", "n1", ["0", "1", "2", "3"])],
+        ),
+        codes={"q1": RC.NO_CAPACITY},
+    ),
+    "no-reclaim-beyond-own-nominal": Case(
+        snap(
+            N4,
+            [BORROWER, make_project("q", 1, None, cohort=ORG)],
+            [run("q1", "q", gpus=2)],
+            [busy("b1", "p", "n1", ["0", "1"]), busy("b2", "p", "n1", ["2", "3"])],
+        ),
+        preempt=set(),
+    ),
+    "victim-with-recent-checkpoint": Case(
+        snap(
+            N4,
+            [PREEMPT_P],
+            [run("hi", gpus=2, priority="high")],
+            [
+                busy("old", "p", "n1", ["0", "1"], priority="low", last_checkpoint_at=100.0),
+                busy("fresh", "p", "n1", ["2", "3"], priority="low", last_checkpoint_at=990.0),
+            ],
+        ),
+        preempt={"fresh"},
+    ),
+    "fewest-victims-on-a-tie": Case(
+        snap(
+            N4,
+            [PREEMPT_P],
+            [run("hi", gpus=2, priority="high")],
+            [
+                busy("one", "p", "n1", ["0"], priority="low", last_checkpoint_at=0.0),
+                busy("two", "p", "n1", ["1"], priority="low", last_checkpoint_at=0.0),
+                busy("pair", "p", "n1", ["2", "3"], priority="low", last_checkpoint_at=500.0),
+            ],
+        ),
+        preempt={"pair"},
+    ),
+    "victims-on-the-node-that-helps": Case(
+        snap(
+            [make_node("n1", 2), make_node("n2", 2)],
+            [make_project("p", 4)],
+            [run("hi", gpus=2, priority="high")],
+            [
+                busy("c1", "p", "n1", ["0"], priority="low", last_checkpoint_at=999.0),
+                busy("x", "p", "n1", ["1"], priority="high"),
+                busy("c2", "p", "n2", ["0", "1"], priority="low", last_checkpoint_at=900.0),
+            ],
+        ),
+        preempt={"c2"},
+    ),
+    "in-flight-preemption-is-awaited": Case(
+        snap(
+            N4,
+            [PREEMPT_P],
+            [run("hi", gpus=4, priority="high")],
+            [
+                busy(
+                    "lo",
+                    "p",
+                    "n1",
+                    ["0", "1", "2", "3"],
+                    priority="low",
+                    preempt_requested=True,
+                    grace_s=20.0,
+                )
+            ],
+        ),
+        codes={"hi": RC.PREEMPTING},
+        says={"hi": "waiting for preempted run(s) lo"},
+        eta={"hi": 1020.0},
+    ),
+    "preemption-switched-off": Case(
+        snap(
+            N4,
+            [PREEMPT_P],
+            [run("hi", gpus=4, priority="high")],
+            [busy("lo", "p", "n1", ["0", "1", "2", "3"], priority="low")],
+            preemption=False,
+        ),
+        codes={"hi": RC.QUOTA},
+    ),
+    "las-preempts-higher-level-same-priority": Case(
+        snap(
+            N4,
+            [make_project("p", 8)],
+            [run("new", gpus=4)],
+            [busy("hog", "p", "n1", ["0", "1", "2", "3"], attained_gpu_s=50_000.0)],
+            order="las",
+        ),
+        preempt={"hog"},
+    ),
+    "gang-victims-span-nodes": Case(
+        snap(
+            [make_node("n1", 2), make_node("n2", 2)],
+            [make_project("p", 4)],
+            [run("g", gpus=2, nodes=2, priority="high")],
+            [
+                busy("v1", "p", "n1", ["0", "1"], priority="low"),
+                busy("v2", "p", "n2", ["0", "1"], priority="low"),
+            ],
+        ),
+        preempt={"v1", "v2"},
+    ),
+}
+
+ALL = {
+    **{f"4-{k}": v for k, v in PLACEMENT.items()},
+    **{f"5-{k}": v for k, v in PREEMPTION.items()},
+}
+
+
+@pytest.mark.parametrize("case", ALL.values(), ids=ALL.keys())
+def test_policy(case: Case) -> None:
+    check(case)
+
+
+def test_preemption_carries_signal_and_grace() -> None:
+    from mlops_gpu.core import decide
+    from mlops_gpu.model import CheckpointPolicy
+
+    s = snap(
+        N4,
+        [PREEMPT_P],
+        [run("hi", gpus=4, priority="high")],
+        [
+            busy(
+                "lo",
+                "p",
+                "n1",
+                ["0", "1", "2", "3"],
+                priority="low",
+                checkpoint=CheckpointPolicy("SIGUSR1", 45.0),
+            )
+        ],
+    )
+    (pre,) = decide(s).preemptions
+    assert (pre.signal, pre.grace_s, pre.for_run) == ("SIGUSR1", 45.0, "hi")
+    assert "preempted for run hi" in pre.reason
+
+
+def test_gang_placement_on_two_nodes_uses_each() -> None:
+    from mlops_gpu.core import decide
+
+    s = snap([make_node("n1", 2), make_node("n2", 2)], [P], [run("g", gpus=1, nodes=2)])
+    (adm,) = decide(s).admissions
+    assert adm.placement == placed_gang([("n1", ["0"]), ("n2", ["0"])])
