@@ -127,8 +127,9 @@ def test_lost_job_requeues_under_the_retry_policy(
     ctl.tick()
     r = get(rt, run)
     if final is Phase.PENDING:
-        # requeued and, the GPUs being free, admitted again at once as attempt 2
-        assert r.attempt == 2 and r.phase is Phase.RUNNING
+        # requeued as attempt 2, which waits out its backoff (10 s by default) first
+        assert (r.attempt, r.phase, r.reason_code) == (2, Phase.PENDING, "backoff")
+        assert r.not_before is not None and 9 < r.not_before - time.time() <= 10
         assert [e.kind for e in rt.store.events(run.id)].count("lost") == 1
     else:
         assert r.phase is Phase.FAILED and r.attempt == 1

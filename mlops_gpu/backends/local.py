@@ -39,7 +39,10 @@ from mlops_gpu.model import BackendCapabilities, Node
 
 class LocalBackend:
     kind = "local"
-    capabilities = BackendCapabilities(multi_node=False, checkpoint_signal=True)
+    # One host: no gangs. MIG slices and shared devices are set in CUDA_VISIBLE_DEVICES.
+    capabilities = BackendCapabilities(
+        multi_node=False, mig=True, shared_gpus=True, checkpoint_signal=True
+    )
 
     def __init__(
         self, name: str, nodes: Sequence[Node], state_dir: Path, host: str | None = None

@@ -104,6 +104,27 @@ def demo(directory: str, scale: int) -> None:
     multiple=True,
     help="Acceptable GPU type (repeat for any of several).",
 )
+@click.option(
+    "--gpu-fraction",
+    type=float,
+    default=None,
+    help="Share of one GPU (0..1) on a node that shares GPUs.",
+)
+@click.option(
+    "--gpu-memory",
+    "gpu_memory_mb",
+    type=int,
+    default=None,
+    help="Memory cap in MB on a shared GPU.",
+)
+@click.option("--mig", default=None, help="MIG profile, e.g. 1g.10gb (--gpus slices of it).")
+@click.option(
+    "--topology",
+    "topology_key",
+    default=None,
+    help="Node label the gang's nodes share, e.g. rack (preferred).",
+)
+@click.option("--topology-required", is_flag=True, help="Make --topology a requirement.")
 @click.option("--priority", default=None, help="Priority class (default from config).")
 @click.option("--name", "-n", default=None, help="Run name (default: the command).")
 @click.option("--max-runtime", default=None, help="Stop after this long, e.g. 2h.")
@@ -141,6 +162,11 @@ def submit(
     gpus: int,
     nodes: int,
     gpu_types: tuple[str, ...],
+    gpu_fraction: float | None,
+    gpu_memory_mb: int | None,
+    mig: str | None,
+    topology_key: str | None,
+    topology_required: bool,
     priority: str | None,
     name: str | None,
     max_runtime: str | None,
@@ -181,7 +207,16 @@ def submit(
         project=project,
         user=current_user(),
         command=tuple(command),
-        request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=gpu_types),
+        request=ResourceRequest(
+            gpus=gpus,
+            nodes=nodes,
+            gpu_types=gpu_types,
+            gpu_fraction=gpu_fraction,
+            gpu_memory_mb=gpu_memory_mb,
+            mig=mig,
+            topology_key=topology_key,
+            topology_required=topology_required,
+        ),
         priority=priority or rt.cfg.default_priority,
         max_runtime_s=runtime_s,
         preemptible=not non_preemptible,

@@ -3,13 +3,14 @@ values."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from mlops_gpu.model import Cohort, GpuType, Node, Project, Quota
+from mlops_gpu.model import Budget, Cohort, GpuType, Node, PolicySettings, Project, Quota
 
 NonNeg = Annotated[int, Field(ge=0)]
 
@@ -30,10 +31,30 @@ class QuotaConfig(_Strict):
     lending_limit: NonNeg | None = None
 
 
+class BudgetConfig(_Strict):
+    #: The rolling window the budget covers, in seconds (604800 = a week).
+    window_s: float = Field(gt=0)
+    gpu_hours: float | None = Field(None, gt=0)
+    usd: float | None = Field(None, gt=0)
+    #: When spent: ``wait`` (runs queue until the window frees budget) or ``lower`` (runs go
+    #: on at priority class ``lower_to``).
+    action: Literal["wait", "lower"] = "wait"
+    lower_to: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> BudgetConfig:
+        if self.gpu_hours is None and self.usd is None:
+            raise ValueError("give gpu_hours, usd or both")
+        if self.action == "lower" and self.lower_to is None:
+            raise ValueError("action 'lower' needs lower_to (a priority class)")
+        return self
+
+
 class ProjectConfig(_Strict):
     cohort: str | None = None
     weight: float = Field(1.0, gt=0)
     quotas: dict[str, QuotaConfig] = Field(default_factory=dict)
+    budget: BudgetConfig | None = None
 
 
 class CohortConfig(_Strict):
@@ -47,11 +68,22 @@ class NodeConfig(_Strict):
     gpus: int | None = Field(None, ge=1, le=4096)
     devices: list[str] | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    #: MIG slices by profile: ``{"1g.10gb": ["MIG-...", ...]}`` (GPUs split into slices are
+    #: not also listed as whole devices).
+    mig: dict[str, list[str]] = Field(default_factory=dict)
+    #: Let fractional and memory-capped runs share these devices (no isolation).
+    shared: bool = False
+    gpu_memory_mb: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _one_of(self) -> NodeConfig:
-        if (self.gpus is None) == (self.devices is None):
+        if self.gpus is not None and self.devices is not None:
             raise ValueError("give exactly one of 'gpus' (a count) or 'devices' (a list of ids)")
+        if self.gpus is None and self.devices is None and not self.mig:
+            raise ValueError("give exactly one of 'gpus' (a count) or 'devices' (a list of ids)")
+        for profile in self.mig:
+            if not re.fullmatch(r"\d+g\.\d+gb", profile):
+                raise ValueError(f"mig: expected profiles such as 1g.10gb, got {profile!r}")
         if self.devices is not None and len(set(self.devices)) != len(self.devices):
             raise ValueError("device ids must be unique")
         return self
@@ -83,10 +115,25 @@ class MlflowConfig(_Strict):
 class PolicyConfig(_Strict):
     name: Literal["default"] = "default"
     queueing: Literal["best-effort-fifo", "strict-fifo"] = "best-effort-fifo"
+    #: Within a priority class and project: ``submit`` order or ``las`` (least attained
+    #: GPU-service first, levels split at ``las_thresholds_gpu_s``).
+    order: Literal["submit", "las"] = "submit"
+    las_thresholds_gpu_s: list[float] = Field(default_factory=lambda: [3600.0, 36000.0])
+    fair_share: bool = True
+    #: Half-life of past usage in the fair-share order, seconds.
+    half_life_s: float = Field(4 * 3600.0, gt=0)
+    preemption: bool = True
+    backfill: bool = True
 
 
 class RetryConfig(_Strict):
     max_attempts: int = Field(3, ge=1)
+    #: A requeued run waits backoff_s * 2^(attempt - 2) seconds, at most backoff_max_s.
+    backoff_s: float = Field(10.0, ge=0)
+    backoff_max_s: float = Field(600.0, ge=0)
+
+    def backoff(self, next_attempt: int) -> float:
+        return float(min(self.backoff_s * 2 ** max(next_attempt - 2, 0), self.backoff_max_s))
 
 
 class SchedulerConfig(_Strict):
@@ -144,6 +191,13 @@ class Config(_Strict):
                 if n.name in node_names:
                     errors.append(f"backends.{bname}.nodes.{i}.name: duplicate node {n.name!r}")
                 node_names.add(n.name)
+        for pname, proj in self.projects.items():
+            budget = proj.budget
+            lower_to = budget.lower_to if budget is not None else None
+            if lower_to is not None and lower_to not in self.priority_classes:
+                errors.append(
+                    f"projects.{pname}.budget.lower_to: {lower_to!r} is not a priority class"
+                )
         if self.default_priority not in self.priority_classes:
             errors.append(
                 f"default_priority: {self.default_priority!r} is not one of priority_classes"
@@ -191,20 +245,25 @@ class Config(_Strict):
 
     # -- model values ---------------------------------------------------------------------
     def model_projects(self) -> dict[str, Project]:
-        return {
-            name: Project(
-                name=name,
-                cohort=p.cohort,
-                weight=p.weight,
-                quotas=MappingProxyType(
-                    {
-                        t: Quota(q.nominal, q.borrowing_limit, q.lending_limit)
-                        for t, q in p.quotas.items()
-                    }
-                ),
-            )
-            for name, p in self.projects.items()
-        }
+        return {name: self._project(name, p) for name, p in self.projects.items()}
+
+    @staticmethod
+    def _project(name: str, p: ProjectConfig) -> Project:
+        b = p.budget
+        return Project(
+            name=name,
+            cohort=p.cohort,
+            weight=p.weight,
+            quotas=MappingProxyType(
+                {
+                    t: Quota(q.nominal, q.borrowing_limit, q.lending_limit)
+                    for t, q in p.quotas.items()
+                }
+            ),
+            budget=None
+            if b is None
+            else Budget(b.window_s, b.gpu_hours, b.usd, b.action, b.lower_to),
+        )
 
     def model_cohorts(self) -> dict[str, Cohort]:
         return {name: Cohort(name, c.parent) for name, c in self.cohorts.items()}
@@ -221,6 +280,22 @@ class Config(_Strict):
                 gpu_type=n.gpu_type,
                 devices=n.device_ids(),
                 labels=MappingProxyType(dict(n.labels)),
+                mig=MappingProxyType({k: tuple(v) for k, v in n.mig.items()}),
+                shared=n.shared,
+                gpu_memory_mb=n.gpu_memory_mb,
             )
             for n in b.nodes
         ]
+
+    def policy_settings(self) -> PolicySettings:
+        p = self.policy
+        return PolicySettings(
+            name=p.name,
+            queueing=p.queueing,
+            order=p.order,
+            las_thresholds_gpu_s=tuple(sorted(p.las_thresholds_gpu_s)),
+            fair_share=p.fair_share,
+            half_life_s=p.half_life_s,
+            preemption=p.preemption,
+            backfill=p.backfill,
+        )

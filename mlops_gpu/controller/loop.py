@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mlops_gpu.backends import Backend, HandleError, JobState, JobStatus, LaunchRequest
+from mlops_gpu.controller import accounting
 from mlops_gpu.controller.runtime import Runtime
-from mlops_gpu.core import PolicySettings, Snapshot, decide
+from mlops_gpu.core import Snapshot, decide
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
 from mlops_gpu.state import ConflictError, LeaderLock
 
@@ -42,19 +43,34 @@ class TickReport:
     messages: list[str] = field(default_factory=list)
 
 
-def build_snapshot(rt: Runtime, pending: list[Run], active: list[Run], now: float) -> Snapshot:
+def build_snapshot(
+    rt: Runtime, pending: list[Run], active: list[Run], now: float, with_usage: bool = True
+) -> Snapshot:
+    """The core's input. ``with_usage`` reads the ledger for fair share and budgets (a read
+    verb such as ``nodes`` needs neither)."""
     cfg = rt.cfg
+    policy = cfg.policy_settings()
+    projects = cfg.model_projects()
+    gpu_types = cfg.model_gpu_types()
+    history: dict[tuple[str, str], float] = {}
+    spent: dict[str, tuple[float, float]] = {}
+    if with_usage:
+        rows = rt.store.usage(since=accounting.ledger_since(now, policy.half_life_s, projects))
+        history = accounting.usage_history(rows, now, policy.half_life_s)
+        spent = accounting.spent(rows, active, now, projects, gpu_types)
     return Snapshot(
         now=now,
         nodes=tuple(rt.nodes()),
         pending=tuple(pending),
         active=tuple(active),
-        projects=cfg.model_projects(),
-        gpu_types=cfg.model_gpu_types(),
+        projects=projects,
+        gpu_types=gpu_types,
         priority_classes=dict(cfg.priority_classes),
         cohorts=cfg.model_cohorts(),
-        policy=PolicySettings(name=cfg.policy.name, queueing=cfg.policy.queueing),
+        policy=policy,
         capabilities={n: b.capabilities for n, b in rt.backends.items()},
+        usage_history=history,
+        spent=spent,
     )
 
 
@@ -221,13 +237,27 @@ class Controller:
         max_attempts = run.spec.max_attempts or self.rt.cfg.retry.max_attempts
         if st.state is JobState.LOST:
             phase = store.requeue(
-                run.id, "lost", st.reason or "the job vanished", max_attempts, now=now
+                run.id,
+                "lost",
+                st.reason or "the job vanished",
+                max_attempts,
+                now=now,
+                backoff_s=self.rt.cfg.retry.backoff(run.attempt + 1),
             )
             rep.requeued += 1
             self._emit("lost", run, f"{st.reason}; now {phase}")
             return
         if run.preempt_requested and not run.cancel_requested:
-            phase = store.requeue(run.id, "preempted", "preempted", max_attempts, now=now)
+            # A preemption is the scheduler's doing, not the run's fault: it does not use up
+            # the run's retries, and the run keeps its submit time (its place in the queue).
+            phase = store.requeue(
+                run.id,
+                "preempted",
+                "preempted",
+                None,
+                now=now,
+                backoff_s=self.rt.cfg.retry.backoff(run.attempt + 1),
+            )
             rep.requeued += 1
             self._emit("preempted", run, f"now {phase}")
             return

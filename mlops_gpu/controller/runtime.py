@@ -55,28 +55,15 @@ class Runtime:
         return [n for b in self.backends.values() for n in b.inventory()]
 
     def problems(self, spec: RunSpec) -> list[str]:
-        out = request_problems(
+        return request_problems(
             spec,
             projects=self.cfg.model_projects(),
             gpu_types=self.cfg.model_gpu_types(),
             priority_classes=self.cfg.priority_classes,
             nodes=self.nodes(),
             backends=self.cfg.backends,
+            capabilities={n: b.capabilities for n, b in self.backends.items()},
         )
-        if spec.request.nodes > 1 and not any(
-            b.capabilities.multi_node for b in self.backends.values()
-        ):
-            out.append(
-                f"nodes: {spec.request.nodes}-node gangs need a multi-node backend; "
-                f"configured: {', '.join(sorted(self.backends))}"
-            )
-        if (
-            spec.request.mig is not None
-            or spec.request.gpu_fraction is not None
-            or (spec.request.gpu_memory_mb is not None)
-        ):
-            out.append("gpu_fraction/gpu_memory/mig: shared and MIG GPUs are not placed yet")
-        return out
 
     def submit(self, spec: RunSpec) -> Run:
         """Validate ``spec`` against the config and inventory, then queue it."""

@@ -10,32 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from mlops_gpu.model import BackendCapabilities, Cohort, GpuType, Node, Project, Run
+from mlops_gpu.model import BackendCapabilities, Cohort, GpuType, Node, PolicySettings, Project, Run
 
 _EMPTY_COHORTS: Mapping[str, Cohort] = MappingProxyType({})
 _NO_CAPS: Mapping[str, BackendCapabilities] = MappingProxyType({})
 _DEFAULT_CAPS = BackendCapabilities()
 _NO_USAGE: Mapping[tuple[str, str], float] = MappingProxyType({})
 _NO_SPENT: Mapping[str, tuple[float, float]] = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class PolicySettings:
-    """Policy switches from the config's ``policy`` section."""
-
-    name: str = "default"
-    #: ``best-effort-fifo``: a blocked run does not block smaller runs behind it;
-    #: ``strict-fifo``: within a project, nothing starts ahead of a blocked older run.
-    queueing: str = "best-effort-fifo"
-    #: Order inside a priority class and project: ``submit`` time, or ``las`` (least attained
-    #: GPU-service first, discretized at ``las_thresholds_gpu_s``, as Tiresias' 2D-LAS).
-    order: str = "submit"
-    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
-    #: Order across projects by weighted dominant share (allocation + decayed usage).
-    fair_share: bool = True
-    half_life_s: float = 4 * 3600.0
-    preemption: bool = True
-    backfill: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +43,6 @@ class Snapshot:
 
     def caps(self, backend: str) -> BackendCapabilities:
         return self.capabilities.get(backend, _DEFAULT_CAPS)
+
+
+__all__ = ["PolicySettings", "Snapshot"]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from mlops_gpu.model import GpuType, Node, Project, RunSpec
+from mlops_gpu.core.placement import could_ever_fit
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import BackendCapabilities, GpuType, Node, Phase, Project, Run, RunSpec
 
 
 def request_problems(
@@ -19,6 +21,7 @@ def request_problems(
     priority_classes: Mapping[str, int],
     nodes: Iterable[Node],
     backends: Iterable[str] = (),
+    capabilities: Mapping[str, BackendCapabilities] | None = None,
 ) -> list[str]:
     out = list(spec.request.problems())
     if spec.project not in projects:
@@ -42,26 +45,59 @@ def request_problems(
         out.append("command: empty command")
     if out:
         return out
-    req = spec.request
-    if req.gpus > 0:
-        per_backend: dict[str, int] = {}
-        biggest = 0
-        for n in nodes:
-            if not req.accepts(n.gpu_type) or (spec.backend and n.backend != spec.backend):
-                continue
-            biggest = max(biggest, n.capacity)
-            if n.capacity >= req.gpus:
-                per_backend[n.backend] = per_backend.get(n.backend, 0) + 1
-        if not any(c >= req.nodes for c in per_backend.values()):
-            types = "/".join(req.gpu_types) or "any type"
-            if biggest < req.gpus:
-                out.append(
-                    f"gpus: {req.gpus} GPUs per node of {types} requested, but the largest "
-                    f"node has {biggest}"
-                )
-            else:
-                out.append(
-                    f"nodes: {req.nodes} nodes with {req.gpus} GPUs of {types} requested, but "
-                    "no backend has that many such nodes"
-                )
+    nodes = tuple(nodes)
+    caps = dict(capabilities or {})
+    snap = Snapshot(
+        now=0.0,
+        nodes=nodes,
+        pending=(),
+        active=(),
+        projects={},
+        gpu_types={},
+        priority_classes={},
+        capabilities=caps,
+    )
+    probe = Run(id="probe", seq=0, spec=spec, phase=Phase.PENDING, attempt=1, submitted_at=0.0)
+    types = [t for t in sorted({n.gpu_type for n in nodes}) if spec.request.accepts(t)]
+    if any(could_ever_fit(snap, probe, t) for t in types):
+        return out
+    out.append(_why_unhostable(spec, nodes, caps))
     return out
+
+
+def _why_unhostable(
+    spec: RunSpec, nodes: tuple[Node, ...], caps: Mapping[str, BackendCapabilities]
+) -> str:
+    """The most specific sentence for a request no backend can host."""
+    req = spec.request
+    ok = [
+        n
+        for n in nodes
+        if req.accepts(n.gpu_type) and (spec.backend is None or n.backend == spec.backend)
+    ]
+    types = "/".join(req.gpu_types) or "any type"
+    default = BackendCapabilities()
+    if req.shape == "mig":
+        return (
+            f"mig: no node of {types} on a MIG-capable backend offers {req.gpus} {req.mig} slice(s)"
+        )
+    if req.shape == "shared":
+        return (
+            f"gpu_fraction/gpu_memory: no shared node of {types} on a backend that shares "
+            "GPUs can host it"
+            + (" (memory cap larger than the devices)" if req.gpu_memory_mb else "")
+        )
+    biggest = max((n.capacity for n in ok), default=0)
+    if biggest < req.gpus:
+        return (
+            f"gpus: {req.gpus} GPUs per node of {types} requested, but the largest node "
+            f"has {biggest}"
+        )
+    if req.nodes > 1 and not any(caps.get(n.backend, default).multi_node for n in ok):
+        backends = ", ".join(sorted({n.backend for n in ok}))
+        return f"nodes: {req.nodes}-node gangs need a multi-node backend; configured: {backends}"
+    return (
+        f"nodes: {req.nodes} nodes with {req.gpus} GPUs of {types} requested, but no "
+        "backend has that many such nodes"
+        + (f" sharing label {req.topology_key!r}" if req.topology_required else "")
+    )

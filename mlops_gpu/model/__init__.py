@@ -10,6 +10,7 @@ Invariants:
 
 from mlops_gpu.model.cluster import BackendCapabilities, GpuType, Node, NodeSlot, Placement
 from mlops_gpu.model.phase import ACTIVE_PHASES, TERMINAL_PHASES, Phase
+from mlops_gpu.model.policy import PolicySettings
 from mlops_gpu.model.project import Budget, Cohort, Project, Quota
 from mlops_gpu.model.run import (
     CheckpointPolicy,
@@ -31,6 +32,7 @@ __all__ = [
     "NodeSlot",
     "Phase",
     "Placement",
+    "PolicySettings",
     "Project",
     "Quota",
     "ResourceRequest",

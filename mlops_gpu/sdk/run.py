@@ -86,6 +86,11 @@ def submit(
     kwargs: Mapping[str, Any] | None = None,
     config: str | os.PathLike[str] | None = None,
     start_scheduler: bool = True,
+    gpu_fraction: float | None = None,
+    gpu_memory_mb: int | None = None,
+    mig: str | None = None,
+    topology_key: str | None = None,
+    topology_required: bool = False,
 ) -> Run:
     """Queue a command (a string, an argv list) or a Python callable as a run.
 
@@ -100,7 +105,16 @@ def submit(
         project=project,
         user=current_user(),
         command=command,
-        request=ResourceRequest(gpus=gpus, nodes=nodes, gpu_types=types),
+        request=ResourceRequest(
+            gpus=gpus,
+            nodes=nodes,
+            gpu_types=types,
+            gpu_fraction=gpu_fraction,
+            gpu_memory_mb=gpu_memory_mb,
+            mig=mig,
+            topology_key=topology_key,
+            topology_required=topology_required,
+        ),
         priority=priority or rt.cfg.default_priority,
         max_runtime_s=max_runtime,
         preemptible=preemptible,

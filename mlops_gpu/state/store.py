@@ -433,7 +433,7 @@ class Store:
         run_id: str,
         kind: str,
         reason: str,
-        max_attempts: int,
+        max_attempts: int | None,
         now: float | None = None,
         backoff_s: float = 0.0,
     ) -> Phase:
@@ -460,7 +460,7 @@ class Store:
                     attained_gpu_s=attained,
                 )
                 return Phase.CANCELLED
-            if row.attempt >= max_attempts:
+            if max_attempts is not None and row.attempt >= max_attempts:
                 self._move(
                     conn,
                     row,
