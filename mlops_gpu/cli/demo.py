@@ -44,13 +44,23 @@ MIX = [
 
 def write_demo_config(d: Path) -> Path:
     tracking = None if os.environ.get("MLFLOW_TRACKING_URI") else "sqlite:///mlflow.db"
-    text = starter_config(
-        [StarterNode("node-a", "a100-80gb", None, 4), StarterNode("node-b", "a100-80gb", None, 4)],
-        [("vision", 4, 4), ("nlp", 2, 4), ("research", 2, 2)],
-        source="mlops-gpu demo",
-        tracking_uri=tracking,
-        memory_gb={"a100-80gb": 80},
-    ).replace("tick_s: 1.0", "tick_s: 0.25")
+    text = (
+        starter_config(
+            [
+                StarterNode("node-a", "a100-80gb", None, 4),
+                StarterNode("node-b", "a100-80gb", None, 4),
+            ],
+            [("vision", 4, 4), ("nlp", 2, 4), ("research", 2, 2)],
+            source="mlops-gpu demo",
+            tracking_uri=tracking,
+            memory_gb={"a100-80gb": 80},
+        )
+        .replace("tick_s: 1.0", "tick_s: 0.25")
+        .replace(
+            "max_attempts: 3",
+            "max_attempts: 3\n  backoff_s: 1.0  # the demo's runs are seconds long",
+        )
+    )
     cfg = d / "mlops-gpu.yaml"
     cfg.write_text(text)
     (d / "jobs").mkdir(exist_ok=True)
@@ -149,7 +159,8 @@ def run_demo(directory: str, scale: int = 1) -> int:
                     command=(sys.executable, str(d / "jobs" / "train.py"), str(epochs), str(step)),
                     request=ResourceRequest(gpus=gpus),
                     priority=prio,
-                    max_runtime_s=120.0,
+                    # an honest estimate (2x the expected time), as backfill and ETAs use it
+                    max_runtime_s=2 * epochs * step + 10,
                     workdir=str(d),
                 )
                 run = rt.submit(spec)
@@ -223,7 +234,16 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
     usage = [u for u in rt.store.usage() if u.run_id in set(ids)]
     capacity_gpus = sum(n.capacity for n in rt.nodes())
     t = Table(title="Per-project summary", title_justify="left")
-    for c in ("PROJECT", "RUNS", "SUCCEEDED", "GPU-HOURS", "MEAN WAIT", "ALLOCATED UTIL"):
+    preempted = {r.id: sum(e.kind == "preempted" for e in rt.store.events(r.id)) for r in runs}
+    for c in (
+        "PROJECT",
+        "RUNS",
+        "SUCCEEDED",
+        "PREEMPTED",
+        "GPU-HOURS",
+        "MEAN WAIT",
+        "ALLOCATED UTIL",
+    ):
         t.add_column(c, justify="right" if c != "PROJECT" else "left")
     available = capacity_gpus * wall
     for proj in sorted({r.project for r in runs}):
@@ -234,6 +254,7 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
             proj,
             str(len(pr)),
             str(sum(r.phase is Phase.SUCCEEDED for r in pr)),
+            str(sum(preempted[r.id] for r in pr)),
             f"{gpu_s / 3600:.4f}",
             f"{sum(waits) / len(waits):.1f} s" if waits else "-",
             f"{gpu_s / available:.0%}" if available else "-",
@@ -243,6 +264,7 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
         "all",
         str(len(runs)),
         str(sum(r.phase is Phase.SUCCEEDED for r in runs)),
+        str(sum(preempted.values())),
         f"{total / 3600:.4f}",
         "",
         f"{total / available:.0%}" if available else "-",

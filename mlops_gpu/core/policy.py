@@ -5,7 +5,9 @@
    ``action: wait``; a spent budget with ``action: lower`` demotes the run's class instead;
 3. order: priority class (high first); within a class, the project with the lowest weighted
    dominant share goes next (fair share, recomputed as the cycle admits); within a project,
-   submit time (or least attained service under ``order: las``);
+   submit time (or least attained service under ``order: las``). Each class is served in two
+   passes: first the runs within their project's nominal quota, then the runs that borrow,
+   so that nothing borrows what its owner takes back at once;
 4. fit: for each acceptable GPU type, best-fit placement (``placement.place``) that also
    respects the backfill reservation, and the project's quota (``QuotaBook.problem``);
 5. preempt: a run that does not fit may get victims (``preempt.find_plan``); it is admitted
@@ -116,7 +118,9 @@ class Cycle:
             queues = levels[level]
             for q in queues.values():
                 q.sort(key=self._within_project_key)
-            self._level(queues)
+            deferred: dict[str, list[Run]] = defaultdict(list)
+            self._level(queues, deferred)  # runs within nominal quota
+            self._level(deferred, None)  # then the runs that borrow
         self._explain()  # 7. explain
         return Decision(
             tuple(self.admissions),
@@ -124,8 +128,11 @@ class Cycle:
             tuple(self.pending[r.id] for r in self.snap.pending if r.id in self.pending),
         )
 
-    def _level(self, queues: dict[str, list[Run]]) -> None:
-        heap = [(self.shares.share(p), p, 0) for p in queues]
+    def _level(self, queues: dict[str, list[Run]], defer: dict[str, list[Run]] | None) -> None:
+        """Serve one priority class in fair-share order. With ``defer``, runs that would have to
+        borrow are set aside there (with the rest of their project's queue under strict FIFO)
+        for a second call, so that nothing borrows what its owner takes back at once."""
+        heap = [(self.shares.share(p), p, 0) for p, q in queues.items() if q]
         heapq.heapify(heap)
         while heap:
             _, project, i = heapq.heappop(heap)
@@ -140,11 +147,23 @@ class Cycle:
                     )
                 continue
             run = q[i]
-            self.visit_order.append(run)
-            if not self._try(run) and self.snap.policy.queueing == "strict-fifo":
-                self.blocked_projects[project] = run.id
+            if defer is not None and self._must_borrow(run):
+                if self.snap.policy.queueing == "strict-fifo":
+                    defer[project].extend(q[i:])
+                    continue
+                defer[project].append(run)
+            else:
+                self.visit_order.append(run)
+                if not self._try(run) and self.snap.policy.queueing == "strict-fifo":
+                    self.blocked_projects[project] = run.id
             if i + 1 < len(q):
                 heapq.heappush(heap, (self.shares.share(project), project, i + 1))
+
+    def _must_borrow(self, run: Run) -> bool:
+        amount = request_amount(run)
+        return not any(
+            self.quota.within_nominal(run.project, t, amount) for t in self.types_of[run.id]
+        )
 
     # -- 4. fit, 5. preempt, 6. reserve -------------------------------------------------
     def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
