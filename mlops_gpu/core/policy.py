@@ -367,3 +367,8 @@ POLICIES: dict[str, Callable[[Snapshot], Decision]] = {"default": decide_default
 def decide(snap: Snapshot) -> Decision:
     """The scheduling decision for ``snap`` under the policy it names."""
     return POLICIES[snap.policy.name](snap)
+
+
+def explain_all(snap: Snapshot) -> tuple[PendingReason, ...]:
+    """A reason (and ETA where one can be computed) for every pending run of ``snap``."""
+    return decide(snap).pending
