@@ -26,7 +26,6 @@ from types import MappingProxyType
 
 from mlops_gpu.core import PolicySettings, Snapshot
 from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.policy import explain_all
 from mlops_gpu.model import (
     BackendCapabilities,
     Cohort,
@@ -57,12 +56,19 @@ def workload(n_nodes: int, n_runs: int, seed: int) -> tuple[Snapshot, list[Run],
     projects = {}
     for p in range(20):
         quotas = {t: Quota(c // 20, None) for t, c in cap.items()}
-        projects[f"p{p:02d}"] = Project(f"p{p:02d}", cohort=f"c{p % 4}",
-                                        quotas=MappingProxyType(quotas))
+        projects[f"p{p:02d}"] = Project(
+            f"p{p:02d}", cohort=f"c{p % 4}", quotas=MappingProxyType(quotas)
+        )
     template = Snapshot(
-        now=0.0, nodes=tuple(nodes), pending=(), active=(), projects=projects,
-        gpu_types={t: GpuType(t, 2.0) for t in TYPES}, priority_classes={"normal": 100},
-        cohorts={f"c{c}": Cohort(f"c{c}") for c in range(4)}, policy=PolicySettings(),
+        now=0.0,
+        nodes=tuple(nodes),
+        pending=(),
+        active=(),
+        projects=projects,
+        gpu_types={t: GpuType(t, 2.0) for t in TYPES},
+        priority_classes={"normal": 100},
+        cohorts={f"c{c}": Cohort(f"c{c}") for c in range(4)},
+        policy=PolicySettings(),
         capabilities={"sim": BackendCapabilities(multi_node=True)},
     )
     runs, durations = [], {}
@@ -72,16 +78,23 @@ def workload(n_nodes: int, n_runs: int, seed: int) -> tuple[Snapshot, list[Run],
         gpu_type = rng.choices(list(TYPES), list(TYPES.values()))[0]
         duration = math.exp(rng.uniform(math.log(600), math.log(36000)))
         rid = f"r{k:05d}"
-        spec = RunSpec(name=rid, project=f"p{rng.randrange(20):02d}", user="bench",
-                       command=("true",), request=ResourceRequest(gpus, width, (gpu_type,)),
-                       priority="normal", max_runtime_s=2 * duration)
+        spec = RunSpec(
+            name=rid,
+            project=f"p{rng.randrange(20):02d}",
+            user="bench",
+            command=("true",),
+            request=ResourceRequest(gpus, width, (gpu_type,)),
+            priority="normal",
+            max_runtime_s=2 * duration,
+        )
         runs.append(Run(rid, k, spec, Phase.PENDING, 1, 0.0))
         durations[rid] = duration
     return template, runs, durations
 
 
-def simulate(engine: object, runs: list[Run], durations: dict[str, float],
-             explain_at_longest: bool) -> dict[str, float]:
+def simulate(
+    engine: object, runs: list[Run], durations: dict[str, float], explain_at_longest: bool
+) -> dict[str, float]:
     """Drive ``engine`` (submit / cycle / finish) on a virtual clock; time the cycles."""
     for r in runs:
         engine.submit(r)  # type: ignore[attr-defined]
@@ -92,9 +105,9 @@ def simulate(engine: object, runs: list[Run], durations: dict[str, float],
         t0 = time.perf_counter()
         d = engine.cycle(now)  # type: ignore[attr-defined]
         cycle_s.append(time.perf_counter() - t0)
-        if explain_at_longest and explain_ms is None:
+        if explain_at_longest and explain_ms is None:  # the queue is longest after cycle 1
             t1 = time.perf_counter()
-            reasons = explain_all(engine.snapshot(now))  # type: ignore[attr-defined]
+            reasons = engine.explain_all(now)  # type: ignore[attr-defined]
             explain_ms = (time.perf_counter() - t1) * 1000
             assert len(reasons) == len(engine.pending)  # type: ignore[attr-defined]
         for a in d.admissions:
@@ -103,8 +116,15 @@ def simulate(engine: object, runs: list[Run], durations: dict[str, float],
         for p in d.preemptions:  # the simulated job stops at once and queues again
             preempted += 1
             victim = engine.finish(p.run_id)  # type: ignore[attr-defined]
-            engine.submit(replace(victim, phase=Phase.PENDING, placement=None,  # type: ignore[attr-defined]
-                                  preempt_requested=False, attempt=victim.attempt + 1))
+            engine.submit(
+                replace(
+                    victim,
+                    phase=Phase.PENDING,
+                    placement=None,  # type: ignore[attr-defined]
+                    preempt_requested=False,
+                    attempt=victim.attempt + 1,
+                )
+            )
         if not ends:
             break
         now, rid = heapq.heappop(ends)
@@ -116,11 +136,16 @@ def simulate(engine: object, runs: list[Run], durations: dict[str, float],
                 engine.finish(rid)  # type: ignore[attr-defined]
     cycle_s.sort()
     total = sum(cycle_s)
-    return {"admitted": admitted, "preempted": preempted, "cycles": len(cycle_s),
-            "cycle_wall_s": total, "admissions_per_s": admitted / total if total else 0.0,
-            "p50_cycle_ms": cycle_s[len(cycle_s) // 2] * 1000,
-            "p99_cycle_ms": cycle_s[min(len(cycle_s) - 1, int(len(cycle_s) * 0.99))] * 1000,
-            "explain_all_ms": explain_ms or 0.0}
+    return {
+        "admitted": admitted,
+        "preempted": preempted,
+        "cycles": len(cycle_s),
+        "cycle_wall_s": total,
+        "admissions_per_s": admitted / total if total else 0.0,
+        "p50_cycle_ms": cycle_s[len(cycle_s) // 2] * 1000,
+        "p99_cycle_ms": cycle_s[min(len(cycle_s) - 1, int(len(cycle_s) * 0.99))] * 1000,
+        "explain_all_ms": explain_ms or 0.0,
+    }
 
 
 class NaiveFifo:
@@ -157,8 +182,12 @@ class NaiveFifo:
             for n in slots:
                 self.free[n] -= req.gpus
             self.active[run.id] = [(n, req.gpus) for n in slots]
-            out.append(Admission(run.id, Placement("sim", req.gpu_types[0],
-                                                   tuple(NodeSlot(n, ()) for n in slots))))
+            out.append(
+                Admission(
+                    run.id,
+                    Placement("sim", req.gpu_types[0], tuple(NodeSlot(n, ()) for n in slots)),
+                )
+            )
             self.head += 1
         return Decision(admissions=tuple(out))
 
@@ -172,30 +201,43 @@ def main() -> int:
     args = ap.parse_args()
     template, runs, durations = workload(args.nodes, args.runs, args.seed)
     engine = make_engine(args.engine, template)
-    print(f"core_throughput: {len(template.nodes)} nodes, {args.runs} runs, engine "
-          f"{args.engine} ...", file=sys.stderr)
+    print(
+        f"core_throughput: {len(template.nodes)} nodes, {args.runs} runs, engine {args.engine} ...",
+        file=sys.stderr,
+    )
     ours = simulate(engine, runs, durations, explain_at_longest=True)
     base = simulate(NaiveFifo(template), runs, durations, explain_at_longest=False)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = {
-        "bench": "core_throughput", "engine": args.engine, "nodes": len(template.nodes),
-        "gpus": sum(n.capacity for n in template.nodes), "runs": args.runs,
+        "bench": "core_throughput",
+        "engine": args.engine,
+        "nodes": len(template.nodes),
+        "gpus": sum(n.capacity for n in template.nodes),
+        "runs": args.runs,
         "admissions_per_s": round(ours["admissions_per_s"], 1),
         "p50_cycle_ms": round(ours["p50_cycle_ms"], 3),
         "p99_cycle_ms": round(ours["p99_cycle_ms"], 3),
-        "explain_all_ms": round(ours["explain_all_ms"], 1), "peak_rss_mb": round(rss_mb, 1),
+        "explain_all_ms": round(ours["explain_all_ms"], 1),
+        "peak_rss_mb": round(rss_mb, 1),
         "baseline_admissions_per_s": round(base["admissions_per_s"], 1),
-        "cycles": ours["cycles"], "preemptions": ours["preempted"],
+        "cycles": ours["cycles"],
+        "preemptions": ours["preempted"],
         "cycle_wall_s": round(ours["cycle_wall_s"], 2),
         "baseline_cycle_wall_s": round(base["cycle_wall_s"], 2),
     }
     print(f"{'':24}{'ours':>12}{'naive FIFO':>14}", file=sys.stderr)
-    print(f"{'admissions/s':24}{out['admissions_per_s']:>12}{out['baseline_admissions_per_s']:>14}",
-          file=sys.stderr)
-    print(f"{'cycle wall s':24}{out['cycle_wall_s']:>12}{out['baseline_cycle_wall_s']:>14}",
-          file=sys.stderr)
-    print(f"{'p50 / p99 cycle ms':24}{out['p50_cycle_ms']:>6}/{out['p99_cycle_ms']:<6}",
-          file=sys.stderr)
+    print(
+        f"{'admissions/s':24}{out['admissions_per_s']:>12}{out['baseline_admissions_per_s']:>14}",
+        file=sys.stderr,
+    )
+    print(
+        f"{'cycle wall s':24}{out['cycle_wall_s']:>12}{out['baseline_cycle_wall_s']:>14}",
+        file=sys.stderr,
+    )
+    print(
+        f"{'p50 / p99 cycle ms':24}{out['p50_cycle_ms']:>6}/{out['p99_cycle_ms']:<6}",
+        file=sys.stderr,
+    )
     print(f"{'explain all ms':24}{out['explain_all_ms']:>12}", file=sys.stderr)
     print(json.dumps(out))
     return 0

@@ -7,10 +7,13 @@ Invariants:
 - ``used[(project, gpu_type)]`` is the GPU amount (``Placement.gpu_amount``) held by the
   project's active runs of that type.
 - ``take`` and ``release`` are exact inverses, so a trial (preemption search) can undo itself.
+- ``buckets[(gpu_type, backend)][k]`` lists, sorted by name, the schedulable nodes with exactly
+  ``k`` free whole devices: best fit is the first name of the first non-empty bucket >= need.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import defaultdict
 
 from mlops_gpu.core.snapshot import Snapshot
@@ -27,6 +30,13 @@ class Capacity:
         self.mig_free: dict[str, dict[str, list[str]]] = {
             n.name: {p: list(ids) for p, ids in n.mig.items()} for n in snap.nodes
         }
+        self.buckets: dict[tuple[str, str], list[list[str]]] = {}
+        for n in sorted(snap.nodes, key=lambda n: n.name):
+            if n.schedulable:
+                b = self.buckets.setdefault((n.gpu_type, n.backend), [])
+                while len(b) <= n.capacity:
+                    b.append([])
+                b[n.capacity].append(n.name)
         for run in snap.active:
             if run.placement is not None:
                 self.take(run.project, run.placement)
@@ -50,16 +60,14 @@ class Capacity:
                     if dev in free:
                         free.remove(dev)
                 elif slot.fraction >= 1.0 and slot.memory_mb is None:
-                    if dev in self.free[slot.node]:
-                        self.free[slot.node].remove(dev)
+                    self._take_device(node, dev)
                 else:
                     frac, mem = self.shared[slot.node].get(dev, (0.0, 0))
                     self.shared[slot.node][dev] = (
                         frac + slot.fraction,
                         mem + (slot.memory_mb or 0),
                     )
-                    if dev in self.free[slot.node]:
-                        self.free[slot.node].remove(dev)
+                    self._take_device(node, dev)
         self.used[(project, placement.gpu_type)] += placement.gpu_amount
 
     def release(self, project: str, placement: Placement) -> None:
@@ -85,11 +93,26 @@ class Capacity:
                         self.shared[slot.node][dev] = (frac, mem)
         self.used[(project, placement.gpu_type)] -= placement.gpu_amount
 
+    def _take_device(self, node: Node, dev: str) -> None:
+        free = self.free[node.name]
+        if dev in free:
+            self._rebucket(node, len(free), len(free) - 1)
+            free.remove(dev)
+
     def _free_device(self, node: Node, dev: str) -> None:
         free = self.free[node.name]
         if dev not in free:
+            self._rebucket(node, len(free), len(free) + 1)
             free.append(dev)
             free.sort(key=node.devices.index)
+
+    def _rebucket(self, node: Node, old: int, new: int) -> None:
+        b = self.buckets.get((node.gpu_type, node.backend))
+        if b is None or not node.schedulable:
+            return
+        names = b[old]
+        del names[bisect_left(names, node.name)]
+        insort(b[new], node.name)
 
     def free_amount(self, node: str) -> int:
         return len(self.free[node])

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from mlops_gpu.core.decision import Decision
-from mlops_gpu.core.policy import decide
+from mlops_gpu.core.decision import Decision, PendingReason
+from mlops_gpu.core.policy import Cycle, decide
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import Phase, Run
+from mlops_gpu.core.state import State
+from mlops_gpu.model import Node, Phase, Run
 
 
 class FromScratch:
@@ -30,24 +31,91 @@ class FromScratch:
     def finish(self, run_id: str) -> Run:
         return self.active.pop(run_id)
 
-    def snapshot(self, now: float, usage_history: Mapping[tuple[str, str], float] | None = None,
-                 ) -> Snapshot:
+    def snapshot(
+        self,
+        now: float,
+        usage_history: Mapping[tuple[str, str], float] | None = None,
+    ) -> Snapshot:
         return replace(
-            self.template, now=now, pending=tuple(self.pending.values()),
+            self.template,
+            now=now,
+            pending=tuple(self.pending.values()),
             active=tuple(self.active.values()),
             usage_history=dict(usage_history or self.template.usage_history),
         )
 
-    def cycle(self, now: float, usage_history: Mapping[tuple[str, str], float] | None = None
-              ) -> Decision:
+    def cycle(
+        self, now: float, usage_history: Mapping[tuple[str, str], float] | None = None
+    ) -> Decision:
         d = decide(self.snapshot(now, usage_history))
         self.apply(d, now)
         return d
 
+    def explain_all(self, now: float) -> tuple[PendingReason, ...]:
+        return decide(self.snapshot(now)).pending
+
     def apply(self, d: Decision, now: float) -> None:
         for a in d.admissions:
             run = self.pending.pop(a.run_id)
-            self.active[run.id] = replace(run, phase=Phase.RUNNING, placement=a.placement,
-                                          admitted_at=now, started_at=now)
+            self.active[run.id] = replace(
+                run, phase=Phase.RUNNING, placement=a.placement, admitted_at=now, started_at=now
+            )
         for p in d.preemptions:
             self.active[p.run_id] = replace(self.active[p.run_id], preempt_requested=True)
+
+
+class Incremental:
+    """The engine the scheduler keeps between cycles: a ``State`` updated by events, so a cycle
+    costs what it considers, not the size of the queue. Decisions equal ``FromScratch``'s."""
+
+    def __init__(self, template: Snapshot) -> None:
+        self.template = template
+        self.state = State(template)
+
+    @property
+    def pending(self) -> dict[str, Run]:
+        return self.state.pending
+
+    @property
+    def active(self) -> dict[str, Run]:
+        return self.state.active
+
+    def submit(self, run: Run) -> None:
+        self.state.add_pending(run)
+
+    def finish(self, run_id: str) -> Run:
+        return self.state.finish(run_id)
+
+    def snapshot(self, now: float) -> Snapshot:
+        return self.state.snapshot(now)
+
+    def set_nodes(self, nodes: tuple[Node, ...], now: float) -> None:
+        """Capacity changed (nodes came, went, drained): rebuild the state around it."""
+        snap = replace(self.state.snapshot(now), nodes=nodes)
+        self.template = replace(self.template, nodes=nodes)
+        self.state = State.from_snapshot(snap)
+
+    def explain_all(self, now: float) -> list[PendingReason]:
+        """A reason and ETA for every pending run, from a cycle that is not applied (right
+        after a cycle it admits nothing; whatever it books is given back)."""
+        cycle = Cycle(self.state, now)
+        d = cycle.run()
+        reasons = cycle.explain()
+        for a in d.admissions:
+            self.state.cap.release(self.state.pending[a.run_id].project, a.placement)
+        return reasons
+
+    def cycle(
+        self,
+        now: float,
+        usage_history: Mapping[tuple[str, str], float] | None = None,
+        spent: Mapping[str, tuple[float, float]] | None = None,
+    ) -> Decision:
+        """One cycle; its decision is applied to the state (admitted runs become active,
+        victims are flagged)."""
+        d = Cycle(self.state, now, usage_history, spent).run()
+        for a in d.admissions:
+            self.state.admit(a.run_id, a.placement, now, taken=True)
+        for p in d.preemptions:
+            self.state.mark_going(p.run_id)
+        return d

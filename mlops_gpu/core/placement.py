@@ -54,8 +54,10 @@ def place(
 
     ``fits(node, free_after)`` may veto a node (backfill uses it to protect a reservation).
     """
-    nodes = eligible_nodes(snap, cap, run, gpu_type)
     req = run.request
+    if req.shape == "whole" and req.topology_key is None:
+        return _place_whole_indexed(snap, cap, run, gpu_type, fits)
+    nodes = eligible_nodes(snap, cap, run, gpu_type)
     if req.shape == "mig":
         return _place_mig(cap, nodes, req, gpu_type, fits)
     if req.shape == "shared":
@@ -90,6 +92,43 @@ def _place_whole(
         return None
     slots = tuple(NodeSlot(n.name, tuple(cap.free[n.name][: req.gpus])) for n in choice)
     return Placement(backend=choice[0].backend, gpu_type=gpu_type, slots=slots)
+
+
+def _place_whole_indexed(
+    snap: Snapshot, cap: Capacity, run: Run, gpu_type: str, fits: NodeFilter | None
+) -> Placement | None:
+    """``_place_whole`` without topology, from the free-count buckets: the same choice (least
+    left, then name; per backend the first ``nodes``; the cheapest backend, then its name)
+    without looking at nodes that cannot fit."""
+    req, pinned = run.request, run.spec.backend
+    best: tuple[tuple[int, tuple[str, ...]], list[str], str] | None = None
+    for (t, backend), buckets in sorted(cap.buckets.items()):
+        if t != gpu_type or (pinned is not None and backend != pinned):
+            continue
+        if req.nodes > 1 and not snap.caps(backend).multi_node:
+            continue
+        chosen: list[str] = []
+        total = 0
+        for k in range(req.gpus, len(buckets)):
+            for name in buckets[k]:
+                if fits is not None and not fits(cap.nodes[name], k - req.gpus):
+                    continue
+                chosen.append(name)
+                total += k
+                if len(chosen) == req.nodes:
+                    break
+            if len(chosen) == req.nodes:
+                break
+        if len(chosen) < req.nodes:
+            continue
+        cost = (total, tuple(chosen))
+        if best is None or cost < best[0]:
+            best = (cost, chosen, backend)
+    if best is None:
+        return None
+    _, chosen, backend = best
+    slots = tuple(NodeSlot(n, tuple(cap.free[n][: req.gpus])) for n in chosen)
+    return Placement(backend=backend, gpu_type=gpu_type, slots=slots)
 
 
 def _cost(cap: Capacity, group: list[Node]) -> tuple[int, tuple[str, ...]]:
@@ -181,10 +220,12 @@ def _place_mig(
 
 
 def could_ever_fit(snap: Snapshot, run: Run, gpu_type: str) -> bool:
-    """Whether an empty cluster could host the run on ``gpu_type`` (ignoring quotas)."""
+    """Whether an empty cluster could host the run on ``gpu_type`` (ignoring quotas). Nodes
+    that are unschedulable now may come back: this judges the cluster's shape, not its state."""
+    nodes = tuple(n if n.schedulable else replace(n, schedulable=True) for n in snap.nodes)
     empty = Snapshot(
         now=snap.now,
-        nodes=snap.nodes,
+        nodes=nodes,
         pending=(),
         active=(),
         projects={},
@@ -192,9 +233,4 @@ def could_ever_fit(snap: Snapshot, run: Run, gpu_type: str) -> bool:
         priority_classes={},
         capabilities=snap.capabilities,
     )
-    cap = Capacity(empty)
-    # Unschedulable nodes may come back: judge the cluster's shape, not today's state.
-    for name, node in list(cap.nodes.items()):
-        if not node.schedulable:
-            cap.nodes[name] = replace(node, schedulable=True)
-    return place(snap, cap, run, gpu_type) is not None
+    return place(empty, Capacity(empty), run, gpu_type) is not None

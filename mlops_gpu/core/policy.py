@@ -17,152 +17,192 @@
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
    waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``).
 Strict FIFO: once a project has a blocked run, its later runs wait behind it.
+
+A cycle reads a ``State`` (built from a snapshot, or kept up to date by the incremental engine)
+and judges each queue of interchangeable runs by its head: when the head is blocked and its
+followers could do nothing the head could not (no reservation to work around, no possible
+victims), they wait for the same reason without being tried one by one.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any
 
 from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, quota_eta, reserve
-from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
-from mlops_gpu.core.fairshare import (
-    Shares,
-    attained_now,
-    budget_exceeded,
-    effective_priority,
-    las_level,
-)
-from mlops_gpu.core.placement import could_ever_fit, place, request_amount
+from mlops_gpu.core.explain import shape_text
+from mlops_gpu.core.fairshare import Shares, attained_now, budget_exceeded, las_level
+from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan
-from mlops_gpu.core.quota import QuotaBook
 from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.core.state import ShapeKey, State
 from mlops_gpu.model import Placement, Run
 
 
-def _shape(run: Run, gpu_types: list[str]) -> str:
-    req = run.request
-    types = " or ".join(gpu_types) if gpu_types else "GPUs (no type in this cluster)"
-    if req.shape == "mig":
-        return f"needs {req.gpus} MIG {req.mig} slice(s) of {types}"
-    if req.shape == "shared":
-        parts = [
-            f"{req.gpu_fraction:g} of a GPU" if req.gpu_fraction else "",
-            f"{req.gpu_memory_mb} MB" if req.gpu_memory_mb else "",
-        ]
-        return f"needs {' with '.join(p for p in parts if p)} of a shared {types}"
-    where = "on one node" if req.nodes == 1 else f"on each of {req.nodes} nodes"
-    return f"needs {req.gpus} {types} {where}"
+class Outcome(Enum):
+    ADMITTED = 1
+    #: Fits but for the backfill reservation: an identical run behind it with a short enough
+    #: max_runtime could start.
+    RESERVED = 4
+    #: Blocked, and every identical run behind it would be blocked for the same reason.
+    BLOCKED = 2
+    #: Blocked, but a run behind it might not be (reservation, possible victims): try each.
+    BLOCKED_TRY_NEXT = 3
+
+
+#: [shape key, next index, end index] into state.queues[project][shape key]
+Range = list[Any]
 
 
 class Cycle:
-    def __init__(self, snap: Snapshot) -> None:
-        self.snap = snap
-        self.cap = Capacity(snap)  # 1. snapshot
-        self.quota = QuotaBook(snap, self.cap.used)
-        self.shares = Shares(snap, self.cap.used, self.cap.capacity_by_type)
-        self.types = sorted({n.gpu_type for n in snap.nodes})
+    def __init__(
+        self,
+        state: State,
+        now: float,
+        usage_history: Mapping[tuple[str, str], float] | None = None,
+        spent: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        state.set_time(now)  # 1. snapshot
+        self.state = state
+        self.snap = state.view(now, usage_history, spent)
+        self.cap, self.quota = state.cap, state.quota
+        self.shares = Shares(self.snap, self.cap.used, state.capacity_by_type)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
-        self.pending: dict[str, PendingReason] = {}
-        self.going: set[str] = {a.id for a in snap.active if a.preempt_requested}
+        self.reasons: dict[str, PendingReason] = {}
+        self.going: set[str] = set(state.going)
         self.reservation: Reservation | None = None
         self.blocked_projects: dict[str, str] = {}
-        self.budget_notes = {p: budget_exceeded(snap, p) for p in snap.projects}
-        self.prio: dict[str, int] = {}
-        self.visit_order: list[Run] = []
-        self.types_of: dict[str, list[str]] = {}
+        self.notes = {
+            p: budget_exceeded(self.snap, p)
+            for p, proj in self.snap.projects.items()
+            if proj.budget is not None
+        }
+        # For explain: runs in the order the cycle met them; a run's followers share its reason.
+        self.met: list[tuple[Run, tuple[str, ShapeKey, int, int] | None]] = []
+        self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
 
-    # -- 2. triage ----------------------------------------------------------------------
-    def _triage(self) -> list[Run]:
-        snap, ready = self.snap, []
-        for run in snap.pending:
-            if run.project not in snap.projects or run.spec.priority not in snap.priority_classes:
-                what = "project" if run.project not in snap.projects else "priority class"
-                self._wait(run, ReasonCode.INVALID, f"unknown {what}")
-                continue
-            note = self.budget_notes.get(run.project)
-            budget = snap.projects[run.project].budget
-            if note is not None and budget is not None and budget.action == "wait":
-                self._wait(
-                    run, ReasonCode.BUDGET, f"{note}; it waits until the window frees budget"
-                )
-                continue
-            if run.not_before is not None and run.not_before > snap.now:
-                self._wait(
-                    run,
-                    ReasonCode.BACKOFF,
-                    f"requeued as attempt {run.attempt}; backoff for "
-                    f"{run.not_before - snap.now:.0f}s more",
-                    eta=run.not_before,
-                )
-                continue
-            self.prio[run.id] = effective_priority(snap, run, note)
-            self.types_of[run.id] = [t for t in self.types if run.request.accepts(t)]
-            ready.append(run)
-        return ready
-
-    # -- 3. order -----------------------------------------------------------------------
-    def _within_project_key(self, run: Run) -> tuple[int, float, int]:
-        level = las_level(self.snap, run.attained_gpu_s) if self.snap.policy.order == "las" else 0
-        return (level, run.submitted_at, run.seq)
+    # -- 2. triage, 3. order --------------------------------------------------------------
+    def _level_of(self, project: str, class_value: int) -> int | None:
+        """The class value a queue is served at, or None when its budget makes it wait."""
+        note = self.notes.get(project)
+        if note is None:
+            return class_value
+        budget = self.snap.projects[project].budget
+        assert budget is not None
+        if budget.action == "wait":
+            return None
+        lowered = self.snap.priority_classes.get(budget.lower_to or "", class_value)
+        return min(lowered, class_value)
 
     def run(self) -> Decision:
-        ready = self._triage()
-        levels: dict[int, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
-        for run in ready:
-            levels[self.prio[run.id]][run.project].append(run)
+        levels: dict[int, dict[str, list[Range]]] = defaultdict(lambda: defaultdict(list))
+        for project, subqueues in self.state.queues.items():
+            for sk, q in subqueues.items():
+                level = self._level_of(project, int(sk[0]))  # type: ignore[call-overload]
+                if q and level is not None:
+                    levels[level][project].append([sk, 0, len(q)])
         for level in sorted(levels, reverse=True):
-            queues = levels[level]
-            for q in queues.values():
-                q.sort(key=self._within_project_key)
-            deferred: dict[str, list[Run]] = defaultdict(list)
-            self._level(queues, deferred)  # runs within nominal quota
-            self._level(deferred, None)  # then the runs that borrow
-        self._explain()  # 7. explain
+            deferred: dict[str, list[Range]] = defaultdict(list)
+            self._serve(levels[level], deferred)  # runs within nominal quota
+            self._serve(deferred, None)  # then the runs that borrow
         return Decision(
-            tuple(self.admissions),
-            tuple(self.preemptions),
-            tuple(self.pending[r.id] for r in self.snap.pending if r.id in self.pending),
+            tuple(self.admissions), tuple(self.preemptions), tuple(self.reasons.values())
         )
 
-    def _level(self, queues: dict[str, list[Run]], defer: dict[str, list[Run]] | None) -> None:
-        """Serve one priority class in fair-share order. With ``defer``, runs that would have to
-        borrow are set aside there (with the rest of their project's queue under strict FIFO)
-        for a second call, so that nothing borrows what its owner takes back at once."""
-        heap = [(self.shares.share(p), p, 0) for p, q in queues.items() if q]
+    def _serve(
+        self,
+        ranges: Mapping[str, list[Range]],
+        defer: dict[str, list[Range]] | None,
+    ) -> None:
+        """Serve one priority class in fair-share order: the project with the lowest share
+        takes its next run, until every project's runs are admitted, deferred or waiting."""
+        heap = [(self.shares.share(p), p) for p in sorted(ranges) if ranges[p]]
         heapq.heapify(heap)
         while heap:
-            _, project, i = heapq.heappop(heap)
-            q = queues[project]
-            if project in self.blocked_projects:  # strict FIFO
-                head = self.blocked_projects[project]
-                for run in q[i:]:
-                    self._wait(
-                        run,
-                        ReasonCode.QUEUED_BEHIND,
-                        f"queued behind run {head} (strict FIFO in project {project})",
-                    )
-                continue
-            run = q[i]
+            _, project = heapq.heappop(heap)
+            if self._turn(project, ranges[project], defer):
+                heapq.heappush(heap, (self.shares.share(project), project))
+
+    def _turn(
+        self,
+        project: str,
+        ranges: list[Range],
+        defer: dict[str, list[Range]] | None,
+    ) -> bool:
+        """The project's next run in its own order that can start: True once one is admitted,
+        False when none can (its queues are then all judged)."""
+        queues = self.state.queues[project]
+        keys = self.state._keys
+        strict = self.snap.policy.queueing == "strict-fifo"
+        if project in self.blocked_projects:  # strict FIFO: an older run of it is blocked
+            self._hold_behind(project, ranges, None)
+            return False
+        while True:
+            best: tuple[tuple[int, float, int], Range] | None = None
+            for rg in ranges:
+                if rg[1] < rg[2]:
+                    k = keys[queues[rg[0]][rg[1]].id]
+                    if best is None or k < best[0]:
+                        best = (k, rg)
+            if best is None:
+                return False
+            rg = best[1]
+            run = queues[rg[0]][rg[1]]
             if defer is not None and self._must_borrow(run):
-                if self.snap.policy.queueing == "strict-fifo":
-                    defer[project].extend(q[i:])
-                    continue
-                defer[project].append(run)
+                for r2 in ranges if strict else [rg]:
+                    if r2[1] < r2[2]:
+                        defer[project].append([r2[0], r2[1], r2[2]])
+                        r2[1] = r2[2]
+                if strict:
+                    return False
+                continue
+            outcome = self._try(run)
+            if outcome is Outcome.ADMITTED:
+                self.met.append((run, None))
+                rg[1] += 1
+                return True
+            if strict:
+                self.met.append((run, None))
+                self.blocked_projects[project] = run.id
+                rg[1] += 1
+                self._hold_behind(project, ranges, run.id)
+                return False
+            if outcome is Outcome.BLOCKED:  # the rest of this queue waits for the same reason
+                self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
+                rg[1] = rg[2]
+            elif outcome is Outcome.RESERVED:
+                # Identical runs behind it differ only in max_runtime: those that would not
+                # end before the reservation wait for the same reason; try the first that would.
+                assert self.reservation is not None
+                q, j = queues[rg[0]], rg[1] + 1
+                latest = self.reservation.at - self.snap.now
+                while j < rg[2]:
+                    mr = q[j].spec.max_runtime_s
+                    if mr is not None and mr <= latest:
+                        break
+                    j += 1
+                self.met.append((run, (project, rg[0], rg[1] + 1, j)))
+                rg[1] = j
             else:
-                self.visit_order.append(run)
-                if not self._try(run) and self.snap.policy.queueing == "strict-fifo":
-                    self.blocked_projects[project] = run.id
-            if i + 1 < len(q):
-                heapq.heappush(heap, (self.shares.share(project), project, i + 1))
+                self.met.append((run, None))
+                rg[1] += 1
+
+    def _hold_behind(self, project: str, ranges: list[Range], head: str | None) -> None:
+        head = head or self.blocked_projects[project]
+        for rg in ranges:
+            if rg[1] < rg[2]:
+                self.behind.append((project, head, rg[0], rg[1], rg[2]))
+                rg[1] = rg[2]
 
     def _must_borrow(self, run: Run) -> bool:
         amount = request_amount(run)
         return not any(
-            self.quota.within_nominal(run.project, t, amount) for t in self.types_of[run.id]
+            self.quota.within_nominal(run.project, t, amount) for t in self.state.types_of(run)
         )
 
     # -- 4. fit, 5. preempt, 6. reserve -------------------------------------------------
@@ -170,13 +210,11 @@ class Cycle:
         res = self.reservation
         if res is None:
             return None
-        ends = None
-        if run.spec.max_runtime_s is not None:
-            ends = self.snap.now + run.spec.max_runtime_s
+        ends = None if run.spec.max_runtime_s is None else self.snap.now + run.spec.max_runtime_s
         return lambda node, free_after: res.allows(node, free_after, ends)
 
-    def _try(self, run: Run) -> bool:
-        types = self.types_of[run.id]
+    def _try(self, run: Run) -> Outcome:
+        types = self.state.types_of(run)
         quota_msgs: list[str] = []
         fits_without_reservation = False
         flt = self._backfill_filter(run)
@@ -191,43 +229,70 @@ class Cycle:
                 continue
             if placement is not None:
                 self._admit(run, placement)
-                return True
-        # A run that fits but for the reservation waits for it; it does not preempt.
-        if (
-            not fits_without_reservation
-            and self.snap.policy.preemption
-            and self._preempt(run, types)
-        ):
-            return False
-        if len(quota_msgs) == len(types) and types:
-            self._wait(run, ReasonCode.QUOTA, f"{_shape(run, types)}; " + "; ".join(quota_msgs))
-            return False
+                return Outcome.ADMITTED
         if fits_without_reservation and self.reservation is not None:
+            # It fits but for the reservation: it waits for it (and does not preempt); a run
+            # behind it with a shorter max_runtime may still backfill.
             res = self.reservation
             self._wait(
                 run,
                 ReasonCode.RESERVED,
-                f"{_shape(run, types)}; free GPUs are held for run {res.run_id}, "
-                f"reserved to start by {res.at:.0f} (epoch s), and this run "
-                "would not end before then (set max_runtime to backfill)",
+                f"{shape_text(run, types)}; free GPUs are held for run {res.run_id}, "
+                f"reserved to start by {res.at:.0f} (epoch s), and this run would not "
+                "end before then (set max_runtime to backfill)",
             )
-            return False
-        if self.snap.policy.backfill and self.reservation is None:
-            self.reservation = reserve(self.snap, self.cap, run, types)
-        self._wait_capacity(run, types)
-        return False
+            return Outcome.RESERVED
+        if self.snap.policy.preemption:
+            search = self._victims_possible(run, types)
+            before = len(self.preemptions)
+            if (search or self.going) and self._preempt(run, types, search):
+                # Victims chosen for this run change what the next identical run could
+                # choose; a run that only waits for earlier victims changes nothing.
+                chosen = len(self.preemptions) > before
+                return Outcome.BLOCKED_TRY_NEXT if chosen else Outcome.BLOCKED
+        if len(quota_msgs) == len(types) and types:
+            self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
+        else:
+            if self.snap.policy.backfill and self.reservation is None:
+                self.reservation = reserve(self.snap, self.cap, run, types)
+            self._wait_capacity(run, types)
+        return Outcome.BLOCKED
 
     def _admit(self, run: Run, placement: Placement) -> None:
         self.cap.take(run.project, placement)
         self.shares.add(run.project, placement.gpu_type, placement.gpu_amount)
         self.admissions.append(Admission(run.id, placement))
 
+    def _victims_possible(self, run: Run, types: list[str]) -> bool:
+        """Whether any active run might be a victim of ``run`` (a cheap over-estimate: when
+        False, the preemption search would find nothing)."""
+        if not self.snap.policy.preemption:
+            return False
+        mine = self.snap.priority_of(run)
+        las = self.snap.policy.order == "las"
+        root = self.quota.root.get(run.project)
+        amount = request_amount(run)
+        for t in types:
+            pool = self.state.victims.get((run.project, t))
+            if pool and any(v < mine or (las and v == mine) for v in pool):
+                return True
+            if root is None or not self.quota.within_nominal(run.project, t, amount):
+                continue
+            for m in self.quota.members[root]:
+                if (
+                    m != run.project
+                    and self.quota.borrowed(m, t) > 0
+                    and self.state.victims.get((m, t))
+                ):
+                    return True
+        return False
+
     def _may_preempt(self, run: Run, victim: Run) -> bool:
         if victim.id in self.going:
             return False
         snap = self.snap
         if victim.project == run.project:
-            mine, theirs = self.prio[run.id], snap.priority_of(victim)
+            mine, theirs = snap.priority_of(run), snap.priority_of(victim)
             if theirs < mine:
                 return True
             return (
@@ -237,16 +302,19 @@ class Cycle:
                 > las_level(snap, run.attained_gpu_s)
             )
         t = victim.placement.gpu_type if victim.placement else ""
+        root = self.quota.root.get(victim.project)
         return (
-            self.quota.root.get(victim.project) is not None
-            and self.quota.root.get(victim.project) == self.quota.root.get(run.project)
+            root is not None
+            and root == self.quota.root.get(run.project)
             and self.quota.borrowed(victim.project, t) > 0
             and self.quota.within_nominal(run.project, t, request_amount(run))
         )
 
-    def _preempt(self, run: Run, types: list[str]) -> bool:
+    def _preempt(self, run: Run, types: list[str], search: bool) -> bool:
         snap = self.snap
-        plan = find_plan(snap, self.cap, self.quota, run, types, self._may_preempt, self.going)
+        plan = find_plan(
+            snap, self.cap, self.quota, run, types, self._may_preempt, self.going, search
+        )
         if plan is None:
             return False
         if not plan.victims:
@@ -254,7 +322,7 @@ class Cycle:
             self._wait(
                 run,
                 ReasonCode.PREEMPTING,
-                f"{_shape(run, types)}; waiting for preempted run(s) "
+                f"{shape_text(run, types)}; waiting for preempted run(s) "
                 f"{', '.join(waiting[:5])} to exit",
                 eta=max(
                     (expected_end(snap, a) or snap.now for a in snap.active if a.id in self.going),
@@ -278,7 +346,7 @@ class Cycle:
         self._wait(
             run,
             ReasonCode.PREEMPTING,
-            f"{_shape(run, types)}; preempting {len(plan.victims)} run(s) ({names}), "
+            f"{shape_text(run, types)}; preempting {len(plan.victims)} run(s) ({names}), "
             f"losing {plan.lost_gpu_s / 3600:.2f} GPU-hours since their checkpoints; "
             f"it starts once they exit (grace up to {grace:g}s)",
             eta=snap.now + grace,
@@ -287,15 +355,15 @@ class Cycle:
 
     # -- 7. explain ---------------------------------------------------------------------
     def _wait(self, run: Run, code: ReasonCode, reason: str, eta: float | None = None) -> None:
-        self.pending[run.id] = PendingReason(run.id, code, reason, eta)
+        self.reasons[run.id] = PendingReason(run.id, code, reason, eta)
 
     def _wait_capacity(self, run: Run, types: list[str]) -> None:
-        fits_ever = [t for t in types if could_ever_fit(self.snap, run, t)]
+        fits_ever = self.state.ever_fits(run)
         if not fits_ever:
             self._wait(
                 run,
                 ReasonCode.UNSCHEDULABLE,
-                f"{_shape(run, types)}; no node of this cluster can host it",
+                f"{shape_text(run, types)}; no node of this cluster can host it",
             )
             return
         blocks = ", ".join(f"{self.cap.largest_free_block(t)} {t}" for t in fits_ever)
@@ -312,19 +380,42 @@ class Cycle:
         self._wait(
             run,
             ReasonCode.NO_CAPACITY,
-            f"{_shape(run, types)}; the largest free block is {blocks}{extra}",
+            f"{shape_text(run, types)}; the largest free block is {blocks}{extra}",
         )
 
-    def _explain(self) -> None:
-        """Add ETAs: the reservation's time for its run, the profile estimate for the rest."""
-        etas = EtaBook(self.snap, self.cap)
-        for run in self.visit_order:
-            p = self.pending.get(run.id)
-            if p is None:
-                continue
-            types = self.types_of[run.id]
+    def explain(self) -> list[PendingReason]:
+        """A reason for every pending run not admitted, with ETAs: the reservation's time
+        for its run, the profile estimate (``EtaBook``) for the rest, in the order met."""
+        snap, st = self.snap, self.state
+        out: dict[str, PendingReason] = {}
+        for rid, why in st.invalid.items():
+            out[rid] = PendingReason(rid, ReasonCode.INVALID, why)
+        for run in st.in_backoff():
+            out[run.id] = PendingReason(
+                run.id,
+                ReasonCode.BACKOFF,
+                f"requeued as attempt {run.attempt}; backoff for "
+                f"{(run.not_before or snap.now) - snap.now:.0f}s more",
+                run.not_before,
+            )
+        for project, subqueues in st.queues.items():
+            note = self.notes.get(project)
+            budget = snap.projects[project].budget if project in snap.projects else None
+            if note is not None and budget is not None and budget.action == "wait":
+                for q in subqueues.values():
+                    for run in q:
+                        out[run.id] = PendingReason(
+                            run.id,
+                            ReasonCode.BUDGET,
+                            f"{note}; it waits until the window frees budget",
+                        )
+        etas = EtaBook(snap, self.cap)
+        admitted = {a.run_id for a in self.admissions}
+
+        def booked(run: Run, p: PendingReason) -> PendingReason:
+            types = st.types_of(run)
             if p.reason_code in (ReasonCode.UNSCHEDULABLE, ReasonCode.INVALID):
-                continue
+                return p
             eta, why = etas.book(types, request_amount(run))
             if p.reason_code is ReasonCode.QUOTA:
                 eta, why = self._quota_eta(run, types)
@@ -332,8 +423,30 @@ class Cycle:
                 eta, why = self.reservation.at, "reserved (EASY backfill)"
             if p.eta is not None:
                 eta = max(p.eta, eta) if eta is not None else p.eta
-            reason = p.reason if eta is not None else f"{p.reason}; {why}"
-            self.pending[run.id] = PendingReason(run.id, p.reason_code, reason, eta)
+            return PendingReason(
+                run.id, p.reason_code, p.reason if eta is not None else f"{p.reason}; {why}", eta
+            )
+
+        for run, followers in self.met:
+            p = self.reasons.get(run.id)
+            if p is None or run.id in admitted:
+                continue
+            out[run.id] = booked(run, p)
+            if followers is not None:
+                project, sk, start, end = followers
+                for f in st.queues[project][sk][start:end]:
+                    out[f.id] = booked(f, PendingReason(f.id, p.reason_code, p.reason))
+        for project, head, sk, start, end in self.behind:
+            for f in st.queues[project][sk][start:end]:
+                out[f.id] = booked(
+                    f,
+                    PendingReason(
+                        f.id,
+                        ReasonCode.QUEUED_BEHIND,
+                        f"queued behind run {head} (strict FIFO in project {project})",
+                    ),
+                )
+        return list(out.values())
 
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
         best: tuple[float | None, str] = (None, "no ETA")
@@ -358,7 +471,13 @@ class Cycle:
 
 
 def decide_default(snap: Snapshot) -> Decision:
-    return Cycle(snap).run()
+    """From scratch: build the state from ``snap``, run one cycle, explain every run."""
+    cycle = Cycle(State.from_snapshot(snap), snap.now, snap.usage_history, snap.spent)
+    d = cycle.run()
+    reasons = {p.run_id: p for p in cycle.explain()}
+    return Decision(
+        d.admissions, d.preemptions, tuple(reasons[r.id] for r in snap.pending if r.id in reasons)
+    )
 
 
 POLICIES: dict[str, Callable[[Snapshot], Decision]] = {"default": decide_default}

@@ -50,16 +50,18 @@ def find_plan(
     gpu_types: list[str],
     may_preempt: Callable[[Run, Run], bool],
     going_ids: set[str],
+    search: bool = True,
 ) -> Plan | None:
     """The cheapest sufficient set of victims for ``run``, or None. Runs in ``going_ids``
-    (being preempted) count as gone. ``cap`` and ``quota`` are restored before returning."""
+    (being preempted) count as gone. Without ``search``, only whether the run fits once they
+    are gone (a plan without victims). ``cap`` and ``quota`` are restored before returning."""
     going = [a for a in snap.active if a.id in going_ids and a.placement is not None]
     for a in going:
         cap.release(a.project, _placement(a))
     try:
         best: Plan | None = None
         for t in gpu_types:
-            plan = _plan_for_type(snap, cap, quota, run, t, may_preempt, bool(going))
+            plan = _plan_for_type(snap, cap, quota, run, t, may_preempt, bool(going), search)
             if plan is not None and (
                 best is None
                 or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
@@ -91,12 +93,13 @@ def _plan_for_type(
     t: str,
     may_preempt: Callable[[Run, Run], bool],
     going: bool,
+    search: bool,
 ) -> Plan | None:
-    placed = _fits(snap, cap, quota, run, t)
+    placed = _fits(snap, cap, quota, run, t) if going else None
     if placed is not None:
-        # It fits once the runs already being preempted are gone (or, with none going, it
-        # fits now and only something else, such as a reservation, holds it back).
-        return Plan((), placed, 0.0) if going else None
+        return Plan((), placed, 0.0)  # it fits once the runs being preempted are gone
+    if not search:
+        return None
     cands = [
         a
         for a in snap.active

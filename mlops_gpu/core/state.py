@@ -1,0 +1,220 @@
+"""``State``: everything a scheduling cycle reads, kept up to date by events so that a cycle
+does not rebuild it from a whole snapshot.
+
+Invariants:
+- ``State.from_snapshot(s)`` and a ``State`` that saw the same runs submitted, admitted,
+  preempted and finished one event at a time are equal in every field a cycle reads; this is
+  what lets the incremental engine make exactly the decisions of a from-scratch recomputation
+  (the differential test checks it).
+- Pending runs live in ``queues[project][shape]``: runs of one project with the same request,
+  priority class and LAS level, sorted by (LAS level, submit time, sequence). Runs of one such
+  queue are interchangeable for placement and quota, so a cycle can judge a queue by its head.
+- A pending run with ``not_before`` in the future waits in ``backoff`` until ``now`` reaches it;
+  a run with an unknown project or priority class waits in ``invalid``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import insort
+from collections import defaultdict
+from dataclasses import replace
+
+from mlops_gpu.core.capacity import Capacity
+from mlops_gpu.core.fairshare import las_level
+from mlops_gpu.core.placement import could_ever_fit
+from mlops_gpu.core.quota import QuotaBook
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import Phase, Placement, Run
+
+ShapeKey = tuple[object, ...]
+
+
+def shape_key(snap: Snapshot, run: Run) -> ShapeKey:
+    r = run.request
+    level = las_level(snap, run.attained_gpu_s) if snap.policy.order == "las" else 0
+    return (
+        snap.priority_of(run),
+        level,
+        r.gpus,
+        r.nodes,
+        r.gpu_types,
+        r.gpu_fraction,
+        r.gpu_memory_mb,
+        r.mig,
+        r.topology_key,
+        r.topology_required,
+        run.spec.backend,
+    )
+
+
+def order_key(snap: Snapshot, run: Run) -> tuple[int, float, int]:
+    level = las_level(snap, run.attained_gpu_s) if snap.policy.order == "las" else 0
+    return (level, run.submitted_at, run.seq)
+
+
+class State:
+    def __init__(self, template: Snapshot) -> None:
+        """``template`` gives the cluster, projects, classes, cohorts, policy; its runs are
+        ignored (use ``from_snapshot`` to load them)."""
+        self.template = replace(template, pending=(), active=())
+        self.now = template.now
+        self.cap = Capacity(self.template)
+        self.quota = QuotaBook(self.template, self.cap.used)
+        self.capacity_by_type = self.cap.capacity_by_type
+        self.types = sorted({n.gpu_type for n in template.nodes})
+        self.active: dict[str, Run] = {}
+        self.going: set[str] = set()
+        self.pending: dict[str, Run] = {}
+        self.queues: dict[str, dict[ShapeKey, list[Run]]] = defaultdict(dict)
+        self.backoff: list[tuple[float, int, str]] = []
+        self.invalid: dict[str, str] = {}
+        self._keys: dict[str, tuple[int, float, int]] = {}
+        #: (project, GPU type) -> class value -> preemptible active runs not being preempted:
+        #: who could be a victim, without scanning the active runs.
+        self.victims: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        self._types_of: dict[ShapeKey, list[str]] = {}
+
+    @staticmethod
+    def from_snapshot(snap: Snapshot) -> State:
+        st = State(snap)
+        for a in snap.active:
+            st.add_active(a)
+        for r in snap.pending:
+            st.add_pending(r)
+        return st
+
+    def view(self, now: float, usage_history: object = None, spent: object = None) -> Snapshot:
+        """A snapshot of the state for the helpers (placement, preemption, backfill): the
+        active runs in the state, no pending runs (the cycle reads those from ``queues``)."""
+        t = self.template
+        return replace(
+            t,
+            now=now,
+            active=tuple(self.active.values()),
+            usage_history=t.usage_history if usage_history is None else usage_history,  # type: ignore[arg-type]
+            spent=t.spent if spent is None else spent,  # type: ignore[arg-type]
+        )
+
+    # -- events -------------------------------------------------------------------------
+    def add_pending(self, run: Run) -> None:
+        t = self.template
+        self.pending[run.id] = run
+        if run.project not in t.projects or run.spec.priority not in t.priority_classes:
+            what = "project" if run.project not in t.projects else "priority class"
+            self.invalid[run.id] = f"unknown {what}"
+        elif run.not_before is not None and run.not_before > self.now:
+            heapq.heappush(self.backoff, (run.not_before, run.seq, run.id))
+        else:
+            self._enqueue(run)
+
+    def _enqueue(self, run: Run) -> None:
+        key = order_key(self.template, run)
+        self._keys[run.id] = key
+        q = self.queues[run.project].setdefault(shape_key(self.template, run), [])
+        if not q or order_key(self.template, q[-1]) <= key:
+            q.append(run)  # the common case: submitted after everything queued
+        else:
+            insort(q, run, key=lambda r: order_key(self.template, r))
+
+    def remove_pending(self, run_id: str) -> Run:
+        run = self.pending.pop(run_id)
+        if self.invalid.pop(run_id, None) is not None:
+            return run
+        subqueues = self.queues.get(run.project, {})
+        sk = shape_key(self.template, run)
+        q = subqueues.get(sk)
+        if q is not None:
+            # by identity, from the head: admitted runs are nearly always at the front
+            for i, queued in enumerate(q):
+                if queued is run or queued.id == run_id:
+                    del q[i]
+                    break
+            if not q:
+                del subqueues[sk]
+        self._keys.pop(run_id, None)
+        return run  # a run in backoff is skipped when it comes up (it is no longer pending)
+
+    def add_active(self, run: Run, taken: bool = False) -> None:
+        """A run now holds its placement (``taken``: the cycle booked it already)."""
+        assert run.placement is not None, f"active run {run.id} has no placement"
+        self.active[run.id] = run
+        if not taken:
+            self.cap.take(run.project, run.placement)
+        if run.preempt_requested:
+            self.going.add(run.id)
+        elif run.spec.preemptible:
+            self._victim(run, +1)
+
+    def _victim(self, run: Run, delta: int) -> None:
+        assert run.placement is not None
+        pool = self.victims[(run.project, run.placement.gpu_type)]
+        value = self.template.priority_of(run)
+        pool[value] += delta
+        if not pool[value]:
+            del pool[value]
+
+    def ever_fits(self, run: Run) -> list[str]:
+        """The acceptable GPU types on which an empty cluster could host the run (cached: it
+        depends only on the request and the nodes)."""
+        key = ("ever", *shape_key(self.template, run))
+        types = self._types_of.get(key)
+        if types is None:
+            types = [t for t in self.types_of(run) if could_ever_fit(self.template, run, t)]
+            self._types_of[key] = types
+        return types
+
+    def types_of(self, run: Run) -> list[str]:
+        key = shape_key(self.template, run)
+        types = self._types_of.get(key)
+        if types is None:
+            types = [t for t in self.types if run.request.accepts(t)]
+            self._types_of[key] = types
+        return types
+
+    def admit(self, run_id: str, placement: Placement, now: float, taken: bool = False) -> Run:
+        run = self.remove_pending(run_id)
+        active = replace(
+            run, phase=Phase.RUNNING, placement=placement, admitted_at=now, started_at=now
+        )
+        self.add_active(active, taken)
+        return active
+
+    def mark_going(self, run_id: str) -> None:
+        run = self.active[run_id]
+        if run.id in self.going:
+            return
+        if run.spec.preemptible:
+            self._victim(run, -1)
+        self.active[run_id] = replace(run, preempt_requested=True)
+        self.going.add(run_id)
+
+    def finish(self, run_id: str) -> Run:
+        run = self.active.pop(run_id)
+        assert run.placement is not None
+        self.cap.release(run.project, run.placement)
+        if run_id in self.going:
+            self.going.discard(run_id)
+        elif run.spec.preemptible:
+            self._victim(run, -1)
+        return run
+
+    def set_time(self, now: float) -> None:
+        """Advance the clock; runs whose backoff is over join their queues."""
+        self.now = now
+        while self.backoff and self.backoff[0][0] <= now:
+            _, _, rid = heapq.heappop(self.backoff)
+            run = self.pending.get(rid)
+            if run is not None and rid not in self._keys:
+                self._enqueue(run)
+
+    def snapshot(self, now: float) -> Snapshot:
+        """The whole state as a snapshot (pending runs included): what ``decide`` would get."""
+        return replace(self.view(now), pending=tuple(self.pending.values()))
+
+    def in_backoff(self) -> list[Run]:
+        return [
+            self.pending[rid]
+            for _, _, rid in sorted(self.backoff)
+            if rid in self.pending and rid not in self._keys
+        ]
