@@ -91,3 +91,48 @@ def test_queue_shows_reasons_and_cancel_pending(tmp_path: Path) -> None:
             break
         time.sleep(0.3)
     assert st["phase"] == "cancelled"
+
+
+def test_queue_on_a_contended_cluster_explains_every_pending_run(tmp_path: Path) -> None:
+    """Every pending run has a reason, and an ETA when what it waits for has max_runtime."""
+    cfg = tmp_path / "mlops-gpu.yaml"
+    cfg.write_text(config_yaml(nodes=[("node-a", 4)], projects={"p": (4, 0), "q": (4, 0)}))
+    base = ("--config", str(cfg))
+    submitted = []
+    for project, gpus in [("p", 2), ("q", 2), ("p", 2), ("q", 4), ("p", 1)]:
+        r = run_cli(
+            *base,
+            "submit",
+            "--no-start",
+            "-p",
+            project,
+            "-g",
+            str(gpus),
+            "--max-runtime",
+            "10m",
+            "--",
+            "sleep",
+            "60",
+        )
+        assert r.returncode == 0, r.stderr
+        submitted.append(r.stdout.strip())
+    try:
+        assert run_cli(*base, "scheduler", "--once").returncode == 0
+        queue = json.loads(run_cli(*base, "queue", "--json").stdout)
+        assert len(queue) == 3  # two 2-GPU runs fill the node
+        for run in queue:
+            assert run["reason_code"] in ("no_capacity", "reserved", "quota"), run
+            assert run["reason"] and run["eta"] is not None, run
+        text = run_cli(*base, "queue").stdout
+        assert all(run["id"] in text for run in queue)
+    finally:
+        run_cli(*base, "cancel", *submitted)
+        run_cli(*base, "scheduler", "--once")  # sends the stop signals
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        states = json.loads(run_cli(*base, "status", "--json").stdout)
+        if all(s["phase"] in ("cancelled", "succeeded", "failed") for s in states):
+            break
+        run_cli(*base, "scheduler", "--once")
+        time.sleep(0.3)
+    assert all(s["phase"] == "cancelled" for s in states), states

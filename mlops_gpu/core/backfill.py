@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -117,12 +118,14 @@ class _TypeProfile:
 class EtaBook:
     """Estimated start times for pending runs visited in scheduling order."""
 
-    def __init__(self, snap: Snapshot, cap: Capacity) -> None:
+    def __init__(self, snap: Snapshot, cap: Capacity, admitted: Iterable[Run] = ()) -> None:
+        """``admitted``: runs this cycle admitted (already booked in ``cap``), which hold GPUs
+        from now on like the active runs."""
         self.now = snap.now
         self.profiles: dict[str, _TypeProfile] = {}
         releases: dict[str, list[tuple[float, float]]] = defaultdict(list)
         unknown: dict[str, float] = defaultdict(float)
-        for a in snap.active:
+        for a in (*snap.active, *admitted):
             if a.placement is None:
                 continue
             end = expected_end(snap, a)
@@ -172,7 +175,13 @@ class EtaBook:
 
 
 def quota_eta(
-    snap: Snapshot, used: float, limit: float | None, project: str, gpu_type: str, need: float
+    snap: Snapshot,
+    used: float,
+    limit: float | None,
+    project: str,
+    gpu_type: str,
+    need: float,
+    admitted: Iterable[Run] = (),
 ) -> tuple[float | None, str]:
     """When the project's own runs of ``gpu_type`` will have released enough quota."""
     if limit is None:
@@ -181,7 +190,7 @@ def quota_eta(
     if short <= 1e-9:
         return snap.now, ""
     ends: list[tuple[float, float]] = []
-    for a in snap.active:
+    for a in (*snap.active, *admitted):
         if a.project == project and a.placement is not None and a.placement.gpu_type == gpu_type:
             end = expected_end(snap, a)
             if end is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
@@ -85,6 +86,7 @@ class Cycle:
         # For explain: runs in the order the cycle met them; a run's followers share its reason.
         self.met: list[tuple[Run, tuple[str, ShapeKey, int, int] | None]] = []
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
+        self._running_now: list[Run] = []
 
     # -- 2. triage, 3. order --------------------------------------------------------------
     def _level_of(self, project: str, class_value: int) -> int | None:
@@ -409,8 +411,18 @@ class Cycle:
                             ReasonCode.BUDGET,
                             f"{note}; it waits until the window frees budget",
                         )
-        etas = EtaBook(snap, self.cap)
         admitted = {a.run_id for a in self.admissions}
+        now_running = [
+            replace(
+                st.pending[a.run_id],
+                placement=a.placement,
+                admitted_at=snap.now,
+                started_at=snap.now,
+            )
+            for a in self.admissions
+        ]
+        etas = EtaBook(snap, self.cap, now_running)
+        self._running_now = now_running
 
         def booked(run: Run, p: PendingReason) -> PendingReason:
             types = st.types_of(run)
@@ -462,6 +474,7 @@ class Cycle:
                 run.project,
                 t,
                 request_amount(run),
+                self._running_now,
             )
             if eta is not None and (best[0] is None or eta < best[0]):
                 best = (eta, why)
