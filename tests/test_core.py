@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from mlops_gpu.core import ReasonCode, Snapshot, decide, request_problems
 from mlops_gpu.model import Phase, Quota
@@ -252,103 +250,4 @@ def test_request_problems(spec_kw: dict[str, object], needle: str) -> None:
     assert any(needle in p for p in problems), problems
 
 
-# -- invariants ------------------------------------------------------------------------------
-
-TYPES = ["a100-80gb", "h100-80gb"]
-
-
-@st.composite
-def snapshots(draw: st.DrawFn) -> Snapshot:
-    nodes = [
-        make_node(f"n{i}", draw(st.integers(1, 8)), draw(st.sampled_from(TYPES)))
-        for i in range(draw(st.integers(1, 5)))
-    ]
-    projects = [
-        make_project(
-            f"p{i}",
-            cohort=draw(st.sampled_from([None, "c"])),
-            quotas={
-                t: Quota(draw(st.integers(0, 8)), draw(st.one_of(st.none(), st.integers(0, 8))))
-                for t in TYPES
-            },
-        )
-        for i in range(draw(st.integers(1, 3)))
-    ]
-    free = {n.name: list(n.devices) for n in nodes}
-    active = []
-    for i in range(draw(st.integers(0, 6))):  # some runs already hold devices
-        node = draw(st.sampled_from(nodes))
-        k = draw(st.integers(1, node.capacity))
-        if len(free[node.name]) < k:
-            continue
-        devs, free[node.name] = free[node.name][:k], free[node.name][k:]
-        active.append(
-            make_run(
-                f"a{i}",
-                draw(st.sampled_from(projects)).name,
-                gpus=k,
-                phase=Phase.RUNNING,
-                placement=placed(node.name, devs, node.gpu_type),
-            )
-        )
-    pending = [
-        make_run(
-            f"r{i}",
-            draw(st.sampled_from(projects)).name,
-            gpus=draw(st.integers(1, 9)),
-            seq=i,
-            submitted_at=draw(st.integers(0, 5)),
-            priority=draw(st.sampled_from(["low", "normal", "high"])),
-            gpu_types=draw(st.sampled_from([[], ["a100-80gb"], ["h100-80gb"]])),
-        )
-        for i in range(draw(st.integers(0, 12)))
-    ]
-    return make_snapshot(
-        nodes,
-        projects,
-        pending,
-        active,
-        queueing=draw(st.sampled_from(["best-effort-fifo", "strict-fifo"])),
-    )
-
-
-@settings(max_examples=500, deadline=None)
-@given(snapshots())
-def test_invariants(snap: Snapshot) -> None:
-    d = decide(snap)
-    assert d == decide(snap)
-    nodes = {n.name: n for n in snap.nodes}
-    held: dict[str, set[str]] = {n: set() for n in nodes}
-    used: dict[tuple[str, str], int] = {}
-    for r in snap.active:
-        assert r.placement is not None
-        for s in r.placement.slots:
-            held[s.node] |= set(s.devices)
-        key = (r.project, r.placement.gpu_type)
-        used[key] = used.get(key, 0) + r.placement.total_gpus
-    pending = {r.id: r for r in snap.pending}
-    for a in d.admissions:
-        run = pending[a.run_id]
-        assert len(a.placement.slots) == run.request.nodes  # gangs whole
-        assert len({s.node for s in a.placement.slots}) == run.request.nodes
-        for s in a.placement.slots:
-            node = nodes[s.node]
-            assert node.gpu_type == a.placement.gpu_type and run.request.accepts(node.gpu_type)
-            assert len(s.devices) == run.request.gpus
-            assert set(s.devices) <= set(node.devices)
-            assert not set(s.devices) & held[s.node], "device double-booked"
-            held[s.node] |= set(s.devices)
-        key = (run.project, a.placement.gpu_type)
-        used[key] = used.get(key, 0) + a.placement.total_gpus
-    for (project, gpu_type), n in used.items():
-        q = snap.projects[project].quota(gpu_type) if project in snap.projects else None
-        if q is not None and q.borrowing_limit is not None:
-            before = sum(
-                r.placement.total_gpus
-                for r in snap.active  # type: ignore[union-attr]
-                if r.project == project and r.placement.gpu_type == gpu_type
-            )  # type: ignore[union-attr]
-            assert n <= max(q.nominal + q.borrowing_limit, before)
-    decided = {a.run_id for a in d.admissions} | {p.run_id for p in d.pending}
-    assert decided == set(pending)  # every pending run is admitted or explained
-    assert all(p.reason for p in d.pending)
+# The invariants every decision keeps are property-tested in tests/core/test_invariants.py.

@@ -188,8 +188,7 @@ def submit(
 
     from mlops_gpu.controller import SubmitError
     from mlops_gpu.controller.daemon import ensure_scheduler
-    from mlops_gpu.controller.runtime import current_user
-    from mlops_gpu.model import CheckpointPolicy, ResourceRequest, RunSpec
+    from mlops_gpu.model import CheckpointPolicy, ResourceRequest
     from mlops_gpu.model.public import run_to_public
 
     sig = stop_signal.upper() if stop_signal.upper().startswith("SIG") else "SIG" + stop_signal
@@ -202,11 +201,11 @@ def submit(
     except click.BadParameter as e:
         raise UserError(e.format_message()) from None
     rt = _runtime(ctx)
-    spec = RunSpec(
-        name=name or " ".join(command)[:80],
+    spec = rt.spec(
+        tuple(command),
         project=project,
-        user=current_user(),
-        command=tuple(command),
+        name=name,
+        priority=priority,
         request=ResourceRequest(
             gpus=gpus,
             nodes=nodes,
@@ -217,7 +216,6 @@ def submit(
             topology_key=topology_key,
             topology_required=topology_required,
         ),
-        priority=priority or rt.cfg.default_priority,
         max_runtime_s=runtime_s,
         preemptible=not non_preemptible,
         checkpoint=CheckpointPolicy(sig, grace_s),

@@ -8,13 +8,14 @@ import os
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from mlops_gpu.backends import Backend
 from mlops_gpu.backends.fake import FakeBackend
 from mlops_gpu.backends.local import LocalBackend
 from mlops_gpu.config import Config, FakeBackendConfig, LocalBackendConfig, load_config
 from mlops_gpu.core import request_problems
-from mlops_gpu.model import Node, Run, RunSpec
+from mlops_gpu.model import Node, ResourceRequest, Run, RunSpec
 from mlops_gpu.state import Store
 
 
@@ -63,6 +64,28 @@ class Runtime:
             nodes=self.nodes(),
             backends=self.cfg.backends,
             capabilities={n: b.capabilities for n, b in self.backends.items()},
+        )
+
+    def spec(
+        self,
+        command: tuple[str, ...],
+        *,
+        project: str,
+        name: str | None = None,
+        priority: str | None = None,
+        request: ResourceRequest | None = None,
+        **fields: Any,
+    ) -> RunSpec:
+        """A run spec the way every edge builds one: the current user, the config's default
+        class, the command as its name when it has none. ``fields``: other ``RunSpec`` fields."""
+        return RunSpec(
+            name=name or " ".join(command)[:80],
+            project=project,
+            user=current_user(),
+            command=command,
+            request=request or ResourceRequest(),
+            priority=priority or self.cfg.default_priority,
+            **fields,
         )
 
     def submit(self, spec: RunSpec) -> Run:

@@ -14,8 +14,7 @@ from typing import Any
 from mlops_gpu.config import find_config, user_config_path
 from mlops_gpu.controller import Runtime
 from mlops_gpu.controller.daemon import ensure_scheduler
-from mlops_gpu.controller.runtime import current_user
-from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest, RunSpec
+from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
 
@@ -100,11 +99,11 @@ def submit(
     rt = _runtime(config)
     command, callable_name = _command(target, rt, args, kwargs or {})
     types = (gpu_type,) if isinstance(gpu_type, str) else tuple(gpu_type or ())
-    spec = RunSpec(
-        name=name or callable_name or " ".join(command)[:80],
+    spec = rt.spec(
+        command,
         project=project,
-        user=current_user(),
-        command=command,
+        name=name or callable_name,
+        priority=priority,
         request=ResourceRequest(
             gpus=gpus,
             nodes=nodes,
@@ -115,7 +114,6 @@ def submit(
             topology_key=topology_key,
             topology_required=topology_required,
         ),
-        priority=priority or rt.cfg.default_priority,
         max_runtime_s=max_runtime,
         preemptible=preemptible,
         checkpoint=CheckpointPolicy(signal, grace),
