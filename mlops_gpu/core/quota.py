@@ -47,9 +47,14 @@ class QuotaBook:
         for name, root in self.root.items():
             if root is not None:
                 self.members[root].append(name)
+        self._quotas: dict[tuple[str, str], Quota] = {}
 
     def quota(self, project: str, gpu_type: str) -> Quota:
-        return self.projects[project].quota(gpu_type)
+        key = (project, gpu_type)
+        q = self._quotas.get(key)
+        if q is None:  # projects are immutable: look each (project, type) up once
+            q = self._quotas[key] = self.projects[project].quota(gpu_type)
+        return q
 
     def borrowed(self, project: str, gpu_type: str) -> float:
         return max(self.used[(project, gpu_type)] - self.quota(project, gpu_type).nominal, 0.0)
