@@ -85,6 +85,7 @@ class Cycle:
         }
         # For explain: runs in the order the cycle met them; a run's followers share its reason.
         self.met: list[tuple[Run, tuple[str, ShapeKey, int, int] | None]] = []
+        self.lazy: set[str] = set()
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
 
@@ -162,6 +163,13 @@ class Cycle:
                         r2[1] = r2[2]
                 if strict:
                     return False
+                continue
+            if not strict and self._surely_blocked(run):
+                # Cannot fit anywhere and could change nothing: this queue waits, and its
+                # reason is worked out only if someone asks (``explain``).
+                self.lazy.add(run.id)
+                self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
+                rg[1] = rg[2]
                 continue
             outcome = self._try(run)
             if outcome is Outcome.ADMITTED:
@@ -259,6 +267,39 @@ class Cycle:
                 self.reservation = reserve(self.snap, self.cap, run, types)
             self._wait_capacity(run, types)
         return Outcome.BLOCKED
+
+    def _surely_blocked(self, run: Run) -> bool:
+        """A cheap test that ``_try`` would find ``run`` blocked with no side effect: a
+        whole-GPU request no node set of its types can take now (the free-count index), when the
+        reservation is taken already (or off) and no running run could be its victim."""
+        req = run.request
+        if req.shape != "whole" or req.topology_key is not None:
+            return False
+        if self.reservation is None and self.snap.policy.backfill:
+            return False
+        types = self.state.types_of(run)
+        for t in types:
+            for (bt, backend), buckets in self.cap.buckets.items():
+                if bt != t or (run.spec.backend is not None and backend != run.spec.backend):
+                    continue
+                if req.nodes > 1 and not self.snap.caps(backend).multi_node:
+                    continue
+                if sum(len(b) for b in buckets[req.gpus :]) >= req.nodes:
+                    return False  # it might fit
+        return not (self.snap.policy.preemption and self._victims_possible(run, types))
+
+    def _diagnose(self, run: Run) -> None:
+        """The reason of a run judged by ``_surely_blocked``, without side effects: it cannot
+        be placed, so what remains is which limit to name."""
+        types = self.state.types_of(run)
+        amount = request_amount(run)
+        quota_msgs = [m for t in types if (m := self.quota.problem(run.project, t, amount))]
+        if self.snap.policy.preemption and self.going and self._preempt(run, types, False):
+            return
+        if quota_msgs and len(quota_msgs) == len(types):
+            self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
+        else:
+            self._wait_capacity(run, types)
 
     def _admit(self, run: Run, placement: Placement) -> None:
         self.cap.take(run.project, placement)
@@ -440,6 +481,8 @@ class Cycle:
             )
 
         for run, followers in self.met:
+            if run.id in self.lazy:
+                self._diagnose(run)
             p = self.reasons.get(run.id)
             if p is None or run.id in admitted:
                 continue
