@@ -86,6 +86,7 @@ class Cycle:
         # For explain: runs in the order the cycle met them; a run's followers share its reason.
         self.met: list[tuple[Run, tuple[str, ShapeKey, int, int] | None]] = []
         self.lazy: set[str] = set()
+        self._exhausted: set[tuple[str, str]] = set()
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
 
@@ -269,24 +270,54 @@ class Cycle:
         return Outcome.BLOCKED
 
     def _surely_blocked(self, run: Run) -> bool:
-        """A cheap test that ``_try`` would find ``run`` blocked with no side effect: a
-        whole-GPU request no node set of its types can take now (the free-count index), when the
-        reservation is taken already (or off) and no running run could be its victim."""
+        """A cheap test that ``_try`` would find ``run`` blocked with no side effect: on each
+        acceptable GPU type it is over quota with nothing left to borrow, or (a whole-GPU
+        request, with the reservation taken already or off) no node set can take it now (the
+        free-count index); and no running run could be its victim."""
         req = run.request
-        if req.shape != "whole" or req.topology_key is not None:
-            return False
-        if self.reservation is None and self.snap.policy.backfill:
-            return False
         types = self.state.types_of(run)
-        for t in types:
-            for (bt, backend), buckets in self.cap.buckets.items():
-                if bt != t or (run.spec.backend is not None and backend != run.spec.backend):
-                    continue
-                if req.nodes > 1 and not self.snap.caps(backend).multi_node:
-                    continue
-                if sum(len(b) for b in buckets[req.gpus :]) >= req.nodes:
-                    return False  # it might fit
+        open_types = [t for t in types if not self._surely_over_quota(run, t)]
+        if open_types:
+            if req.shape != "whole" or req.topology_key is not None:
+                return False
+            if self.reservation is None and self.snap.policy.backfill:
+                return False  # the first run blocked by capacity takes the reservation
+            for t in open_types:
+                for (bt, backend), buckets in self.cap.buckets.items():
+                    if bt != t or (run.spec.backend is not None and backend != run.spec.backend):
+                        continue
+                    if req.nodes > 1 and not self.snap.caps(backend).multi_node:
+                        continue
+                    if sum(len(b) for b in buckets[req.gpus :]) >= req.nodes:
+                        return False  # it might fit
         return not (self.snap.policy.preemption and self._victims_possible(run, types))
+
+    def _surely_over_quota(self, run: Run, gpu_type: str) -> bool:
+        """True only when ``QuotaBook.problem`` would name a problem (False: not sure)."""
+        q = self.quota.quota(run.project, gpu_type)
+        after = self.quota.used[(run.project, gpu_type)] + request_amount(run)
+        if after <= q.nominal + 1e-9:
+            return False
+        if q.borrowing_limit is not None and after > q.nominal + q.borrowing_limit + 1e-9:
+            return True
+        root = self.quota.root.get(run.project)
+        return root is None or self._cohort_exhausted(root, gpu_type)
+
+    def _cohort_exhausted(self, root: str, gpu_type: str) -> bool:
+        """Whether the tree lends nothing more of ``gpu_type``. Within a cycle usage only
+        grows, so once exhausted it stays exhausted: remembered for the cycle."""
+        key = (root, gpu_type)
+        if key in self._exhausted:
+            return True
+        borrowed = lendable = 0.0
+        for m in self.quota.members[root]:
+            u = self.quota.used[(m, gpu_type)]
+            borrowed += max(u - self.quota.quota(m, gpu_type).nominal, 0.0)
+            lendable += self.quota.lendable(m, gpu_type, u)
+        if lendable - borrowed <= 1e-9:
+            self._exhausted.add(key)
+            return True
+        return False
 
     def _diagnose(self, run: Run) -> None:
         """The reason of a run judged by ``_surely_blocked``, without side effects: it cannot

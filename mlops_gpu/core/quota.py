@@ -59,7 +59,7 @@ class QuotaBook:
     def borrowed(self, project: str, gpu_type: str) -> float:
         return max(self.used[(project, gpu_type)] - self.quota(project, gpu_type).nominal, 0.0)
 
-    def _lendable(self, project: str, gpu_type: str, used: float) -> float:
+    def lendable(self, project: str, gpu_type: str, used: float) -> float:
         q = self.quota(project, gpu_type)
         idle = max(q.nominal - used, 0.0)
         return idle if q.lending_limit is None else min(idle, float(q.lending_limit))
@@ -87,7 +87,7 @@ class QuotaBook:
         for m in self.members[root]:
             u = self.used[(m, gpu_type)] + (amount if m == project else 0.0)
             borrowed += max(u - self.quota(m, gpu_type).nominal, 0.0)
-            lendable += self._lendable(m, gpu_type, u)
+            lendable += self.lendable(m, gpu_type, u)
         if borrowed > lendable + _EPS:
             idle = self.lendable_now(project, gpu_type)
             return (
@@ -107,7 +107,7 @@ class QuotaBook:
             u = self.used[(m, gpu_type)]
             borrowed += max(u - self.quota(m, gpu_type).nominal, 0.0)
             if m != project:
-                lendable += self._lendable(m, gpu_type, u)
+                lendable += self.lendable(m, gpu_type, u)
         return max(lendable - borrowed, 0.0)
 
     def within_nominal(self, project: str, gpu_type: str, amount: float) -> bool:
