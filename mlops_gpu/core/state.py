@@ -74,6 +74,7 @@ class State:
         #: who could be a victim, without scanning the active runs.
         self.victims: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
         self._types_of: dict[ShapeKey, list[str]] = {}
+        self._accepted: dict[tuple[str, ...], list[str]] = {}
 
     @staticmethod
     def from_snapshot(snap: Snapshot) -> State:
@@ -165,11 +166,11 @@ class State:
         return types
 
     def types_of(self, run: Run) -> list[str]:
-        key = shape_key(self.template, run)
-        types = self._types_of.get(key)
+        """The cluster's GPU types the run accepts (cached by the request's type list)."""
+        key = run.request.gpu_types
+        types = self._accepted.get(key)
         if types is None:
-            types = [t for t in self.types if run.request.accepts(t)]
-            self._types_of[key] = types
+            types = self._accepted[key] = [t for t in self.types if run.request.accepts(t)]
         return types
 
     def admit(self, run_id: str, placement: Placement, now: float, taken: bool = False) -> Run:
