@@ -239,7 +239,7 @@ def submit(
 @click.option("--json", "as_json", is_flag=True, help="Print runs as a JSON list.")
 @click.pass_context
 def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
-    """Pending runs, in scheduling order, with the reason each waits and its ETA."""
+    """Pending runs (highest class, then oldest first) with the reason each waits and its ETA."""
     from mlops_gpu.cli.render import runs_table
     from mlops_gpu.model import Phase
     from mlops_gpu.model.public import run_to_public
