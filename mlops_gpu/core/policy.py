@@ -141,7 +141,7 @@ class Cycle:
         """The project's next run in its own order that can start: True once one is admitted,
         False when none can (its queues are then all judged)."""
         queues = self.state.queues[project]
-        keys = self.state._keys
+        keys = self.state.order_keys
         strict = self.snap.policy.queueing == "strict-fifo"
         if project in self.blocked_projects:  # strict FIFO: an older run of it is blocked
             self._hold_behind(project, ranges, None)

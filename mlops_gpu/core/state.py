@@ -69,7 +69,8 @@ class State:
         self.queues: dict[str, dict[ShapeKey, list[Run]]] = defaultdict(dict)
         self.backoff: list[tuple[float, int, str]] = []
         self.invalid: dict[str, str] = {}
-        self._keys: dict[str, tuple[int, float, int]] = {}
+        #: run id -> its place in its queue, for the queued runs (not in backoff or invalid)
+        self.order_keys: dict[str, tuple[int, float, int]] = {}
         #: (project, GPU type) -> class value -> preemptible active runs not being preempted:
         #: who could be a victim, without scanning the active runs.
         self.victims: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
@@ -111,7 +112,7 @@ class State:
 
     def _enqueue(self, run: Run) -> None:
         key = order_key(self.template, run)
-        self._keys[run.id] = key
+        self.order_keys[run.id] = key
         q = self.queues[run.project].setdefault(shape_key(self.template, run), [])
         if not q or order_key(self.template, q[-1]) <= key:
             q.append(run)  # the common case: submitted after everything queued
@@ -133,7 +134,7 @@ class State:
                     break
             if not q:
                 del subqueues[sk]
-        self._keys.pop(run_id, None)
+        self.order_keys.pop(run_id, None)
         return run  # a run in backoff is skipped when it comes up (it is no longer pending)
 
     def add_active(self, run: Run, taken: bool = False) -> None:
@@ -206,7 +207,7 @@ class State:
         while self.backoff and self.backoff[0][0] <= now:
             _, _, rid = heapq.heappop(self.backoff)
             run = self.pending.get(rid)
-            if run is not None and rid not in self._keys:
+            if run is not None and rid not in self.order_keys:
                 self._enqueue(run)
 
     def snapshot(self, now: float) -> Snapshot:
@@ -217,5 +218,5 @@ class State:
         return [
             self.pending[rid]
             for _, _, rid in sorted(self.backoff)
-            if rid in self.pending and rid not in self._keys
+            if rid in self.pending and rid not in self.order_keys
         ]
