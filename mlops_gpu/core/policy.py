@@ -86,6 +86,7 @@ class Cycle:
         # For explain: runs in the order the cycle met them; a run's followers share its reason.
         self.met: list[tuple[Run, tuple[str, ShapeKey, int, int] | None]] = []
         self.lazy: set[str] = set()
+        self._used_at_start = dict(self.cap.used)
         self._exhausted: set[tuple[str, str]] = set()
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
@@ -355,11 +356,18 @@ class Cycle:
             for m in self.quota.members[root]:
                 if (
                     m != run.project
-                    and self.quota.borrowed(m, t) > 0
+                    and self._borrowed_at_start(m, t)
                     and self.state.victims.get((m, t))
                 ):
                     return True
         return False
+
+    def _borrowed_at_start(self, project: str, gpu_type: str) -> bool:
+        """Whether the project borrowed ``gpu_type`` when the cycle began: only such borrowing
+        is reclaimed (a project that borrows because of this cycle's own admissions does not
+        lose a run it started within its quota)."""
+        nominal = self.quota.quota(project, gpu_type).nominal
+        return self._used_at_start.get((project, gpu_type), 0.0) > nominal + 1e-9
 
     def _may_preempt(self, run: Run, victim: Run) -> bool:
         if victim.id in self.going:
@@ -380,7 +388,7 @@ class Cycle:
         return (
             root is not None
             and root == self.quota.root.get(run.project)
-            and self.quota.borrowed(victim.project, t) > 0
+            and self._borrowed_at_start(victim.project, t)
             and self.quota.within_nominal(run.project, t, request_amount(run))
         )
 
