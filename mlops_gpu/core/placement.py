@@ -15,12 +15,12 @@ Rules (in order):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import Node, NodeSlot, Placement, ResourceRequest, Run
+from mlops_gpu.model import BackendCapabilities, Node, NodeSlot, Placement, ResourceRequest, Run
 from mlops_gpu.model.cluster import mig_share
 
 NodeFilter = Callable[[Node, int], bool]
@@ -219,18 +219,23 @@ def _place_mig(
     return Placement(node.backend, gpu_type, (NodeSlot(node.name, ids, mig_share(req.mig)),))
 
 
-def could_ever_fit(snap: Snapshot, run: Run, gpu_type: str) -> bool:
-    """Whether an empty cluster could host the run on ``gpu_type`` (ignoring quotas). Nodes
-    that are unschedulable now may come back: this judges the cluster's shape, not its state."""
-    nodes = tuple(n if n.schedulable else replace(n, schedulable=True) for n in snap.nodes)
+def could_ever_fit(
+    nodes: tuple[Node, ...],
+    capabilities: Mapping[str, BackendCapabilities],
+    run: Run,
+    gpu_type: str,
+) -> bool:
+    """Whether an empty cluster of ``nodes`` could host the run on ``gpu_type`` (ignoring
+    quotas). Nodes that are unschedulable now may come back: this judges the cluster's shape,
+    not its state."""
     empty = Snapshot(
-        now=snap.now,
-        nodes=nodes,
+        now=0.0,
+        nodes=tuple(n if n.schedulable else replace(n, schedulable=True) for n in nodes),
         pending=(),
         active=(),
         projects={},
         gpu_types={},
         priority_classes={},
-        capabilities=snap.capabilities,
+        capabilities=capabilities,
     )
     return place(empty, Capacity(empty), run, gpu_type) is not None

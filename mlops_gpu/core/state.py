@@ -114,10 +114,10 @@ class State:
         key = order_key(self.template, run)
         self.order_keys[run.id] = key
         q = self.queues[run.project].setdefault(shape_key(self.template, run), [])
-        if not q or order_key(self.template, q[-1]) <= key:
+        if not q or self.order_keys[q[-1].id] <= key:
             q.append(run)  # the common case: submitted after everything queued
         else:
-            insort(q, run, key=lambda r: order_key(self.template, r))
+            insort(q, run, key=lambda r: self.order_keys[r.id])
 
     def remove_pending(self, run_id: str) -> Run:
         run = self.pending.pop(run_id)
@@ -162,7 +162,11 @@ class State:
         key = ("ever", *shape_key(self.template, run))
         types = self._types_of.get(key)
         if types is None:
-            types = [t for t in self.types_of(run) if could_ever_fit(self.template, run, t)]
+            types = [
+                t
+                for t in self.types_of(run)
+                if could_ever_fit(self.template.nodes, self.template.capabilities, run, t)
+            ]
             self._types_of[key] = types
         return types
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from mlops_gpu.core.placement import could_ever_fit
-from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import BackendCapabilities, GpuType, Node, Phase, Project, Run, RunSpec
 
 
@@ -47,19 +46,9 @@ def request_problems(
         return out
     nodes = tuple(nodes)
     caps = dict(capabilities or {})
-    snap = Snapshot(
-        now=0.0,
-        nodes=nodes,
-        pending=(),
-        active=(),
-        projects={},
-        gpu_types={},
-        priority_classes={},
-        capabilities=caps,
-    )
     probe = Run(id="probe", seq=0, spec=spec, phase=Phase.PENDING, attempt=1, submitted_at=0.0)
     types = [t for t in sorted({n.gpu_type for n in nodes}) if spec.request.accepts(t)]
-    if any(could_ever_fit(snap, probe, t) for t in types):
+    if any(could_ever_fit(nodes, caps, probe, t) for t in types):
         return out
     out.append(_why_unhostable(spec, nodes, caps))
     return out
