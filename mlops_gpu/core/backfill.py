@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -67,12 +67,22 @@ def _timelines(snap: Snapshot) -> dict[str, list[tuple[float, int]]]:
     return out
 
 
-def reserve(snap: Snapshot, cap: Capacity, run: Run, gpu_types: list[str]) -> Reservation | None:
-    """The earliest reservation for a whole-GPU run, or None when no time can be computed."""
+def reserve(
+    snap: Snapshot,
+    cap: Capacity,
+    run: Run,
+    gpu_types: list[str],
+    lines_of: Callable[[str], list[tuple[float, int]]] | None = None,
+) -> Reservation | None:
+    """The earliest reservation for a whole-GPU run, or None when no time can be computed.
+    ``lines_of(node)``, when given, is the node's timeline (``State.lines``), instead of one
+    computed from every active run."""
     req = run.request
     if req.shape != "whole":
         return None
-    lines = _timelines(snap)
+    if lines_of is None:
+        lines_of = _timelines(snap).__getitem__
+    timelines: dict[str, list[tuple[float, int]]] = {}
     best: Reservation | None = None
     for t in gpu_types:
         by_backend: dict[str, list[tuple[float, str]]] = defaultdict(list)
@@ -80,10 +90,12 @@ def reserve(snap: Snapshot, cap: Capacity, run: Run, gpu_types: list[str]) -> Re
             if node.capacity < req.gpus:
                 continue
             free, when = len(cap.free[node.name]), snap.now
-            for end, n in lines.get(node.name, ()):
-                if free >= req.gpus:
-                    break
-                free, when = free + n, end
+            if free < req.gpus:
+                timelines[node.name] = line = lines_of(node.name)
+                for end, n in line:
+                    free, when = free + n, end
+                    if free >= req.gpus:
+                        break
             if free >= req.gpus:
                 by_backend[node.backend].append((when, node.name))
         for cands in by_backend.values():
@@ -94,7 +106,13 @@ def reserve(snap: Snapshot, cap: Capacity, run: Run, gpu_types: list[str]) -> Re
             at = chosen[-1][0]
             if best is None or at < best.at:
                 best = Reservation(
-                    run.id, at, req.gpus, {name: lines.get(name, []) for _, name in chosen}
+                    run.id,
+                    at,
+                    req.gpus,
+                    {
+                        name: timelines[name] if name in timelines else lines_of(name)
+                        for _, name in chosen
+                    },
                 )
     return best
 

@@ -113,7 +113,7 @@ class Incremental:
     ) -> Decision:
         """One cycle; its decision is applied to the state (admitted runs become active,
         victims are flagged)."""
-        d = Cycle(self.state, now, usage_history, spent).run()
+        d = Cycle(self.state, now, usage_history, spent, park=True).run()
         for a in d.admissions:
             self.state.admit(a.run_id, a.placement, now, taken=True)
         for p in d.preemptions:

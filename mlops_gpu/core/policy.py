@@ -12,8 +12,9 @@
    respects the backfill reservation, and the project's quota (``QuotaBook.problem``);
 5. preempt: a run that does not fit may get victims (``preempt.find_plan``); it is admitted
    in a later cycle, once they have exited;
-6. reserve: the first run blocked by capacity gets an EASY reservation (``backfill.reserve``);
-   runs behind it start only if they do not delay it;
+6. reserve: the anchor, the oldest (highest class first) queue head that is blocked by capacity
+   when the cycle begins while its quota would admit it, gets an EASY reservation
+   (``backfill.reserve``); no other run may start if it would delay it;
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
    waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``).
 Strict FIFO: once a project has a blocked run, its later runs wait behind it.
@@ -22,17 +23,26 @@ A cycle reads a ``State`` (built from a snapshot, or kept up to date by the incr
 and judges each queue of interchangeable runs by its head: when the head is blocked and its
 followers could do nothing the head could not (no reservation to work around, no possible
 victims), they wait for the same reason without being tried one by one.
+
+Parking (``park=True``, best-effort FIFO): a queue that is surely blocked when the cycle begins
+(``parking.candidates``: no acceptable type both has room in quota and a node set with enough
+free GPUs, and no possible victim) is not visited at all. Within a cycle free capacity only
+shrinks, quota room only shrinks and the victim pools do not change, so such a queue would be
+judged surely blocked at its turn too, and a visit would change nothing: the decision is the
+same as a full visit's (the differential test checks it). The anchor does not depend on visit
+order for the same reason. Full visits are still used to explain every run.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from enum import Enum
 from typing import Any
 
+from mlops_gpu.core import parking
 from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, quota_eta, reserve
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.explain import shape_text
@@ -66,6 +76,7 @@ class Cycle:
         now: float,
         usage_history: Mapping[tuple[str, str], float] | None = None,
         spent: Mapping[str, tuple[float, float]] | None = None,
+        park: bool = False,
     ) -> None:
         state.set_time(now)  # 1. snapshot
         self.state = state
@@ -76,7 +87,9 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.reasons: dict[str, PendingReason] = {}
         self.going: set[str] = set(state.going)
-        self.reservation: Reservation | None = None
+        self.park = park and state.template.policy.queueing != "strict-fifo"
+        self._reservation: Reservation | None = None
+        self._reserved = False  # whether the anchor's reservation has been worked out
         self.blocked_projects: dict[str, str] = {}
         self.notes = {
             p: budget_exceeded(self.snap, p)
@@ -106,8 +119,15 @@ class Cycle:
 
     def run(self) -> Decision:
         levels: dict[int, dict[str, list[Range]]] = defaultdict(lambda: defaultdict(list))
-        for project, subqueues in self.state.queues.items():
-            for sk, q in subqueues.items():
+        if self.park:
+            visit: Mapping[str, Iterable[ShapeKey]] = parking.candidates(self)
+        else:
+            visit = self.state.queues
+            _ = self.reservation  # at the cycle's start, as parking would see it
+        for project, sks in visit.items():
+            queues = self.state.queues[project]
+            for sk in sks:
+                q = queues[sk]
                 level = self._level_of(project, int(sk[0]))  # type: ignore[call-overload]
                 if q and level is not None:
                     levels[level][project].append([sk, 0, len(q)])
@@ -218,6 +238,22 @@ class Cycle:
         )
 
     # -- 4. fit, 5. preempt, 6. reserve -------------------------------------------------
+    @property
+    def reservation(self) -> Reservation | None:
+        """The anchor's reservation, worked out from the cycle's starting state: the first use
+        comes before the first admission (``_try`` asks for it before placing)."""
+        if not self._reserved:
+            self._reserved = True
+            if self.snap.policy.backfill:
+                anchor = parking.anchor(self)
+                if anchor is not None:
+                    run, types = anchor
+                    now = self.snap.now
+                    self._reservation = reserve(
+                        self.snap, self.cap, run, types, lambda n: self.state.lines(n, now)
+                    )
+        return self._reservation
+
     def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
         res = self.reservation
         if res is None:
@@ -265,44 +301,41 @@ class Cycle:
         if len(quota_msgs) == len(types) and types:
             self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
         else:
-            if self.snap.policy.backfill and self.reservation is None:
-                self.reservation = reserve(self.snap, self.cap, run, types)
             self._wait_capacity(run, types)
         return Outcome.BLOCKED
 
     def _surely_blocked(self, run: Run) -> bool:
         """A cheap test that ``_try`` would find ``run`` blocked with no side effect: on each
         acceptable GPU type it is over quota with nothing left to borrow, or (a whole-GPU
-        request, with the reservation taken already or off) no node set can take it now (the
-        free-count index); and no running run could be its victim."""
+        request) no node set can take it now (the free-count index); and no running run could
+        be its victim."""
         req = run.request
         types = self.state.types_of(run)
         open_types = [t for t in types if not self._surely_over_quota(run, t)]
         if open_types:
             if req.shape != "whole" or req.topology_key is not None:
                 return False
-            if self.reservation is None and self.snap.policy.backfill:
-                return False  # the first run blocked by capacity takes the reservation
             for t in open_types:
-                for (bt, backend), buckets in self.cap.buckets.items():
-                    if bt != t or (run.spec.backend is not None and backend != run.spec.backend):
-                        continue
-                    if req.nodes > 1 and not self.snap.caps(backend).multi_node:
-                        continue
-                    if sum(len(b) for b in buckets[req.gpus :]) >= req.nodes:
-                        return False  # it might fit
+                if parking.node_sets(self, t, req.gpus, req.nodes, run.spec.backend):
+                    return False  # it might fit
         return not (self.snap.policy.preemption and self._victims_possible(run, types))
 
     def _surely_over_quota(self, run: Run, gpu_type: str) -> bool:
         """True only when ``QuotaBook.problem`` would name a problem (False: not sure)."""
-        q = self.quota.quota(run.project, gpu_type)
-        after = self.quota.used[(run.project, gpu_type)] + request_amount(run)
-        if after <= q.nominal + 1e-9:
-            return False
-        if q.borrowing_limit is not None and after > q.nominal + q.borrowing_limit + 1e-9:
-            return True
-        root = self.quota.root.get(run.project)
-        return root is None or self._cohort_exhausted(root, gpu_type)
+        return request_amount(run) > self.room(run.project, gpu_type) + 1e-9
+
+    def room(self, project: str, gpu_type: str) -> float:
+        """The most of ``gpu_type`` the project could add without a certain quota problem:
+        its nominal left, or, while its cohort tree still lends, up to nominal plus its
+        borrowing limit (unbounded without one). It only shrinks within a cycle."""
+        q = self.quota.quota(project, gpu_type)
+        used = self.quota.used[(project, gpu_type)]
+        root = self.quota.root.get(project)
+        if root is None or self._cohort_exhausted(root, gpu_type):
+            return q.nominal - used
+        if q.borrowing_limit is None:
+            return float("inf")
+        return q.nominal + q.borrowing_limit - used
 
     def _cohort_exhausted(self, root: str, gpu_type: str) -> bool:
         """Whether the tree lends nothing more of ``gpu_type``. Within a cycle usage only
@@ -362,6 +395,18 @@ class Cycle:
                     return True
         return False
 
+    def _victim_pool(self, run: Run, gpu_type: str) -> Iterable[Run]:
+        """The runs that ``_may_preempt`` could accept for ``run`` on ``gpu_type``: its own
+        project's, and those of cohort members that borrowed it when the cycle began."""
+        running = self.state.running
+        yield from running.get((run.project, gpu_type), {}).values()
+        root = self.quota.root.get(run.project)
+        if root is None:
+            return
+        for m in self.quota.members[root]:
+            if m != run.project and self._borrowed_at_start(m, gpu_type):
+                yield from running.get((m, gpu_type), {}).values()
+
     def _borrowed_at_start(self, project: str, gpu_type: str) -> bool:
         """Whether the project borrowed ``gpu_type`` when the cycle began: only such borrowing
         is reclaimed (a project that borrows because of this cycle's own admissions does not
@@ -395,7 +440,16 @@ class Cycle:
     def _preempt(self, run: Run, types: list[str], search: bool) -> bool:
         snap = self.snap
         plan = find_plan(
-            snap, self.cap, self.quota, run, types, self._may_preempt, self.going, search
+            snap,
+            self.cap,
+            self.quota,
+            run,
+            types,
+            self._may_preempt,
+            self.going,
+            search,
+            pool=lambda t: self._victim_pool(run, t),
+            active=self.state.active,
         )
         if plan is None:
             return False

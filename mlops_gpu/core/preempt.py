@@ -13,14 +13,15 @@ around each candidate node, then a pruning pass that keeps every victim that is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.placement import eligible_nodes, place
 from mlops_gpu.core.quota import QuotaBook
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import Placement, Run
+from mlops_gpu.model import Node, Placement, Run
 
 #: How many anchor nodes the search tries per GPU type (the most promising first).
 MAX_ANCHORS = 12
@@ -51,17 +52,28 @@ def find_plan(
     may_preempt: Callable[[Run, Run], bool],
     going_ids: set[str],
     search: bool = True,
+    pool: Callable[[str], Iterable[Run]] | None = None,
+    active: dict[str, Run] | None = None,
 ) -> Plan | None:
     """The cheapest sufficient set of victims for ``run``, or None. Runs in ``going_ids``
     (being preempted) count as gone. Without ``search``, only whether the run fits once they
-    are gone (a plan without victims). ``cap`` and ``quota`` are restored before returning."""
-    going = [a for a in snap.active if a.id in going_ids and a.placement is not None]
+    are gone (a plan without victims). ``cap`` and ``quota`` are restored before returning.
+    ``pool(gpu_type)``, when given, yields a superset of the possible victims on that type
+    (an index, instead of scanning ``snap.active``); ``active`` maps id -> active run."""
+    if active is not None:
+        going = [active[i] for i in sorted(going_ids) if i in active]
+    else:
+        going = [a for a in snap.active if a.id in going_ids]
+    going = [a for a in going if a.placement is not None]
     for a in going:
         cap.release(a.project, _placement(a))
     try:
         best: Plan | None = None
         for t in gpu_types:
-            plan = _plan_for_type(snap, cap, quota, run, t, may_preempt, bool(going), search)
+            source = snap.active if pool is None else pool(t)
+            plan = _plan_for_type(
+                snap, cap, quota, run, t, may_preempt, bool(going), search, source
+            )
             if plan is not None and (
                 best is None
                 or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
@@ -94,6 +106,7 @@ def _plan_for_type(
     may_preempt: Callable[[Run, Run], bool],
     going: bool,
     search: bool,
+    source: Iterable[Run],
 ) -> Plan | None:
     placed = _fits(snap, cap, quota, run, t) if going else None
     if placed is not None:
@@ -102,7 +115,7 @@ def _plan_for_type(
         return None
     cands = [
         a
-        for a in snap.active
+        for a in source
         if a.placement is not None
         and a.placement.gpu_type == t
         and a.spec.preemptible
@@ -120,7 +133,10 @@ def _plan_for_type(
     def room(name: str) -> int:  # free now plus what its candidates hold
         return len(cap.free[name]) + sum(_placement(a).total_gpus for a in on_node[name])
 
-    nodes = [n for n in eligible_nodes(snap, cap, run, t) if n.name in on_node]
+    eligible = eligible_nodes(snap, cap, run, t)
+    if run.request.shape == "whole" and not _could_fit_without_all(cap, run, eligible, cands):
+        return None  # every greedy order ends with all candidates gone: none would succeed
+    nodes = [n for n in eligible if n.name in on_node]
     nodes.sort(key=lambda n: (-room(n.name), n.name))
     orders = []
     for n in nodes[:MAX_ANCHORS]:
@@ -136,6 +152,24 @@ def _plan_for_type(
         ):
             best = plan
     return best
+
+
+def _could_fit_without_all(cap: Capacity, run: Run, eligible: list[Node], cands: list[Run]) -> bool:
+    """Whether a whole-GPU ``run`` might fit with every candidate gone: per backend, enough
+    nodes whose free devices plus the candidates' devices on them reach ``gpus`` (an upper
+    bound on what releasing them frees, so False is certain)."""
+    freed: dict[str, int] = defaultdict(int)
+    for a in cands:
+        for slot in _placement(a).slots:
+            freed[slot.node] += len(slot.devices)
+    req = run.request
+    count: dict[str, int] = defaultdict(int)
+    for node in eligible:
+        if len(cap.free[node.name]) + freed.get(node.name, 0) >= req.gpus:
+            count[node.backend] += 1
+            if count[node.backend] >= req.nodes:
+                return True
+    return False
 
 
 def _greedy(

@@ -11,12 +11,20 @@ Invariants:
   queue are interchangeable for placement and quota, so a cycle can judge a queue by its head.
 - A pending run with ``not_before`` in the future waits in ``backoff`` until ``now`` reaches it;
   a run with an unknown project or priority class waits in ``invalid``.
+- The parking index: every non-empty queue is in exactly one of ``by_signature`` (whole-GPU
+  requests without topology, keyed by ``Signature``: what the free-count index can judge) or
+  ``other_queues``. ``running[(project, type)]`` holds the preemptible active runs not being
+  preempted (the victim candidates), matching the counts in ``victims``.
+- ``ends[node]`` lists, sorted, (end, GPUs, run id) for every whole-GPU slot of an active run
+  with a fixed expected end (start + ``max_runtime``); ``moving_ends[node]`` maps run id ->
+  (seconds after now, GPUs) for ends that move with the clock (a run being preempted ends
+  within its grace). ``lines(node, now)`` equals ``backfill._timelines`` for that node.
 """
 
 from __future__ import annotations
 
 import heapq
-from bisect import insort
+from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import replace
 
@@ -28,6 +36,8 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Phase, Placement, Run
 
 ShapeKey = tuple[object, ...]
+#: (acceptable GPU types of the cluster, GPUs per node, nodes, pinned backend)
+Signature = tuple[tuple[str, ...], int, int, str | None]
 
 
 def shape_key(snap: Snapshot, run: Run) -> ShapeKey:
@@ -74,6 +84,14 @@ class State:
         #: (project, GPU type) -> class value -> preemptible active runs not being preempted:
         #: who could be a victim, without scanning the active runs.
         self.victims: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        self.running: dict[tuple[str, str], dict[str, Run]] = defaultdict(dict)
+        #: signature -> project -> shape keys of its non-empty queues with that signature
+        self.by_signature: dict[Signature, dict[str, set[ShapeKey]]] = defaultdict(
+            lambda: defaultdict(set)
+        )
+        self.other_queues: dict[str, set[ShapeKey]] = defaultdict(set)
+        self.ends: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
+        self.moving_ends: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
         self._types_of: dict[ShapeKey, list[str]] = {}
         self._accepted: dict[tuple[str, ...], list[str]] = {}
 
@@ -113,7 +131,12 @@ class State:
     def _enqueue(self, run: Run) -> None:
         key = order_key(self.template, run)
         self.order_keys[run.id] = key
-        q = self.queues[run.project].setdefault(shape_key(self.template, run), [])
+        sk = shape_key(self.template, run)
+        subqueues = self.queues[run.project]
+        q = subqueues.get(sk)
+        if q is None:
+            q = subqueues[sk] = []
+            self._index(run, sk, add=True)
         if not q or self.order_keys[q[-1].id] <= key:
             q.append(run)  # the common case: submitted after everything queued
         else:
@@ -134,8 +157,28 @@ class State:
                     break
             if not q:
                 del subqueues[sk]
+                self._index(run, sk, add=False)
         self.order_keys.pop(run_id, None)
         return run  # a run in backoff is skipped when it comes up (it is no longer pending)
+
+    def signature(self, run: Run) -> Signature | None:
+        """What the free-count index can judge about the run's request (None: not indexable)."""
+        r = run.request
+        if r.shape != "whole" or r.topology_key is not None:
+            return None
+        return (tuple(self.types_of(run)), r.gpus, r.nodes, run.spec.backend)
+
+    def _index(self, run: Run, sk: ShapeKey, add: bool) -> None:
+        sig = self.signature(run)
+        group = self.other_queues if sig is None else self.by_signature[sig]
+        if add:
+            group[run.project].add(sk)
+            return
+        group[run.project].discard(sk)
+        if not group[run.project]:
+            del group[run.project]
+            if sig is not None and not group:
+                del self.by_signature[sig]
 
     def add_active(self, run: Run, taken: bool = False) -> None:
         """A run now holds its placement (``taken``: the cycle booked it already)."""
@@ -143,6 +186,7 @@ class State:
         self.active[run.id] = run
         if not taken:
             self.cap.take(run.project, run.placement)
+        self._timeline(run, add=True)
         if run.preempt_requested:
             self.going.add(run.id)
         elif run.spec.preemptible:
@@ -150,11 +194,16 @@ class State:
 
     def _victim(self, run: Run, delta: int) -> None:
         assert run.placement is not None
-        pool = self.victims[(run.project, run.placement.gpu_type)]
+        key = (run.project, run.placement.gpu_type)
+        pool = self.victims[key]
         value = self.template.priority_of(run)
         pool[value] += delta
         if not pool[value]:
             del pool[value]
+        if delta > 0:
+            self.running[key][run.id] = run
+        else:
+            self.running[key].pop(run.id, None)
 
     def ever_fits(self, run: Run) -> list[str]:
         """The acceptable GPU types on which an empty cluster could host the run (cached: it
@@ -192,18 +241,66 @@ class State:
             return
         if run.spec.preemptible:
             self._victim(run, -1)
+        self._timeline(run, add=False)
         self.active[run_id] = replace(run, preempt_requested=True)
+        self._timeline(self.active[run_id], add=True)
         self.going.add(run_id)
 
     def finish(self, run_id: str) -> Run:
         run = self.active.pop(run_id)
         assert run.placement is not None
         self.cap.release(run.project, run.placement)
+        self._timeline(run, add=False)
         if run_id in self.going:
             self.going.discard(run_id)
         elif run.spec.preemptible:
             self._victim(run, -1)
         return run
+
+    def _timeline(self, run: Run, add: bool) -> None:
+        """Book (or unbook) the run's expected end on its nodes, as ``backfill.expected_end``
+        computes it: fixed, or moving with the clock, or unknown (not booked)."""
+        assert run.placement is not None
+        mr = run.spec.max_runtime_s
+        start = next((t for t in (run.started_at, run.admitted_at) if t is not None), None)
+        if run.preempt_requested:
+            fixed, offset = None, run.spec.checkpoint.grace_s
+        elif mr is None:
+            return
+        elif start is None:
+            fixed, offset = None, mr
+        else:
+            fixed, offset = start + mr, 0.0
+        for slot in run.placement.slots:
+            if slot.fraction < 1.0 or slot.memory_mb is not None:
+                continue
+            n = len(slot.devices)
+            if fixed is None:
+                moving = self.moving_ends[slot.node]
+                if add:
+                    moving[run.id] = (offset, n)
+                else:
+                    moving.pop(run.id, None)
+                continue
+            line = self.ends[slot.node]
+            item = (fixed, n, run.id)
+            if add:
+                insort(line, item)
+            else:
+                i = bisect_left(line, item)
+                if i < len(line) and line[i] == item:
+                    del line[i]
+
+    def lines(self, node: str, now: float) -> list[tuple[float, int]]:
+        """The node's (expected end, GPUs released) timeline at ``now``, sorted."""
+        fixed = self.ends.get(node, ())
+        out = [(e if e > now else now, n) for e, n, _ in fixed]
+        moving = self.moving_ends.get(node)
+        if moving:
+            out.extend((now + off, n) for off, n in moving.values())
+        if moving or (fixed and fixed[0][0] <= now):
+            out.sort()  # moved ends, or overdue ends clamped to now, may tie out of order
+        return out
 
     def set_time(self, now: float) -> None:
         """Advance the clock; runs whose backoff is over join their queues."""

@@ -9,6 +9,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mlops_gpu.core.backfill import _timelines
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.policy import decide
 from mlops_gpu.model import Phase, Quota
@@ -117,6 +118,9 @@ def test_incremental_decides_as_from_scratch(
             eng.set_nodes(tuple(nodes), now)
         elif ev[0] == "cycle":
             snap = eng.snapshot(now)
+            lines = _timelines(snap)  # the index of expected ends matches a fresh count
+            for node in snap.nodes:
+                assert eng.state.lines(node.name, now) == lines.get(node.name, [])
             ref = decide(snap)
             explained = {p.run_id: (p.reason_code, p.eta) for p in eng.explain_all(now)}
             assert explained == {p.run_id: (p.reason_code, p.eta) for p in ref.pending}

@@ -1,0 +1,159 @@
+"""The parking lot: which queues a cycle must visit, and which run holds the reservation,
+without judging every queue head in every cycle.
+
+A queue is *parked* for a cycle when, as the cycle begins, it is surely blocked: on each
+acceptable GPU type its project has no room in quota for the request (``Cycle.room``) or the
+free-count index has no node set that could take it, and no active run could be its victim.
+Parked queues are not visited. This is exact, not a heuristic, because within one cycle
+- free capacity only shrinks (admissions take GPUs; preemption trials give back what they took),
+- quota room only shrinks (usage only grows; an exhausted cohort stays exhausted), and
+- the victim pools do not change (they are read from the state as the cycle began),
+so a queue surely blocked at the start is surely blocked at its turn, where a visit would have
+done nothing. ``candidates`` may return more than it must (over-approximations are judged at
+their turn as before), never less.
+
+The anchor of the EASY reservation is chosen from the starting state too, by age, not by the
+order of visits: the highest-class, oldest queue head that its quota would admit on some type
+while no node set of those types can take it now. So a full visit and a parked visit reserve
+for the same run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from mlops_gpu.core.placement import place, request_amount
+from mlops_gpu.core.state import ShapeKey
+from mlops_gpu.model import Run
+
+if TYPE_CHECKING:
+    from mlops_gpu.core.policy import Cycle
+
+_EPS = 1e-9
+
+
+def node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
+    """Whether one backend has ``nodes`` nodes of ``gpu_type`` with ``gpus`` free each now
+    (the free-count index; the same eligibility as ``placement._place_whole_indexed``)."""
+    for (t, b), buckets in c.cap.buckets.items():
+        if t != gpu_type or (backend is not None and b != backend):
+            continue
+        if nodes > 1 and not c.snap.caps(b).multi_node:
+            continue
+        if sum(len(names) for names in buckets[gpus:]) >= nodes:
+            return True
+    return False
+
+
+def _hopes(c: Cycle) -> dict[str, dict[str, tuple[int | None, float]]]:
+    """project -> GPU type -> (lowest class among its own possible victims, the most it could
+    add within nominal while a cohort member borrowed the type at the start and has
+    preemptible runs): what ``Cycle._victims_possible`` looks at, read once."""
+    st, quota = c.state, c.quota
+    lenders: dict[tuple[str, str], set[str]] = {}
+    for root, members in quota.members.items():
+        for t in st.types:
+            lenders[(root, t)] = {
+                m for m in members if c._borrowed_at_start(m, t) and st.victims.get((m, t))
+            }
+    out: dict[str, dict[str, tuple[int | None, float]]] = defaultdict(dict)
+    for project in st.queues:
+        root = quota.root.get(project)
+        for t in st.types:
+            pool = st.victims.get((project, t))
+            lowest = min(pool) if pool else None
+            others = lenders.get((root, t), set()) - {project} if root is not None else set()
+            reclaim = quota.quota(project, t).nominal - quota.used[(project, t)] if others else -1.0
+            if lowest is not None or reclaim >= 0:
+                out[project][t] = (lowest, reclaim)
+    return out
+
+
+def _may_have_victims(
+    c: Cycle,
+    hope: dict[str, tuple[int | None, float]],
+    cls: int,
+    types: tuple[str, ...],
+    amount: float,
+) -> bool:
+    las = c.snap.policy.order == "las"
+    for t in types:
+        h = hope.get(t)
+        if h is None:
+            continue
+        lowest, reclaim = h
+        if lowest is not None and (lowest < cls or (las and lowest == cls)):
+            return True
+        if amount <= reclaim + _EPS:
+            return True
+    return False
+
+
+def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
+    """project -> the shape keys of its queues that are not surely blocked now."""
+    st = c.state
+    out: dict[str, list[ShapeKey]] = defaultdict(list)
+    for project, sks in st.other_queues.items():
+        out[project].extend(sks)
+    hopes = _hopes(c) if c.snap.policy.preemption else {}
+    for (types, gpus, nodes, backend), by_project in st.by_signature.items():
+        amount = float(gpus * nodes)
+        fit = [t for t in types if node_sets(c, t, gpus, nodes, backend)]
+        for project, sks in by_project.items():
+            if fit and any(amount <= c.room(project, t) + _EPS for t in fit):
+                out[project].extend(sks)
+                continue
+            hope = hopes.get(project)
+            if hope:
+                out[project].extend(
+                    sk
+                    for sk in sks
+                    if _may_have_victims(c, hope, int(sk[0]), types, amount)  # type: ignore[call-overload]
+                )
+    return out
+
+
+def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
+    """The run the EASY reservation is for, with the GPU types its quota would admit it on, or
+    None: the highest-class, oldest queue head blocked by capacity alone."""
+    st = c.state
+    best: tuple[tuple[int, tuple[int, float, int]], Run, list[str]] | None = None
+    for project, subqueues in st.queues.items():
+        rooms = {t: c.room(project, t) for t in st.types}
+        if all(r < 1.0 - _EPS for r in rooms.values()):
+            continue  # no whole-GPU request of this project has room in quota
+        for sk, q in subqueues.items():
+            level = c._level_of(project, int(sk[0]))  # type: ignore[call-overload]
+            if not q or level is None:
+                continue
+            run = q[0]
+            key = (-level, st.order_keys[run.id])
+            if best is not None and key >= best[0]:
+                continue
+            types = _blocked_by_capacity(c, run, rooms)
+            if types:
+                best = (key, run, types)
+    return None if best is None else (best[1], best[2])
+
+
+def _blocked_by_capacity(c: Cycle, run: Run, rooms: dict[str, float]) -> list[str]:
+    """The types on which quota would admit the whole-GPU ``run``, if it fits on none of them
+    now; else []. ``rooms`` (``Cycle.room`` per type) rules types out before the exact quota
+    check, which is only made where it decides something."""
+    req = run.request
+    if req.shape != "whole":
+        return []
+    amount = request_amount(run)
+    types = [t for t in c.state.types_of(run) if amount <= rooms[t] + _EPS]
+    admitted: list[str] = []
+    for t in types:
+        if req.topology_key is None:
+            fits = node_sets(c, t, req.gpus, req.nodes, run.spec.backend)
+        else:
+            fits = place(c.snap, c.cap, run, t) is not None
+        if c.quota.problem(run.project, t, amount) is None:
+            if fits:
+                return []
+            admitted.append(t)
+    return admitted
