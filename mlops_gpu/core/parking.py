@@ -35,7 +35,18 @@ _EPS = 1e-9
 
 def node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
     """Whether one backend has ``nodes`` nodes of ``gpu_type`` with ``gpus`` free each now
-    (the free-count index; the same eligibility as ``placement._place_whole_indexed``)."""
+    (the free-count index; the same eligibility as ``placement._place_whole_indexed``).
+    Remembered until the cycle admits a run (only admissions change free capacity)."""
+    key = (gpu_type, gpus, nodes, backend)
+    seen = c.fit_memo.get(key)
+    if seen is not None and seen[0] == len(c.admissions):
+        return seen[1]
+    found = _node_sets(c, gpu_type, gpus, nodes, backend)
+    c.fit_memo[key] = (len(c.admissions), found)
+    return found
+
+
+def _node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
     for (t, b), buckets in c.cap.buckets.items():
         if t != gpu_type or (backend is not None and b != backend):
             continue

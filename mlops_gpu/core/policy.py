@@ -101,6 +101,10 @@ class Cycle:
         self.lazy: set[str] = set()
         self._used_at_start = dict(self.cap.used)
         self._exhausted: set[tuple[str, str]] = set()
+        #: (root, type) -> admissions so far when found not exhausted: usage changes only
+        #: by admissions within a cycle (preemption trials restore what they change)
+        self._lends: dict[tuple[str, str], int] = {}
+        self.fit_memo: dict[tuple[str, int, int, str | None], tuple[int, bool]] = {}
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
 
@@ -343,6 +347,8 @@ class Cycle:
         key = (root, gpu_type)
         if key in self._exhausted:
             return True
+        if self._lends.get(key) == len(self.admissions):
+            return False
         borrowed = lendable = 0.0
         for m in self.quota.members[root]:
             u = self.quota.used[(m, gpu_type)]
@@ -351,6 +357,7 @@ class Cycle:
         if lendable - borrowed <= 1e-9:
             self._exhausted.add(key)
             return True
+        self._lends[key] = len(self.admissions)
         return False
 
     def _diagnose(self, run: Run) -> None:
