@@ -149,13 +149,24 @@ class Cycle:
         defer: dict[str, list[Range]] | None,
     ) -> None:
         """Serve one priority class in fair-share order: the project with the lowest share
-        takes its next run, until every project's runs are admitted, deferred or waiting."""
-        heap = [(self.shares.share(p), p) for p in sorted(ranges) if ranges[p]]
+        takes its next run, until every project's runs are admitted, deferred or waiting.
+        Without fair share, the project whose next run is oldest goes first (one FIFO
+        across projects, as Kueue orders queue heads by creation time)."""
+        fair = self.snap.policy.fair_share
+
+        def key(p: str) -> tuple[object, ...]:
+            if fair:
+                return (self.shares.share(p), p)
+            queues, keys = self.state.queues[p], self.state.order_keys
+            heads = [keys[queues[rg[0]][rg[1]].id] for rg in ranges[p] if rg[1] < rg[2]]
+            return (min(heads, default=(0, 0.0, 0)), p)
+
+        heap = [(key(p), p) for p in sorted(ranges) if ranges[p]]
         heapq.heapify(heap)
         while heap:
             _, project = heapq.heappop(heap)
             if self._turn(project, ranges[project], defer):
-                heapq.heappush(heap, (self.shares.share(project), project))
+                heapq.heappush(heap, (key(project), project))
 
     def _turn(
         self,

@@ -221,6 +221,15 @@ FAIR = {
         ),
         admit={"p1": "n1"},
     ),
+    "fair-share-off-oldest-head-first-across-projects": Case(
+        snap(
+            N4,
+            [make_project("p", 4), make_project("q", 4)],
+            [run("p1", "p", gpus=4, seq=2), run("q1", "q", gpus=4, seq=1)],
+            fair_share=False,
+        ),
+        admit={"q1": "n1"},
+    ),
     "interleaves-as-it-admits": Case(
         snap(
             TWO,
