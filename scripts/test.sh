@@ -22,7 +22,7 @@ fi
 echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "== mypy --strict (model, core, state)" >&2
+echo "== mypy --strict (model, core, state, sim)" >&2
 .venv/bin/mypy
 echo "== pytest" >&2
 exec .venv/bin/python -m pytest "$@"

@@ -1,4 +1,4 @@
-"""``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, scheduler.
+"""``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, scheduler, simulate.
 
 Every read verb takes ``--json`` (the run keys of DESIGN.md). Errors are one line on stderr,
 ``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures.
@@ -402,6 +402,15 @@ def scheduler(
             verbose=verbose,
         )
     )
+
+
+def _register() -> None:
+    from mlops_gpu.cli.simulate import simulate
+
+    cli.add_command(simulate)
+
+
+_register()
 
 
 def main() -> None:

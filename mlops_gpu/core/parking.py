@@ -70,11 +70,11 @@ def _hopes(c: Cycle) -> dict[str, dict[str, tuple[int | None, float]]]:
             }
     out: dict[str, dict[str, tuple[int | None, float]]] = defaultdict(dict)
     for project in st.queues:
-        root = quota.root.get(project)
+        owner = quota.root.get(project)
         for t in st.types:
             pool = st.victims.get((project, t))
             lowest = min(pool) if pool else None
-            others = lenders.get((root, t), set()) - {project} if root is not None else set()
+            others = lenders.get((owner, t), set()) - {project} if owner is not None else set()
             reclaim = quota.quota(project, t).nominal - quota.used[(project, t)] if others else -1.0
             if lowest is not None or reclaim >= 0:
                 out[project][t] = (lowest, reclaim)

@@ -1,0 +1,170 @@
+"""``mlops-gpu simulate``: replay a trace under one or more policies and compare them.
+
+Heavy parts (the simulator, matplotlib for ``--plot``) are imported when the verb runs, so the
+CLI's start-up stays light. Progress goes to stderr; ``--json`` prints one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import click
+
+DATA = Path(__file__).resolve().parent.parent / "sim" / "data"
+DEFAULT_POLICIES = ("default", "fifo-backfill", "kueue-like", "drf", "las", "fifo")
+
+
+def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int, seed: int) -> Any:
+    from mlops_gpu.sim.trace import load_csv, load_philly, synthetic
+
+    if trace == "philly":
+        try:
+            day = date.fromisoformat(start) if start else date(2017, 10, 9)
+        except ValueError:
+            raise click.BadParameter(
+                f"expected YYYY-MM-DD, got {start!r}", param_hint="--start"
+            ) from None
+        return load_philly(
+            DATA / "philly.csv.gz",
+            DATA / "philly_vc_nodes.csv",
+            day,
+            7.0 if days is None else days,
+            gpus_per_node,
+        )
+    if trace == "synthetic":
+        return synthetic(seed=seed, days=2.0 if days is None else days, gpus_per_node=gpus_per_node)
+    if start is not None or days is not None:
+        raise click.BadParameter(
+            "only for --trace philly or synthetic", param_hint="--start/--days"
+        )
+    return load_csv(trace, gpus_per_node)
+
+
+@click.command()
+@click.option(
+    "--trace",
+    "trace_name",
+    default="philly",
+    show_default=True,
+    help="philly (the vendored Philly trace), synthetic (seeded), or a CSV path "
+    "(format: BENCHMARKS.md).",
+)
+@click.option("--start", default=None, help="philly: first day, YYYY-MM-DD (default 2017-10-09).")
+@click.option("--days", type=float, default=None, help="philly: days of submissions (default 7).")
+@click.option("--nodes", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    help=f"Policy to run (repeatable; default: {', '.join(DEFAULT_POLICIES)}).",
+)
+@click.option("--seed", type=int, default=1, show_default=True, help="synthetic: the seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--plot",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write PNG plots (JCT CDF, utilization, share per project) to this folder.",
+)
+def simulate(
+    trace_name: str,
+    start: str | None,
+    days: float | None,
+    nodes: int,
+    gpus_per_node: int,
+    policies: tuple[str, ...],
+    seed: int,
+    as_json: bool,
+    plot: Path | None,
+) -> None:
+    """Replay a GPU cluster trace under scheduling policies, side by side."""
+    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.sim import Cluster, summarize
+    from mlops_gpu.sim import simulate as run_sim
+    from mlops_gpu.sim.policies import PRESETS
+    from mlops_gpu.sim.trace import TraceError
+
+    chosen = policies or DEFAULT_POLICIES
+    for p in chosen:
+        if p not in PRESETS:
+            raise UserError(f"--policy {p}: unknown; expected one of {', '.join(PRESETS)}")
+    try:
+        trace = _load(trace_name, start, days, gpus_per_node, seed)
+    except TraceError as e:
+        raise UserError(str(e)) from None
+    cluster = Cluster(nodes, gpus_per_node)
+    click.echo(
+        f"simulate: {trace.name}: {len(trace.jobs)} jobs on {nodes} x {gpus_per_node} GPUs",
+        err=True,
+    )
+    results, rows = [], []
+    for p in chosen:
+
+        def progress(done: int, total: int, p: str = p) -> None:
+            click.echo(f"\r  {p}: {done}/{total} jobs finished", err=True, nl=False)
+
+        try:
+            r = run_sim(trace, cluster, p, progress)
+        except ValueError as e:  # a trace the cluster cannot express (priorities, types)
+            raise UserError(str(e)) from None
+        click.echo(f"\r  {p}: done in {r.wall_s:.1f}s{' ' * 20}", err=True)
+        results.append(r)
+        rows.append(summarize(r))
+    out = {
+        "trace": trace.name,
+        "nodes": nodes,
+        "gpus": cluster.gpus,
+        "jobs": len(trace.jobs),
+        "results": rows,
+    }
+    if plot is not None:
+        from mlops_gpu.sim.plots import write_plots
+
+        for path in write_plots(results, plot):
+            click.echo(f"wrote {path}", err=True)
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    _table(out)
+
+
+def _table(out: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from mlops_gpu.cli.render import console
+
+    t = Table(title=f"{out['trace']}: {out['jobs']} jobs, {out['gpus']} GPUs")
+    cols = [
+        ("policy", "policy", "{}"),
+        ("avg JCT h", "avg_jct_s", "h"),
+        ("p99 JCT h", "p99_jct_s", "h"),
+        ("avg wait h", "avg_wait_s", "h"),
+        ("slowdown", "avg_slowdown", "{:.2f}"),
+        ("util", "utilization", "{:.3f}"),
+        ("Jain", "jain", "{:.3f}"),
+        ("windows", "jain_windows", "{}"),
+        ("quota viol.", "quota_violations", "{}"),
+        ("preempt", "preemptions", "{}"),
+        ("lost GPU-h", "lost_gpu_hours", "{:.1f}"),
+        ("wall s", "wall_s", "{:.1f}"),
+    ]
+    for name, _, _ in cols:
+        t.add_column(name, justify="left" if name == "policy" else "right")
+    for row in out["results"]:
+        cells = []
+        for _, key, fmt in cols:
+            v = row[key]
+            if v is None:
+                cells.append("-")
+            elif fmt == "h":
+                cells.append(f"{v / 3600:.2f}")
+            else:
+                cells.append(fmt.format(v))
+        t.add_row(*cells)
+    console().print(t)
+    sys.stdout.flush()

@@ -1,0 +1,331 @@
+"""A discrete-event simulator: the real core (``core.engine.Incremental``) on a virtual clock,
+with a fake backend that "runs" a job for its trace duration.
+
+Each event time (arrivals, completions) runs one scheduling cycle, and another at once while a
+cycle preempts (victims stop instantly here: the simulated grace is 0). The preemption model of
+BENCHMARKS.md: jobs are preemptible and checkpoint every ``CHECKPOINT_S`` seconds of progress;
+a preempted job keeps its checkpointed progress, loses the rest, and pays ``RESTART_S`` of
+overhead when it starts again. ``max_runtime`` (what backfill and ETAs use) is 2 x the true
+remaining time plus the restart overhead, as the pinned references require.
+
+Fair share reads the decayed usage of finished attempts (``controller.accounting`` computes it
+the same way from the ledger in production) plus current allocation.
+
+Invariants: every job is submitted once; a job is active in at most one attempt; a finished
+job's progress equals its duration; the allocation segments are exactly the attempts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import (
+    BackendCapabilities,
+    Cohort,
+    GpuType,
+    Node,
+    Phase,
+    Project,
+    Quota,
+    ResourceRequest,
+    Run,
+    RunSpec,
+)
+from mlops_gpu.model.run import CheckpointPolicy
+from mlops_gpu.sim.policies import Preset, preset
+from mlops_gpu.sim.trace import Trace, TraceJob
+
+CHECKPOINT_S = 1800.0
+RESTART_S = 60.0
+DEFAULT_GPU_TYPE = "gpu"
+POOL = "all"
+CLASSES = {"low": 50, "normal": 100, "high": 200}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    gpus_per_node: int
+    gpu_type: str = DEFAULT_GPU_TYPE
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass
+class JobOutcome:
+    job: TraceJob
+    first_start: float | None = None
+    finish: float | None = None
+    attempts: int = 0
+    preempted: int = 0
+    lost_gpu_s: float = 0.0
+
+
+@dataclass
+class SimResult:
+    policy: str
+    trace: Trace
+    cluster: Cluster
+    nominal: dict[str, int]
+    outcomes: list[JobOutcome]
+    #: (trace project, start, end, GPUs): one per attempt
+    segments: list[tuple[str, float, float, int]]
+    quota_violations: int | None
+    cycles: int
+    cycle_wall_s: float
+    wall_s: float
+    unfinished: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def preemptions(self) -> int:
+        return sum(o.preempted for o in self.outcomes)
+
+
+def nominal_quotas(trace: Trace, gpus: int) -> dict[str, int]:
+    """Whole-GPU nominal quotas in proportion to the trace's weights, summing to at most
+    ``gpus`` (largest remainder). Without weights, equal shares."""
+    weights = {p: trace.weights.get(p, 0.0) for p in trace.projects}
+    if not any(weights.values()):
+        weights = dict.fromkeys(trace.projects, 1.0)
+    total = sum(weights.values())
+    exact = {p: gpus * w / total for p, w in weights.items()}
+    out = {p: math.floor(x) for p, x in exact.items()}
+    left = gpus - sum(out.values())
+    for p in sorted(exact, key=lambda p: (out[p] - exact[p], p))[:left]:
+        out[p] += 1
+    return out
+
+
+def template(trace: Trace, cluster: Cluster, p: Preset) -> tuple[Snapshot, dict[str, int]]:
+    nodes = tuple(
+        Node(
+            f"sim-{i:04d}",
+            "sim",
+            cluster.gpu_type,
+            tuple(str(d) for d in range(cluster.gpus_per_node)),
+        )
+        for i in range(cluster.nodes)
+    )
+    nominal = nominal_quotas(trace, cluster.gpus)
+    t = cluster.gpu_type
+    projects: dict[str, Project] = {}
+    if not p.quotas:
+        projects[POOL] = Project(POOL, quotas=MappingProxyType({t: Quota(cluster.gpus, 0)}))
+    else:
+        for name, n in nominal.items():
+            quota = Quota(cluster.gpus, 0) if p.unlimited else Quota(n, None)
+            projects[name] = Project(
+                name,
+                cohort=None if p.unlimited else "cluster",
+                weight=float(max(n, 1)),
+                quotas=MappingProxyType({t: quota}),
+            )
+    classes = dict(CLASSES)
+    for job in trace.jobs:
+        if job.priority not in classes:
+            classes[job.priority] = _class_value(job.priority)
+    snap = Snapshot(
+        now=0.0,
+        nodes=nodes,
+        pending=(),
+        active=(),
+        projects=projects,
+        gpu_types={t: GpuType(t, 0.0)},
+        priority_classes=classes,
+        cohorts={"cluster": Cohort("cluster")} if p.quotas and not p.unlimited else {},
+        policy=p.settings,
+        capabilities={"sim": BackendCapabilities(multi_node=True)},
+    )
+    return snap, nominal
+
+
+def _class_value(name: str) -> int:
+    try:
+        return int(name)
+    except ValueError:
+        raise ValueError(
+            f"trace priority {name!r}: expected low, normal, high or an integer"
+        ) from None
+
+
+@dataclass
+class _Attempt:
+    start: float
+    overhead: float
+
+
+class Simulation:
+    def __init__(self, trace: Trace, cluster: Cluster, policy: str) -> None:
+        self.trace, self.cluster = trace, cluster
+        self.preset = preset(policy)
+        self.template, self.nominal = template(trace, cluster, self.preset)
+        self.engine = Incremental(self.template)
+        self.jobs = {j.id: j for j in trace.jobs}
+        self.out = {j.id: JobOutcome(j) for j in trace.jobs}
+        self.remaining = {j.id: j.duration_s for j in trace.jobs}
+        #: GPU-seconds held over earlier attempts, lost work included (what LAS orders by,
+        #: as ``Run.attained_gpu_s`` in production)
+        self.attained: dict[str, float] = defaultdict(float)
+        self.running: dict[str, _Attempt] = {}
+        self.ends: list[tuple[float, int, str]] = []
+        self.segments: list[tuple[str, float, float, int]] = []
+        self.history: dict[tuple[str, str], float] = defaultdict(float)
+        self.history_at = 0.0
+        self.violations = 0
+        self.cycles, self.cycle_s = 0, 0.0
+
+    def _run_for(self, job: TraceJob, seq: int, attempt: int, overhead: float, now: float) -> Run:
+        project = job.project if self.preset.quotas else POOL
+        spec = RunSpec(
+            name=job.id,
+            project=project,
+            user="sim",
+            command=("sim",),
+            request=ResourceRequest(job.gpus, job.nodes, (job.gpu_type,) if job.gpu_type else ()),
+            priority=job.priority,
+            max_runtime_s=2.0 * (self.remaining[job.id] + overhead),
+            checkpoint=CheckpointPolicy(grace_s=0.0),
+        )
+        return Run(
+            job.id,
+            seq,
+            spec,
+            Phase.PENDING,
+            attempt,
+            job.submit_s,
+            attained_gpu_s=self.attained[job.id],
+        )
+
+    def _decay(self, now: float) -> None:
+        h = max(self.preset.settings.half_life_s, 1.0)
+        if now > self.history_at:
+            f = 2.0 ** (-(now - self.history_at) / h)
+            for k in self.history:
+                self.history[k] *= f
+        self.history_at = now
+
+    def _stop(self, job_id: str, now: float) -> None:
+        """Book the attempt's segment and its decayed usage (it ends now)."""
+        att = self.running.pop(job_id)
+        job = self.jobs[job_id]
+        self.segments.append((job.project, att.start, now, job.total_gpus))
+        k = math.log(2) / max(self.preset.settings.half_life_s, 1.0)
+        project = job.project if self.preset.quotas else POOL
+        self.history[(project, self.cluster.gpu_type)] += (
+            job.total_gpus / k * (1.0 - math.exp(-k * (now - att.start)))
+        )
+
+    def _cycle(self, now: float) -> int:
+        self._decay(now)
+        t0 = time.perf_counter()
+        d = self.engine.cycle(now, dict(self.history))
+        self.cycle_s += time.perf_counter() - t0
+        self.cycles += 1
+        for a in d.admissions:
+            job = self.jobs[a.run_id]
+            o = self.out[job.id]
+            overhead = RESTART_S if o.attempts else 0.0
+            o.attempts += 1
+            if o.first_start is None:
+                o.first_start = now
+            self.running[job.id] = _Attempt(now, overhead)
+            heapq.heappush(self.ends, (now + overhead + self.remaining[job.id], o.attempts, job.id))
+        for p in d.preemptions:
+            self._preempted(p.run_id, now)
+        self._check_quota()
+        return len(d.preemptions)
+
+    def _preempted(self, job_id: str, now: float) -> None:
+        job, o = self.jobs[job_id], self.out[job_id]
+        att = self.running[job_id]
+        progress = max(now - att.start - att.overhead, 0.0)
+        kept = min(math.floor(progress / CHECKPOINT_S) * CHECKPOINT_S, self.remaining[job_id])
+        self.remaining[job_id] -= kept
+        o.preempted += 1
+        o.lost_gpu_s += (now - att.start - kept) * job.total_gpus
+        self.attained[job_id] += (now - att.start) * job.total_gpus
+        self._stop(job_id, now)
+        victim = self.engine.finish(job_id)
+        self.engine.submit(
+            replace(
+                self._run_for(job, victim.seq, victim.attempt + 1, RESTART_S, now),
+                submitted_at=victim.submitted_at,
+            )
+        )
+
+    def _check_quota(self) -> None:
+        if not self.preset.quotas or self.preset.unlimited:
+            return
+        used = self.engine.state.cap.used
+        for name, proj in self.template.projects.items():
+            q = proj.quota(self.cluster.gpu_type)
+            limit = math.inf if q.borrowing_limit is None else q.nominal + q.borrowing_limit
+            if used[(name, self.cluster.gpu_type)] > limit + 1e-9:
+                self.violations += 1
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
+        t_start = time.perf_counter()
+        jobs = self.trace.jobs
+        i, n, done = 0, len(jobs), 0
+        step, reported = max(1, n // 20), -1  # report every 5% of jobs finished
+        while True:
+            t_next = min(
+                jobs[i].submit_s if i < n else math.inf,
+                self.ends[0][0] if self.ends else math.inf,
+            )
+            if t_next == math.inf:
+                break
+            now = t_next
+            while self.ends and self.ends[0][0] <= now:
+                _, attempt, jid = heapq.heappop(self.ends)
+                if jid in self.running and self.out[jid].attempts == attempt:
+                    self.remaining[jid] = 0.0
+                    self.out[jid].finish = now
+                    self._stop(jid, now)
+                    self.engine.finish(jid)
+                    done += 1
+            while i < n and jobs[i].submit_s <= now:
+                self.engine.submit(self._run_for(jobs[i], i, 1, 0.0, now))
+                i += 1
+            for _ in range(10):  # victims exit at once: cycle again for the runs they made room for
+                if not self._cycle(now):
+                    break
+            if progress is not None and done // step > reported:
+                reported = done // step
+                progress(done, n)
+        return SimResult(
+            policy=self.preset.name,
+            trace=self.trace,
+            cluster=self.cluster,
+            nominal=self.nominal,
+            outcomes=list(self.out.values()),
+            segments=self.segments,
+            quota_violations=self.violations
+            if self.preset.quotas and not self.preset.unlimited
+            else None,
+            cycles=self.cycles,
+            cycle_wall_s=self.cycle_s,
+            wall_s=time.perf_counter() - t_start,
+            unfinished=sum(1 for o in self.out.values() if o.finish is None),
+        )
+
+
+def simulate(
+    trace: Trace,
+    cluster: Cluster,
+    policy: str = "default",
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Replay ``trace`` on ``cluster`` under ``policy`` (a name of ``sim.policies.PRESETS``)."""
+    return Simulation(trace, cluster, policy).run(progress)
