@@ -239,6 +239,8 @@ def synthetic(
     project submits the most, as in real clusters), equal quota weights."""
     if jobs < 1 or projects < 1:
         raise TraceError("synthetic: expected at least one job and one project")
+    if days <= 0:
+        raise TraceError(f"--days: expected a number of days > 0, got {days:g}")
     rng = random.Random(seed)
     names = [f"team-{i}" for i in range(projects)]
     skew = [1.0 / (i + 1) for i in range(projects)]

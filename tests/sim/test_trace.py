@@ -101,3 +101,5 @@ def test_synthetic_is_seeded() -> None:
     a, b, c = synthetic(seed=3, jobs=200), synthetic(seed=3, jobs=200), synthetic(seed=4, jobs=200)
     assert a.jobs == b.jobs and a.jobs != c.jobs
     assert len(a.jobs) == 200 and a.jobs == tuple(sorted(a.jobs, key=lambda j: j.submit_s))
+    with pytest.raises(TraceError, match="--days: expected a number of days > 0"):
+        synthetic(days=0)
