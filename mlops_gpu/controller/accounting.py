@@ -8,21 +8,14 @@ Decay: a GPU held over [start, end] contributes the integral of 2^(-(now - t) / 
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from mlops_gpu.core.fairshare import decayed
 from mlops_gpu.model import GpuType, Project, Run
 from mlops_gpu.state import UsageRow
 
 HORIZON = 10
-
-
-def decayed(gpus: float, start: float, end: float, now: float, half_life: float) -> float:
-    if end <= start:
-        return 0.0
-    k = math.log(2) / half_life
-    return gpus / k * (math.exp(-k * (now - end)) - math.exp(-k * (now - start)))
 
 
 def usage_history(

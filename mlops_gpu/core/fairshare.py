@@ -9,12 +9,23 @@ that ran 300 runs this morning ranks behind one that ran nothing, and less so ev
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Mapping
 
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Run
+
+
+def decayed(gpus: float, start: float, end: float, now: float, half_life: float) -> float:
+    """GPU-seconds of ``gpus`` held over [start, end], each second weighed 2^(-age / half_life)
+    at ``now``: ``h / ln 2 * (2^(-(now - end) / h) - 2^(-(now - start) / h))``. The controller
+    (from the usage ledger) and the simulator both build fair-share history with it."""
+    if end <= start:
+        return 0.0
+    k = math.log(2) / half_life
+    return gpus / k * (math.exp(-k * (now - end)) - math.exp(-k * (now - start)))
 
 
 def budget_exceeded(snap: Snapshot, project: str) -> str | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from mlops_gpu.core.placement import place, request_amount
+from mlops_gpu.core.placement import indexed_buckets, place, request_amount
 from mlops_gpu.core.state import ShapeKey
 from mlops_gpu.model import Run
 
@@ -47,14 +47,10 @@ def node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | Non
 
 
 def _node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
-    for (t, b), buckets in c.cap.buckets.items():
-        if t != gpu_type or (backend is not None and b != backend):
-            continue
-        if nodes > 1 and not c.snap.caps(b).multi_node:
-            continue
-        if sum(len(names) for names in buckets[gpus:]) >= nodes:
-            return True
-    return False
+    return any(
+        sum(len(names) for names in buckets[gpus:]) >= nodes
+        for _, buckets in indexed_buckets(c.snap, c.cap, gpu_type, backend, nodes)
+    )
 
 
 def _hopes(c: Cycle) -> dict[str, dict[str, tuple[int | None, float]]]:

@@ -15,7 +15,7 @@ Rules (in order):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 
 from mlops_gpu.core.capacity import Capacity
@@ -94,19 +94,28 @@ def _place_whole(
     return Placement(backend=choice[0].backend, gpu_type=gpu_type, slots=slots)
 
 
+def indexed_buckets(
+    snap: Snapshot, cap: Capacity, gpu_type: str, pinned: str | None, nodes: int
+) -> Iterator[tuple[str, list[list[str]]]]:
+    """(backend, free-count buckets) of ``gpu_type`` that may host a whole-GPU request on
+    ``nodes`` nodes (the pinned backend only; multi-node capable for gangs), by backend name."""
+    for (t, backend), buckets in sorted(cap.buckets.items()):
+        if t != gpu_type or (pinned is not None and backend != pinned):
+            continue
+        if nodes > 1 and not snap.caps(backend).multi_node:
+            continue
+        yield backend, buckets
+
+
 def _place_whole_indexed(
     snap: Snapshot, cap: Capacity, run: Run, gpu_type: str, fits: NodeFilter | None
 ) -> Placement | None:
     """``_place_whole`` without topology, from the free-count buckets: the same choice (least
     left, then name; per backend the first ``nodes``; the cheapest backend, then its name)
     without looking at nodes that cannot fit."""
-    req, pinned = run.request, run.spec.backend
+    req = run.request
     best: tuple[tuple[int, tuple[str, ...]], list[str], str] | None = None
-    for (t, backend), buckets in sorted(cap.buckets.items()):
-        if t != gpu_type or (pinned is not None and backend != pinned):
-            continue
-        if req.nodes > 1 and not snap.caps(backend).multi_node:
-            continue
+    for backend, buckets in indexed_buckets(snap, cap, gpu_type, run.spec.backend, req.nodes):
         chosen: list[str] = []
         total = 0
         for k in range(req.gpus, len(buckets)):

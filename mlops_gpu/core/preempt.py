@@ -51,28 +51,24 @@ def find_plan(
     gpu_types: list[str],
     may_preempt: Callable[[Run, Run], bool],
     going_ids: set[str],
-    search: bool = True,
-    pool: Callable[[str], Iterable[Run]] | None = None,
-    active: dict[str, Run] | None = None,
+    search: bool,
+    pool: Callable[[str], Iterable[Run]],
+    active: dict[str, Run],
 ) -> Plan | None:
     """The cheapest sufficient set of victims for ``run``, or None. Runs in ``going_ids``
     (being preempted) count as gone. Without ``search``, only whether the run fits once they
     are gone (a plan without victims). ``cap`` and ``quota`` are restored before returning.
-    ``pool(gpu_type)``, when given, yields a superset of the possible victims on that type
-    (an index, instead of scanning ``snap.active``); ``active`` maps id -> active run."""
-    if active is not None:
-        going = [active[i] for i in sorted(going_ids) if i in active]
-    else:
-        going = [a for a in snap.active if a.id in going_ids]
+    ``pool(gpu_type)`` yields a superset of the possible victims on that type (an index,
+    instead of scanning every active run); ``active`` maps id -> active run."""
+    going = [active[i] for i in sorted(going_ids) if i in active]
     going = [a for a in going if a.placement is not None]
     for a in going:
         cap.release(a.project, _placement(a))
     try:
         best: Plan | None = None
         for t in gpu_types:
-            source = snap.active if pool is None else pool(t)
             plan = _plan_for_type(
-                snap, cap, quota, run, t, may_preempt, bool(going), search, source
+                snap, cap, quota, run, t, may_preempt, bool(going), search, pool(t)
             )
             if plan is not None and (
                 best is None

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.fairshare import decayed
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import (
     BackendCapabilities,
@@ -220,10 +221,10 @@ class Simulation:
         att = self.running.pop(job_id)
         job = self.jobs[job_id]
         self.segments.append((job.project, att.start, now, job.total_gpus))
-        k = math.log(2) / max(self.preset.settings.half_life_s, 1.0)
+        h = max(self.preset.settings.half_life_s, 1.0)
         project = job.project if self.preset.quotas else POOL
-        self.history[(project, self.cluster.gpu_type)] += (
-            job.total_gpus / k * (1.0 - math.exp(-k * (now - att.start)))
+        self.history[(project, self.cluster.gpu_type)] += decayed(
+            job.total_gpus, att.start, now, now, h
         )
 
     def _cycle(self, now: float) -> int:
