@@ -43,7 +43,9 @@ TYPES = {"a100-80gb": 0.4, "h100-80gb": 0.4, "l40s-48gb": 0.2}
 SHAPES = [((1, 1), 0.40), ((2, 1), 0.20), ((4, 1), 0.15), ((8, 1), 0.15), ((4, 2), 0.10)]
 
 
-def workload(n_nodes: int, n_runs: int, seed: int) -> tuple[Snapshot, list[Run], dict[str, float]]:
+def workload(
+    n_nodes: int, n_runs: int, seed: int, order: str = "shortest"
+) -> tuple[Snapshot, list[Run], dict[str, float]]:
     rng = random.Random(seed)
     nodes, i = [], 0
     for t, share in TYPES.items():
@@ -68,7 +70,7 @@ def workload(n_nodes: int, n_runs: int, seed: int) -> tuple[Snapshot, list[Run],
         gpu_types={t: GpuType(t, 2.0) for t in TYPES},
         priority_classes={"normal": 100},
         cohorts={f"c{c}": Cohort(f"c{c}") for c in range(4)},
-        policy=PolicySettings(),
+        policy=PolicySettings(order=order),
         capabilities={"sim": BackendCapabilities(multi_node=True)},
     )
     runs, durations = [], {}
@@ -198,8 +200,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=50000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--engine", choices=["incremental", "from-scratch"], default="incremental")
+    ap.add_argument(
+        "--order",
+        choices=["shortest", "submit", "las"],
+        default="shortest",
+        help="the policy's order within a project (default: the shipped default)",
+    )
     args = ap.parse_args()
-    template, runs, durations = workload(args.nodes, args.runs, args.seed)
+    template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order)
     engine = make_engine(args.engine, template)
     print(
         f"core_throughput: {len(template.nodes)} nodes, {args.runs} runs, engine {args.engine} ...",

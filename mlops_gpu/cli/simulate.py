@@ -15,7 +15,6 @@ from typing import Any
 import click
 
 DATA = Path(__file__).resolve().parent.parent / "sim" / "data"
-DEFAULT_POLICIES = ("default", "fifo-backfill", "kueue-like", "drf", "las", "fifo")
 
 
 def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int, seed: int) -> Any:
@@ -61,7 +60,8 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
     "--policy",
     "policies",
     multiple=True,
-    help=f"Policy to run (repeatable; default: {', '.join(DEFAULT_POLICIES)}).",
+    help="Policy to run (repeatable): default, fifo-backfill, kueue-like, drf, las, fifo, "
+    "srtf-oracle (all of them when none is named).",
 )
 @click.option("--seed", type=int, default=1, show_default=True, help="synthetic: the seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -84,8 +84,8 @@ def simulate(
 ) -> None:
     """Replay a GPU cluster trace under scheduling policies, side by side."""
     from mlops_gpu.cli.main import UserError
-    from mlops_gpu.sim import Cluster, summarize
-    from mlops_gpu.sim import simulate as run_sim
+    from mlops_gpu.sim import Cluster
+    from mlops_gpu.sim.compare import DEFAULT_POLICIES, compare
     from mlops_gpu.sim.policies import PRESETS
     from mlops_gpu.sim.trace import TraceError
 
@@ -102,26 +102,17 @@ def simulate(
         f"simulate: {trace.name}: {len(trace.jobs)} jobs on {nodes} x {gpus_per_node} GPUs",
         err=True,
     )
-    results, rows = [], []
-    for p in chosen:
 
-        def progress(done: int, total: int, p: str = p) -> None:
-            click.echo(f"\r  {p}: {done}/{total} jobs finished", err=True, nl=False)
+    def progress(p: str, done: int, total: int) -> None:
+        click.echo(f"\r  {p}: {done}/{total} jobs finished", err=True, nl=False)
 
-        try:
-            r = run_sim(trace, cluster, p, progress)
-        except ValueError as e:  # a trace the cluster cannot express (priorities, types)
-            raise UserError(str(e)) from None
-        click.echo(f"\r  {p}: done in {r.wall_s:.1f}s{' ' * 20}", err=True)
-        results.append(r)
-        rows.append(summarize(r))
-    out = {
-        "trace": trace.name,
-        "nodes": nodes,
-        "gpus": cluster.gpus,
-        "jobs": len(trace.jobs),
-        "results": rows,
-    }
+    def finished(r: Any) -> None:
+        click.echo(f"\r  {r.policy}: done in {r.wall_s:.1f}s{' ' * 20}", err=True)
+
+    try:
+        out, results = compare(trace, cluster, chosen, progress=progress, done=finished)
+    except ValueError as e:  # a trace the cluster cannot express (priorities, types)
+        raise UserError(str(e)) from None
     if plot is not None:
         from mlops_gpu.sim.plots import write_plots
 
@@ -146,6 +137,7 @@ def _table(out: dict[str, Any]) -> None:
         ("avg wait h", "avg_wait_s", "h"),
         ("slowdown", "avg_slowdown", "{:.2f}"),
         ("util", "utilization", "{:.3f}"),
+        ("gap closed", "gap_closed", "{:.2f}"),
         ("Jain", "jain", "{:.3f}"),
         ("windows", "jain_windows", "{}"),
         ("quota viol.", "quota_violations", "{}"),

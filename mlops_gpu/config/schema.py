@@ -115,13 +115,17 @@ class MlflowConfig(_Strict):
 class PolicyConfig(_Strict):
     name: Literal["default"] = "default"
     queueing: Literal["best-effort-fifo", "strict-fifo"] = "best-effort-fifo"
-    #: Within a priority class and project: ``submit`` order or ``las`` (least attained
-    #: GPU-service first, levels split at ``las_thresholds_gpu_s``).
-    order: Literal["submit", "las"] = "submit"
+    #: Within a priority class and project: ``shortest`` (shortest ``max_runtime`` first;
+    #: runs without one last), ``submit`` order, or ``las`` (least attained GPU-service first,
+    #: levels split at ``las_thresholds_gpu_s``).
+    order: Literal["shortest", "submit", "las"] = "shortest"
+    #: Under ``shortest``: a run preempts a run of its own project and class only when that
+    #: run is expected to go on for more than this many times the new run's max_runtime.
+    shortest_preempt_ratio: float = Field(8.0, ge=1)
     las_thresholds_gpu_s: list[float] = Field(default_factory=lambda: [3600.0, 36000.0])
     fair_share: bool = True
     #: Half-life of past usage in the fair-share order, seconds.
-    half_life_s: float = Field(4 * 3600.0, gt=0)
+    half_life_s: float = Field(3600.0, gt=0)
     preemption: bool = True
     backfill: bool = True
 
@@ -293,6 +297,7 @@ class Config(_Strict):
             name=p.name,
             queueing=p.queueing,
             order=p.order,
+            shortest_preempt_ratio=p.shortest_preempt_ratio,
             las_thresholds_gpu_s=tuple(sorted(p.las_thresholds_gpu_s)),
             fair_share=p.fair_share,
             half_life_s=p.half_life_s,

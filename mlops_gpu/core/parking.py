@@ -80,17 +80,19 @@ def _hopes(c: Cycle) -> dict[str, dict[str, tuple[int | None, float]]]:
 def _may_have_victims(
     c: Cycle,
     hope: dict[str, tuple[int | None, float]],
+    head: Run,
     cls: int,
     types: tuple[str, ...],
     amount: float,
 ) -> bool:
-    las = c.snap.policy.order == "las"
+    """What ``Cycle._victims_possible`` would say for the queue's head (under ``shortest``
+    the head has the smallest max_runtime of its queue, so no run behind it has more hope)."""
     for t in types:
         h = hope.get(t)
         if h is None:
             continue
         lowest, reclaim = h
-        if lowest is not None and (lowest < cls or (las and lowest == cls)):
+        if lowest is not None and (lowest < cls or (lowest == cls and c.peers(head, t))):
             return True
         if amount <= reclaim + _EPS:
             return True
@@ -113,10 +115,11 @@ def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
                 continue
             hope = hopes.get(project)
             if hope:
+                queues = st.queues[project]
                 out[project].extend(
                     sk
                     for sk in sks
-                    if _may_have_victims(c, hope, int(sk[0]), types, amount)  # type: ignore[call-overload]
+                    if _may_have_victims(c, hope, queues[sk][0], int(sk[0]), types, amount)  # type: ignore[call-overload]
                 )
     return out
 

@@ -46,7 +46,12 @@ from mlops_gpu.core import parking
 from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, quota_eta, reserve
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.explain import shape_text
-from mlops_gpu.core.fairshare import Shares, attained_now, budget_exceeded, las_level
+from mlops_gpu.core.fairshare import (
+    Shares,
+    attained_now,
+    budget_exceeded,
+    las_level,
+)
 from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan
 from mlops_gpu.core.snapshot import Snapshot
@@ -395,12 +400,11 @@ class Cycle:
         if not self.snap.policy.preemption:
             return False
         mine = self.snap.priority_of(run)
-        las = self.snap.policy.order == "las"
         root = self.quota.root.get(run.project)
         amount = request_amount(run)
         for t in types:
             pool = self.state.victims.get((run.project, t))
-            if pool and any(v < mine or (las and v == mine) for v in pool):
+            if pool and (any(v < mine for v in pool) or (mine in pool and self.peers(run, t))):
                 return True
             if root is None or not self.quota.within_nominal(run.project, t, amount):
                 continue
@@ -412,6 +416,19 @@ class Cycle:
                 ):
                     return True
         return False
+
+    def peers(self, run: Run, gpu_type: str) -> bool:
+        """Whether a run of the same project and class on ``gpu_type`` might be a victim of
+        ``run`` (an over-estimate of ``_may_preempt``; False is certain). Under ``shortest``,
+        only when one is expected to go on for more than the ratio x run's max_runtime."""
+        order = self.snap.policy.order
+        if order == "las":
+            return True
+        if order != "shortest" or run.spec.max_runtime_s is None:
+            return False
+        limit = run.spec.max_runtime_s * self.snap.policy.shortest_preempt_ratio
+        cls = self.snap.priority_of(run)
+        return self.state.longest_to_go(run.project, gpu_type, cls, self.snap.now) > limit + 1e-9
 
     def _victim_pool(self, run: Run, gpu_type: str) -> Iterable[Run]:
         """The runs that ``_may_preempt`` could accept for ``run`` on ``gpu_type``: its own
@@ -440,12 +457,19 @@ class Cycle:
             mine, theirs = snap.priority_of(run), snap.priority_of(victim)
             if theirs < mine:
                 return True
-            return (
-                snap.policy.order == "las"
-                and theirs == mine
-                and las_level(snap, attained_now(snap, victim))
-                > las_level(snap, run.attained_gpu_s)
-            )
+            if theirs > mine:
+                return False
+            if snap.policy.order == "las":
+                return las_level(snap, attained_now(snap, victim)) > las_level(
+                    snap, run.attained_gpu_s
+                )
+            if snap.policy.order == "shortest":
+                mine_s, end = run.spec.max_runtime_s, expected_end(snap, victim)
+                # strictly longer than ratio x the run's whole estimate (ratio >= 1): two runs
+                # never swap back
+                limit = mine_s * snap.policy.shortest_preempt_ratio if mine_s is not None else 0.0
+                return mine_s is not None and (end is None or end - snap.now > limit + 1e-9)
+            return False
         t = victim.placement.gpu_type if victim.placement else ""
         root = self.quota.root.get(victim.project)
         return (
@@ -469,7 +493,7 @@ class Cycle:
             pool=lambda t: self._victim_pool(run, t),
             active=self.state.active,
         )
-        if plan is None:
+        if plan is None or not self._keeps_what_it_frees(run, plan.victims, plan.placement):
             return False
         if not plan.victims:
             waiting = sorted(self.going)
@@ -506,6 +530,37 @@ class Cycle:
             eta=snap.now + grace,
         )
         return True
+
+    def _keeps_what_it_frees(self, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
+        """Whether a run that preempts runs of its own class (``las``, ``shortest``) would get
+        the GPUs it frees. Within a class, the runs within nominal quota are served before the
+        runs that borrow: if the run would borrow once its victims are gone while one of those
+        victims, requeued, would not, the victim takes its GPUs back first and the two trade
+        places forever. So either the run is within nominal then, or every such victim would
+        borrow too (and comes after the run in its project's order)."""
+        snap = self.snap
+        mine = snap.priority_of(run)
+        peers = [v for v in victims if v.project == run.project and snap.priority_of(v) == mine]
+        if not peers:
+            return True
+        gone = [
+            a
+            for a in [*victims, *(self.state.active[i] for i in sorted(self.going))]
+            if a.project == run.project and a.placement is not None
+        ]
+        for a in gone:
+            self.cap.release(a.project, a.placement)  # type: ignore[arg-type]
+        try:
+            t, q = placement.gpu_type, self.quota
+            if q.within_nominal(run.project, t, placement.gpu_amount):
+                return True
+            return not any(
+                q.within_nominal(run.project, t, v.placement.gpu_amount)  # type: ignore[union-attr]
+                for v in peers
+            )
+        finally:
+            for a in gone:
+                self.cap.take(a.project, a.placement)  # type: ignore[arg-type]
 
     # -- 7. explain ---------------------------------------------------------------------
     def _wait(self, run: Run, code: ReasonCode, reason: str, eta: float | None = None) -> None:

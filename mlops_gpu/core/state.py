@@ -14,7 +14,9 @@ Invariants:
 - The parking index: every non-empty queue is in exactly one of ``by_signature`` (whole-GPU
   requests without topology, keyed by ``Signature``: what the free-count index can judge) or
   ``other_queues``. ``running[(project, type)]`` holds the preemptible active runs not being
-  preempted (the victim candidates), matching the counts in ``victims``.
+  preempted (the victim candidates), matching the counts in ``victims``; ``victim_ends[(project,
+  type, class)]`` holds their expected ends (start + ``max_runtime``, infinite without one),
+  sorted, so ``longest_to_go`` is one lookup.
 - ``ends[node]`` lists, sorted, (end, GPUs, run id) for every whole-GPU slot of an active run
   with a fixed expected end (start + ``max_runtime``); ``moving_ends[node]`` maps run id ->
   (seconds after now, GPUs) for ends that move with the clock (a run being preempted ends
@@ -24,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import replace
@@ -59,6 +62,11 @@ def shape_key(snap: Snapshot, run: Run) -> ShapeKey:
 
 
 def order_key(snap: Snapshot, run: Run) -> tuple[int, float, int]:
+    """A run's place in its project's queue: (LAS level, submit time, seq), or under
+    ``shortest`` (0, max_runtime, seq) with no max_runtime as infinitely long."""
+    if snap.policy.order == "shortest":
+        mr = run.spec.max_runtime_s
+        return (0, math.inf if mr is None else mr, run.seq)
     level = las_level(snap, run.attained_gpu_s) if snap.policy.order == "las" else 0
     return (level, run.submitted_at, run.seq)
 
@@ -85,6 +93,7 @@ class State:
         #: who could be a victim, without scanning the active runs.
         self.victims: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
         self.running: dict[tuple[str, str], dict[str, Run]] = defaultdict(dict)
+        self.victim_ends: dict[tuple[str, str, int], list[float]] = defaultdict(list)
         #: signature -> project -> shape keys of its non-empty queues with that signature
         self.by_signature: dict[Signature, dict[str, set[ShapeKey]]] = defaultdict(
             lambda: defaultdict(set)
@@ -200,10 +209,27 @@ class State:
         pool[value] += delta
         if not pool[value]:
             del pool[value]
+        mr = run.spec.max_runtime_s
+        start = next((t for t in (run.started_at, run.admitted_at) if t is not None), None)
+        # without a start its end moves with the clock: infinite keeps longest_to_go an upper
+        # bound, which is all its users need
+        end = math.inf if mr is None or start is None else start + mr
+        ends = self.victim_ends[(run.project, run.placement.gpu_type, value)]
         if delta > 0:
             self.running[key][run.id] = run
+            insort(ends, end)
         else:
             self.running[key].pop(run.id, None)
+            i = bisect_left(ends, end)
+            if i < len(ends) and ends[i] == end:
+                del ends[i]
+
+    def longest_to_go(self, project: str, gpu_type: str, class_value: int, now: float) -> float:
+        """The most time any victim candidate of (project, type, class) is expected to run on
+        (as ``backfill.expected_end`` counts it), infinite for one without ``max_runtime``;
+        -1 when there is none."""
+        ends = self.victim_ends.get((project, gpu_type, class_value))
+        return max(ends[-1] - now, 0.0) if ends else -1.0
 
     def ever_fits(self, run: Run) -> list[str]:
         """The acceptable GPU types on which an empty cluster could host the run (cached: it

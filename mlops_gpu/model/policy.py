@@ -13,12 +13,21 @@ class PolicySettings:
     #: ``best-effort-fifo``: a blocked run does not block smaller runs behind it;
     #: ``strict-fifo``: within a project, nothing starts ahead of a blocked older run.
     queueing: str = "best-effort-fifo"
-    #: Order inside a priority class and project: ``submit`` time, or ``las`` (least attained
-    #: GPU-service first, discretized at ``las_thresholds_gpu_s``, as Tiresias' 2D-LAS).
-    order: str = "submit"
+    #: Order inside a priority class and project: ``shortest`` (shortest ``max_runtime``
+    #: first, runs without one last: shortest-job-first on the users' estimates), ``submit``
+    #: time, or ``las`` (least attained GPU-service first, discretized at
+    #: ``las_thresholds_gpu_s``, as Tiresias' 2D-LAS). ``las`` and ``shortest`` also let a run
+    #: preempt a run of its own project and class that is further back in that order: one in
+    #: a later LAS level; one expected to run on for more than ``shortest_preempt_ratio``
+    #: times the run's whole ``max_runtime``.
+    order: str = "shortest"
+    #: 1 is plain shortest-remaining-time-first; a larger ratio preempts only where the gain is
+    #: large, which keeps most of the JCT gain with far less lost work and churn (measured in
+    #: ``benchmarks/philly_week.py``).
+    shortest_preempt_ratio: float = 8.0
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     #: Order across projects by weighted dominant share (allocation + decayed usage).
     fair_share: bool = True
-    half_life_s: float = 4 * 3600.0
+    half_life_s: float = 3600.0
     preemption: bool = True
     backfill: bool = True

@@ -9,7 +9,10 @@ Pinned references (BENCHMARKS.md), so that no score is raised by weakening them:
 - ``fifo``: one pool, submit order, strict FIFO (nothing passes a blocked head), no backfill,
   no preemption;
 - ``fifo-backfill``: one pool, submit order, EASY backfill with a reservation for the oldest
-  blocked job (estimates: ``max_runtime`` = 2 x true duration), no preemption.
+  blocked job (estimates: ``max_runtime`` = 2 x true duration), no preemption;
+- ``srtf-oracle``: one pool, shortest true remaining time first (``max_runtime`` = the true
+  remaining time, ``order: shortest``), preempting a running job whose remaining time is longer
+  than the new job's; a near-bound on average JCT, not a contender.
 Baselines: ``kueue-like`` (nominal quota and cohort borrowing, best-effort FIFO, oldest queue
 head first across projects, no fair share, reclaim of lent quota, no backfill), ``drf``
 (weighted dominant share of current allocation only, no quota limits, no preemption), ``las``
@@ -32,6 +35,8 @@ class Preset:
     about: str
     #: nominal quotas become unlimited (fair share only, no limits)
     unlimited: bool = False
+    #: ``max_runtime`` = this x the true remaining time (2 for every policy but the oracle)
+    estimate_factor: float = 2.0
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -48,6 +53,7 @@ PRESETS: dict[str, Preset] = {
             "fifo",
             PolicySettings(
                 name="default",
+                order="submit",
                 queueing="strict-fifo",
                 fair_share=False,
                 preemption=False,
@@ -58,22 +64,35 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "fifo-backfill",
-            PolicySettings(fair_share=False, preemption=False, backfill=True),
+            PolicySettings(order="submit", fair_share=False, preemption=False, backfill=True),
             quotas=False,
             about="submit order with EASY backfill (Slurm-like), no preemption",
         ),
         Preset(
             "kueue-like",
-            PolicySettings(fair_share=False, preemption=True, backfill=False),
+            PolicySettings(order="submit", fair_share=False, preemption=True, backfill=False),
             quotas=True,
             about="nominal quota + cohort borrowing, best-effort FIFO, reclaim, no fair share",
         ),
         Preset(
             "drf",
-            PolicySettings(half_life_s=1.0, preemption=False, backfill=False),
+            PolicySettings(order="submit", half_life_s=1.0, preemption=False, backfill=False),
             quotas=True,
             unlimited=True,
             about="weighted dominant share of current allocation, no quota limits",
+        ),
+        Preset(
+            "srtf-oracle",
+            PolicySettings(
+                order="shortest",
+                shortest_preempt_ratio=1.0,
+                fair_share=False,
+                preemption=True,
+                backfill=False,
+            ),
+            quotas=False,
+            estimate_factor=1.0,
+            about="shortest true remaining time first, preemptive, one pool (a reference)",
         ),
         Preset(
             "las",

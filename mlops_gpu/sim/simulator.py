@@ -6,7 +6,8 @@ cycle preempts (victims stop instantly here: the simulated grace is 0). The pree
 BENCHMARKS.md: jobs are preemptible and checkpoint every ``CHECKPOINT_S`` seconds of progress;
 a preempted job keeps its checkpointed progress, loses the rest, and pays ``RESTART_S`` of
 overhead when it starts again. ``max_runtime`` (what backfill and ETAs use) is 2 x the true
-remaining time plus the restart overhead, as the pinned references require.
+remaining time plus the restart overhead, as the pinned references require (1 x for the
+``srtf-oracle``, which knows durations).
 
 Fair share reads the decayed usage of finished attempts (``controller.accounting`` computes it
 the same way from the ledger in production) plus current allocation.
@@ -195,7 +196,7 @@ class Simulation:
             command=("sim",),
             request=ResourceRequest(job.gpus, job.nodes, (job.gpu_type,) if job.gpu_type else ()),
             priority=job.priority,
-            max_runtime_s=2.0 * (self.remaining[job.id] + overhead),
+            max_runtime_s=self.preset.estimate_factor * (self.remaining[job.id] + overhead),
             checkpoint=CheckpointPolicy(grace_s=0.0),
         )
         return Run(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from mlops_gpu.core.backfill import _timelines
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.policy import decide
+from mlops_gpu.core.state import State
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 
@@ -46,7 +47,7 @@ def scenarios(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
         projects,
         now=0.0,
         queueing=draw(st.sampled_from(["best-effort-fifo", "strict-fifo"])),
-        order=draw(st.sampled_from(["submit", "las"])),
+        order=draw(st.sampled_from(["submit", "las", "shortest"])),
         backfill=draw(st.booleans()),
         preemption=draw(st.booleans()),
     )
@@ -121,6 +122,10 @@ def test_incremental_decides_as_from_scratch(
             lines = _timelines(snap)  # the index of expected ends matches a fresh count
             for node in snap.nodes:
                 assert eng.state.lines(node.name, now) == lines.get(node.name, [])
+            fresh = State.from_snapshot(snap)  # so does the index of victims' expected ends
+            assert {k: v for k, v in eng.state.victim_ends.items() if v} == {
+                k: v for k, v in fresh.victim_ends.items() if v
+            }
             ref = decide(snap)
             explained = {p.run_id: (p.reason_code, p.eta) for p in eng.explain_all(now)}
             assert explained == {p.run_id: (p.reason_code, p.eta) for p in ref.pending}

@@ -101,7 +101,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         pending,
         active,
         queueing=draw(st.sampled_from(["best-effort-fifo"] * 3 + ["strict-fifo"])),
-        order=draw(st.sampled_from(["submit", "las"])),
+        order=draw(st.sampled_from(["submit", "las", "shortest"])),
         backfill=draw(st.booleans()),
         usage_history={(p.name, t): draw(st.floats(0, 50_000)) for p in projects for t in TYPES},
     )
@@ -146,10 +146,21 @@ def test_every_decision_keeps_the_invariants(snap: Snapshot) -> None:
         assert victim.spec.preemptible and not victim.preempt_requested
         if victim.project == preemptor.project:
             lower = snap.priority_of(victim) < snap.priority_of(preemptor)
-            las = snap.policy.order == "las" and snap.priority_of(victim) == snap.priority_of(
-                preemptor
+            same = snap.priority_of(victim) == snap.priority_of(preemptor)
+            las = snap.policy.order == "las" and same
+            shortest = (
+                snap.policy.order == "shortest"
+                and same
+                and preemptor.spec.max_runtime_s is not None
+                and (
+                    victim.spec.max_runtime_s is None
+                    or (victim.started_at or victim.admitted_at or snap.now)
+                    + victim.spec.max_runtime_s
+                    - snap.now
+                    > preemptor.spec.max_runtime_s
+                )
             )
-            assert lower or las
+            assert lower or las or shortest
         else:
             t = victim.placement.gpu_type  # type: ignore[union-attr]
             assert roots[victim.project] is not None

@@ -30,9 +30,34 @@ PRIORITY = {
                 run("late", gpus=4, seq=1, submitted_at=9),
                 run("early", gpus=4, seq=2, submitted_at=1),
             ],
+            order="submit",
         ),
         admit={"early": "n1"},
         codes={"late": RC.NO_CAPACITY},
+    ),
+    "shortest-max-runtime-first-by-default": Case(
+        snap(
+            N4,
+            [P],
+            [
+                run("long", gpus=4, seq=1, max_runtime_s=7200.0),
+                run("short", gpus=4, seq=2, submitted_at=5, max_runtime_s=600.0),
+            ],
+        ),
+        admit={"short": "n1"},
+        codes={"long": RC.NO_CAPACITY},
+    ),
+    "shortest-runs-without-max-runtime-go-last": Case(
+        snap(
+            N4,
+            [P],
+            [
+                run("unknown", gpus=4, seq=1),
+                run("estimated", gpus=4, seq=2, submitted_at=5, max_runtime_s=86400.0),
+            ],
+        ),
+        admit={"estimated": "n1"},
+        codes={"unknown": RC.NO_CAPACITY},
     ),
     "seq-breaks-ties": Case(
         snap(N4, [P], [run("b", gpus=4, seq=2), run("a", gpus=4, seq=1)]), admit={"a": "n1"}

@@ -305,6 +305,66 @@ PREEMPTION = {
         ),
         preempt={"hog"},
     ),
+    "shortest-preempts-a-run-with-far-longer-to-go": Case(
+        snap(
+            N4,
+            [make_project("p", 8)],
+            [run("quick", gpus=4, max_runtime_s=600.0)],
+            # started at 0, expected to run until 100,000: 99,000 s left at now=1,000 > 8 x 600
+            [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=100_000.0)],
+            now=1000.0,
+        ),
+        preempt={"long"},
+    ),
+    "shortest-keeps-a-run-within-the-ratio": Case(
+        snap(
+            N4,
+            [make_project("p", 8)],
+            [run("quick", gpus=4, max_runtime_s=600.0)],
+            # 4,000 s left: longer than the run, but not 8 x longer: no churn for a small gain
+            [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=5000.0)],
+            now=1000.0,
+        ),
+        codes={"quick": RC.NO_CAPACITY},
+    ),
+    "shortest-ratio-1-is-plain-srtf": Case(
+        snap(
+            N4,
+            [make_project("p", 8)],
+            [run("quick", gpus=4, max_runtime_s=600.0)],
+            [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=5000.0)],
+            now=1000.0,
+            shortest_preempt_ratio=1.0,
+        ),
+        preempt={"long"},
+    ),
+    "shortest-no-swap-a-borrowing-run-for-its-own-runs-within-nominal": Case(
+        # The gang would borrow (8 > nominal 4) once both victims are gone, while each victim,
+        # requeued, fits within nominal and would be served first: they would trade places
+        # every cycle. No preemption.
+        snap(
+            [make_node("n1", 4), make_node("n2", 4)],
+            [make_project("p", 4, None, cohort=ORG), make_project("q", 4, None, cohort=ORG)],
+            [run("gang", gpus=4, nodes=2, max_runtime_s=600.0)],
+            [
+                busy("a", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=100_000.0),
+                busy("b", "p", "n2", ["0", "1", "2", "3"], max_runtime_s=100_000.0),
+            ],
+            now=1000.0,
+        ),
+        codes={"gang": RC.QUOTA},
+    ),
+    "submit-order-never-preempts-its-own-class": Case(
+        snap(
+            N4,
+            [make_project("p", 8)],
+            [run("quick", gpus=4, max_runtime_s=600.0)],
+            [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=100_000.0)],
+            now=1000.0,
+            order="submit",
+        ),
+        codes={"quick": RC.NO_CAPACITY},
+    ),
     "gang-victims-span-nodes": Case(
         snap(
             [make_node("n1", 2), make_node("n2", 2)],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mlops_gpu.sim import PRESETS, Cluster, simulate, summarize, synthetic
+from mlops_gpu.sim.compare import compare
 from mlops_gpu.sim.trace import Trace, TraceJob
 
 # 2 GPUs. A (1 GPU, 100 s) at 0; B (2 GPUs, 100 s) at 1 is blocked; C (1 GPU, 10 s) at 2.
@@ -75,3 +76,50 @@ def test_every_policy_runs_every_job_within_capacity(policy: str) -> None:
     assert {k: v for k, v in again.items() if k not in ("wall_s", "decisions_per_s")} == {
         k: v for k, v in s.items() if k not in ("wall_s", "decisions_per_s")
     }
+
+
+# 2 GPUs. L (2 GPUs, 1 h) at 0; S (2 GPUs, 400 s) at 1,000 s, when L has 2,600 s to go.
+LONG_SHORT = Trace(
+    "long-short",
+    (TraceJob("L", 0.0, 3600.0, 2, 1, "p"), TraceJob("S", 1000.0, 400.0, 2, 1, "p")),
+    {"p": 1.0},
+)
+
+
+def test_srtf_oracle_preempts_a_job_with_longer_to_go() -> None:
+    r = simulate(LONG_SHORT, Cluster(1, 2), "srtf-oracle")
+    out = {o.job.id: o for o in r.outcomes}
+    # 2,600 s left > 400 s: L is preempted at 1,000 s before any checkpoint (all 1,000 s lost),
+    # S runs 1,000-1,400, L restarts with its whole hour plus 60 s of restart.
+    assert out["S"].finish == 1400.0
+    assert out["L"].preempted == 1 and out["L"].lost_gpu_s == pytest.approx(2000.0)
+    assert out["L"].finish == pytest.approx(1400.0 + 60.0 + 3600.0)
+
+
+def test_default_preempts_its_own_class_only_for_a_large_gain() -> None:
+    # Estimates are 2 x: L expected 6,200 s more, S asks 800 s; 6,200 < 8 x 800: no preemption.
+    r = simulate(LONG_SHORT, Cluster(1, 2), "default")
+    out = {o.job.id: o for o in r.outcomes}
+    assert out["L"].preempted == 0 and out["L"].finish == 3600.0
+    assert out["S"].finish == 4000.0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_compare_fills_gap_closed_from_both_references(workers: int) -> None:
+    out, results = compare(
+        LONG_SHORT, Cluster(1, 2), ["default", "fifo-backfill", "srtf-oracle"], workers=workers
+    )
+    assert [r.policy for r in results] == ["default", "fifo-backfill", "srtf-oracle"]
+    rows = {row["policy"]: row for row in out["results"]}
+    # fifo-backfill: L 3,600, S 3,000 (avg 3,300); srtf-oracle: L 5,060, S 400 (avg 2,730)
+    assert rows["fifo-backfill"]["avg_jct_s"] == pytest.approx(3300.0)
+    assert rows["srtf-oracle"]["avg_jct_s"] == pytest.approx(2730.0)
+    assert rows["srtf-oracle"]["gap_closed"] == pytest.approx(1.0)
+    assert rows["fifo-backfill"]["gap_closed"] == pytest.approx(0.0)
+    assert rows["default"]["gap_closed"] == pytest.approx(0.0)
+    assert (out["nodes"], out["gpus"], out["jobs"]) == (1, 2, 2)
+
+
+def test_compare_without_both_references_leaves_gap_closed_null() -> None:
+    out, _ = compare(LONG_SHORT, Cluster(1, 2), ["default", "fifo-backfill"])
+    assert all(row["gap_closed"] is None for row in out["results"])

@@ -1,0 +1,58 @@
+"""``mlops-gpu simulate`` end to end through the CLI: the JSON contract of issue 4 and its
+errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from mlops_gpu.cli.main import cli
+
+KEYS = {
+    "policy",
+    "avg_jct_s",
+    "p50_jct_s",
+    "p99_jct_s",
+    "avg_wait_s",
+    "p99_wait_s",
+    "avg_slowdown",
+    "makespan_s",
+    "utilization",
+    "utilization_bound",
+    "jain",
+    "jain_windows",
+    "quota_violations",
+    "preemptions",
+    "lost_gpu_hours",
+    "decisions_per_s",
+    "wall_s",
+    "gap_closed",
+}
+
+
+def test_simulate_json_has_every_key_and_gap_closed() -> None:
+    args = ["simulate", "--trace", "synthetic", "--days", "0.25", "--nodes", "4", "--json"]
+    for p in ("default", "fifo-backfill", "srtf-oracle", "fifo"):
+        args += ["--policy", p]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["nodes"] == 4 and out["gpus"] == 32 and out["jobs"] > 0
+    assert [r["policy"] for r in out["results"]] == [
+        "default",
+        "fifo-backfill",
+        "srtf-oracle",
+        "fifo",
+    ]
+    for row in out["results"]:
+        assert set(row) >= KEYS
+        assert row["gap_closed"] is not None
+    fifo = next(r for r in out["results"] if r["policy"] == "fifo")
+    assert fifo["quota_violations"] is None  # no quotas: not counted
+
+
+def test_simulate_names_an_unknown_policy() -> None:
+    res = CliRunner().invoke(cli, ["simulate", "--trace", "synthetic", "--policy", "nope"])
+    assert res.exit_code != 0
+    assert "--policy nope: unknown" in res.output and "srtf-oracle" in res.output
