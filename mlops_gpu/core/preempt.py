@@ -109,14 +109,18 @@ def _plan_for_type(
         return Plan((), placed, 0.0)  # it fits once the runs being preempted are gone
     if not search:
         return None
-    cands = [
+    pool = [
         a
         for a in source
-        if a.placement is not None
-        and a.placement.gpu_type == t
-        and a.spec.preemptible
-        and may_preempt(run, a)
+        if a.placement is not None and a.placement.gpu_type == t and a.spec.preemptible
     ]
+    if not pool:
+        return None
+    eligible = eligible_nodes(snap, cap, run, t)
+    whole = run.request.shape == "whole"
+    if whole and not _could_fit_without_all(cap, run, eligible, pool):
+        return None  # not even with every run of the pool gone: skip the per-victim rules
+    cands = [a for a in pool if may_preempt(run, a)]
     if not cands:
         return None
     cost = {a.id: lost_gpu_s(snap, a) for a in cands}
@@ -129,8 +133,7 @@ def _plan_for_type(
     def room(name: str) -> int:  # free now plus what its candidates hold
         return len(cap.free[name]) + sum(_placement(a).total_gpus for a in on_node[name])
 
-    eligible = eligible_nodes(snap, cap, run, t)
-    if run.request.shape == "whole" and not _could_fit_without_all(cap, run, eligible, cands):
+    if whole and len(cands) < len(pool) and not _could_fit_without_all(cap, run, eligible, cands):
         return None  # every greedy order ends with all candidates gone: none would succeed
     nodes = [n for n in eligible if n.name in on_node]
     nodes.sort(key=lambda n: (-room(n.name), n.name))
