@@ -5,13 +5,16 @@
    ``action: wait``; a spent budget with ``action: lower`` demotes the run's class instead;
 3. order: priority class (high first); within a class, the project with the lowest weighted
    dominant share goes next (fair share, recomputed as the cycle admits); within a project,
-   submit time (or least attained service under ``order: las``). Each class is served in two
+   shortest max_runtime first (``order: shortest``, the default), submit time (``submit``) or
+   least attained service (``las``). Each class is served in two
    passes: first the runs within their project's nominal quota, then the runs that borrow,
    so that nothing borrows what its owner takes back at once;
 4. fit: for each acceptable GPU type, best-fit placement (``placement.place``) that also
    respects the backfill reservation, and the project's quota (``QuotaBook.problem``);
-5. preempt: a run that does not fit may get victims (``preempt.find_plan``); it is admitted
-   in a later cycle, once they have exited;
+5. preempt: a run that does not fit may get victims (``preempt.find_plan``; who may be one:
+   ``_may_preempt``); it is admitted in a later cycle, once they have exited. A plan that takes
+   runs of the run's own class is dropped when they would win their GPUs back at once
+   (``_keeps_what_it_frees``);
 6. reserve: the anchor, the oldest (highest class first) queue head that is blocked by capacity
    when the cycle begins while its quota would admit it, gets an EASY reservation
    (``backfill.reserve``); no other run may start if it would delay it;

@@ -7,7 +7,8 @@ Invariants:
   what lets the incremental engine make exactly the decisions of a from-scratch recomputation
   (the differential test checks it).
 - Pending runs live in ``queues[project][shape]``: runs of one project with the same request,
-  priority class and LAS level, sorted by (LAS level, submit time, sequence). Runs of one such
+  priority class and LAS level, sorted by ``order_key``: (LAS level, submit time, sequence),
+  or under ``order: shortest`` (max_runtime, sequence). Runs of one such
   queue are interchangeable for placement and quota, so a cycle can judge a queue by its head.
 - A pending run with ``not_before`` in the future waits in ``backoff`` until ``now`` reaches it;
   a run with an unknown project or priority class waits in ``invalid``.
