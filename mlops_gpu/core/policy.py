@@ -39,6 +39,7 @@ order for the same reason. Full visits are still used to explain every run.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -427,11 +428,19 @@ class Cycle:
         order = self.snap.policy.order
         if order == "las":
             return True
-        if order != "shortest" or run.spec.max_runtime_s is None:
+        if order != "shortest":
             return False
-        limit = run.spec.max_runtime_s * self.snap.policy.shortest_preempt_ratio
         cls = self.snap.priority_of(run)
-        return self.state.longest_to_go(run.project, gpu_type, cls, self.snap.now) > limit + 1e-9
+        return self._outlasts(
+            run, self.state.longest_to_go(run.project, gpu_type, cls, self.snap.now)
+        )
+
+    def _outlasts(self, run: Run, to_go: float) -> bool:
+        """Under ``shortest``: whether a run of ``run``'s class with ``to_go`` seconds left
+        (infinite when unknown) goes on for more than the ratio x ``run``'s whole
+        max_runtime (ratio >= 1, so two runs never swap back)."""
+        mine = run.spec.max_runtime_s
+        return mine is not None and to_go > mine * self.snap.policy.shortest_preempt_ratio + 1e-9
 
     def _victim_pool(self, run: Run, gpu_type: str) -> Iterable[Run]:
         """The runs that ``_may_preempt`` could accept for ``run`` on ``gpu_type``: its own
@@ -467,11 +476,8 @@ class Cycle:
                     snap, run.attained_gpu_s
                 )
             if snap.policy.order == "shortest":
-                mine_s, end = run.spec.max_runtime_s, expected_end(snap, victim)
-                # strictly longer than ratio x the run's whole estimate (ratio >= 1): two runs
-                # never swap back
-                limit = mine_s * snap.policy.shortest_preempt_ratio if mine_s is not None else 0.0
-                return mine_s is not None and (end is None or end - snap.now > limit + 1e-9)
+                end = expected_end(snap, victim)
+                return self._outlasts(run, math.inf if end is None else end - snap.now)
             return False
         t = victim.placement.gpu_type if victim.placement else ""
         root = self.quota.root.get(victim.project)

@@ -7,6 +7,7 @@ from types import MappingProxyType
 import pytest
 
 from mlops_gpu.core import ReasonCode as RC
+from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import BackendCapabilities
 from mlops_gpu.testing import make_snapshot as snap
 from tests.core.cases import (
@@ -172,6 +173,20 @@ ORG = "org"
 LENDER = make_project("q", 2, cohort=ORG)
 BORROWER = make_project("p", 2, None, cohort=ORG)
 
+
+def quick_vs_long(long_max_runtime: float, **policy: object) -> Snapshot:
+    """At 1,000 s, "quick" (4 GPUs, max_runtime 600 s) waits while "long" of the same project
+    and class, started at 0, holds the only node's 4 GPUs."""
+    return snap(
+        N4,
+        [make_project("p", 8)],
+        [run("quick", gpus=4, max_runtime_s=600.0)],
+        [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=long_max_runtime)],
+        now=1000.0,
+        **policy,
+    )
+
+
 PREEMPTION = {
     "higher-priority-preempts-lower": Case(
         snap(
@@ -306,36 +321,17 @@ PREEMPTION = {
         preempt={"hog"},
     ),
     "shortest-preempts-a-run-with-far-longer-to-go": Case(
-        snap(
-            N4,
-            [make_project("p", 8)],
-            [run("quick", gpus=4, max_runtime_s=600.0)],
-            # started at 0, expected to run until 100,000: 99,000 s left at now=1,000 > 8 x 600
-            [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=100_000.0)],
-            now=1000.0,
-        ),
+        # started at 0, expected to run until 100,000: 99,000 s left at now=1,000 > 8 x 600
+        quick_vs_long(100_000.0),
         preempt={"long"},
     ),
     "shortest-keeps-a-run-within-the-ratio": Case(
-        snap(
-            N4,
-            [make_project("p", 8)],
-            [run("quick", gpus=4, max_runtime_s=600.0)],
-            # 4,000 s left: longer than the run, but not 8 x longer: no churn for a small gain
-            [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=5000.0)],
-            now=1000.0,
-        ),
+        # 4,000 s left: longer than the run, but not 8 x longer: no churn for a small gain
+        quick_vs_long(5000.0),
         codes={"quick": RC.NO_CAPACITY},
     ),
     "shortest-ratio-1-is-plain-srtf": Case(
-        snap(
-            N4,
-            [make_project("p", 8)],
-            [run("quick", gpus=4, max_runtime_s=600.0)],
-            [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=5000.0)],
-            now=1000.0,
-            shortest_preempt_ratio=1.0,
-        ),
+        quick_vs_long(5000.0, shortest_preempt_ratio=1.0),
         preempt={"long"},
     ),
     "shortest-no-swap-a-borrowing-run-for-its-own-runs-within-nominal": Case(
@@ -355,14 +351,7 @@ PREEMPTION = {
         codes={"gang": RC.QUOTA},
     ),
     "submit-order-never-preempts-its-own-class": Case(
-        snap(
-            N4,
-            [make_project("p", 8)],
-            [run("quick", gpus=4, max_runtime_s=600.0)],
-            [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=100_000.0)],
-            now=1000.0,
-            order="submit",
-        ),
+        quick_vs_long(100_000.0, order="submit"),
         codes={"quick": RC.NO_CAPACITY},
     ),
     "gang-victims-span-nodes": Case(
