@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from mlops_gpu.sim.simulator import SimResult
 
@@ -35,7 +36,14 @@ def write_plots(results: list[SimResult], folder: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths: list[Path] = []
+
+    def save(fig: Any, name: str) -> None:
+        paths.append(folder / name)
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+
+    hourly = [_hourly(r) for r in results]  # both the utilization and the share plots use it
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for r in results:
@@ -46,24 +54,18 @@ def write_plots(results: list[SimResult], folder: Path) -> list[Path]:
     ax.set_xlabel("job completion time (hours, log)")
     ax.set_ylabel("fraction of jobs")
     ax.legend()
-    paths.append(folder / "jct_cdf.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    save(fig, "jct_cdf.png")
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for r in results:
-        hours, held = _hourly(r)
+    for r, (hours, held) in zip(results, hourly, strict=True):
         total = [sum(v[i] for v in held.values()) / r.cluster.gpus for i in range(len(hours))]
         ax.plot(hours, total, label=r.policy)
     ax.set_xlabel("hours since the first submit")
     ax.set_ylabel("GPU utilization")
     ax.legend()
-    paths.append(folder / "utilization.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    save(fig, "utilization.png")
 
-    for r in results:
-        hours, held = _hourly(r)
+    for r, (hours, held) in zip(results, hourly, strict=True):
         fig, ax = plt.subplots(figsize=(8, 5))
         names = sorted(held)
         ax.stackplot(hours, [held[p] for p in names], labels=names)
@@ -71,7 +73,5 @@ def write_plots(results: list[SimResult], folder: Path) -> list[Path]:
         ax.set_ylabel("GPUs held")
         ax.set_title(f"share per project: {r.policy}")
         ax.legend(fontsize="small", loc="upper right")
-        paths.append(folder / f"share_{r.policy}.png")
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
+        save(fig, f"share_{r.policy}.png")
     return paths

@@ -4,6 +4,7 @@ errors for bad input."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -56,3 +57,14 @@ def test_simulate_names_an_unknown_policy() -> None:
     res = CliRunner().invoke(cli, ["simulate", "--trace", "synthetic", "--policy", "nope"])
     assert res.exit_code != 0
     assert "--policy nope: unknown" in res.output and "srtf-oracle" in res.output
+
+
+def test_simulate_plot_writes_one_png_per_figure(tmp_path: Path) -> None:
+    args = ["simulate", "--trace", "synthetic", "--days", "0.1", "--nodes", "4", "--json"]
+    args += ["--policy", "default", "--policy", "fifo", "--plot", str(tmp_path / "plots")]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert names == ["jct_cdf.png", "share_default.png", "share_fifo.png", "utilization.png"]
+    for p in (tmp_path / "plots").iterdir():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
