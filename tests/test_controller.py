@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -209,8 +210,8 @@ def test_preemption_signals_then_requeues_as_next_attempt(
     saves a checkpoint within the grace, is requeued, and completes as attempt 2."""
     import sys
 
-    from mlops_gpu.controller import loop
-    from mlops_gpu.core import Decision, Preemption, Snapshot
+    from mlops_gpu.controller.mirror import Mirror
+    from mlops_gpu.core import Decision, Preemption
 
     rt = local_runtime(tmp_path)
     code = """
@@ -240,18 +241,18 @@ time.sleep(60)
     while not (tmp_path / f"{run.id}.up").exists():
         assert time.time() < deadline
         time.sleep(0.05)
-    real_decide = loop.decide
+    real_cycle = Mirror.cycle
     once = {"done": False}
 
-    def preempting(snap: Snapshot) -> Decision:
-        if not once["done"] and snap.active:
+    def preempting(self: Mirror, now: float, history: Any, spent: Any) -> Decision:
+        if not once["done"] and self.active():
             once["done"] = True
             return Decision(
                 preemptions=(Preemption(run.id, "make room for a test", "SIGUSR1", 10.0),)
             )
-        return real_decide(snap)
+        return real_cycle(self, now, history, spent)
 
-    monkeypatch.setattr(loop, "decide", preempting)
+    monkeypatch.setattr(Mirror, "cycle", preempting)
     run_until_done(rt, ctl, [run])
     r = get(rt, run)
     assert (r.phase, r.attempt) == (Phase.SUCCEEDED, 2)

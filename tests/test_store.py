@@ -17,6 +17,7 @@ from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.phase import can_transition
 from mlops_gpu.state import ConflictError, Event, LeaderLock, Store, UsageRow
 from mlops_gpu.state.schema import LATEST, runs, schema_version
+from mlops_gpu.state.store import ETA_SLACK_S
 from mlops_gpu.testing.builders import make_spec, placed
 
 T0 = 1_714_000_000.25  # a realistic epoch time: float4 or REAL truncation would show
@@ -253,6 +254,28 @@ def test_set_reasons_touches_only_changed_pending_runs(store: Store) -> None:
     assert store.set_reasons([ra, (b, "capacity", "no GPUs", 60.0)]) == 1
     got = {r.id: attrs(r, "reason_code reason eta") for r in store.list_runs()}
     assert got == {a: ra[1:], b: ("capacity", "no GPUs", 60.0), c: (None, None, None)}
+    # an ETA that only drifts (by less than ETA_SLACK_S) is not rewritten; a real move is
+    assert store.set_reasons([(b, "capacity", "no GPUs", 60.0 + ETA_SLACK_S - 0.5)]) == 0
+    assert store.set_reasons([(b, "capacity", "no GPUs", 60.0 + ETA_SLACK_S)]) == 1
+    assert store.set_reasons([(b, "capacity", "no GPUs", None)]) == 1
+
+
+def test_change_feed_sees_every_run_change_but_reasons(store: Store) -> None:
+    live, rev0 = store.live_runs()
+    assert live == []
+    a, b = submit(store, "a"), submit(store, "b")
+    changed, rev1 = store.changed_since(rev0)
+    assert [r.id for r in changed] == [a, b] and rev1 > rev0
+    assert store.changed_since(rev1) == ([], rev1)
+    store.set_reasons([(a, "quota", "over quota", None)])
+    assert store.changed_since(rev1) == ([], rev1)  # reasons are not changes
+    assert store.admit(a, PL)
+    store.set_handle(a, "h-1", Phase.STARTING)
+    store.request_cancel(b)
+    changed, rev2 = store.changed_since(rev1)
+    assert [(r.id, r.phase) for r in changed] == [(a, Phase.STARTING), (b, Phase.CANCELLED)]
+    live, rev = store.live_runs()
+    assert [r.id for r in live] == [a] and rev == rev2
 
 
 # -- refused requests change nothing -----------------------------------------------------------

@@ -36,9 +36,20 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
         )
     if trace == "synthetic":
         return synthetic(seed=seed, days=2.0 if days is None else days, gpus_per_node=gpus_per_node)
+    if trace == "openb":
+        from mlops_gpu.sim.openb import load_openb
+
+        try:
+            first = float(start) if start is not None else 0.0
+        except ValueError:
+            raise click.BadParameter(
+                f"openb: expected a day number (days from the trace's start), got {start!r}",
+                param_hint="--start",
+            ) from None
+        return load_openb(start_day=first, days=days)
     if start is not None or days is not None:
         raise click.BadParameter(
-            "only for --trace philly or synthetic", param_hint="--start/--days"
+            "only for --trace philly, openb or synthetic", param_hint="--start/--days"
         )
     return load_csv(trace, gpus_per_node)
 
@@ -49,11 +60,21 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
     "trace_name",
     default="philly",
     show_default=True,
-    help="philly (the vendored Philly trace), synthetic (seeded), or a CSV path "
-    "(format: BENCHMARKS.md).",
+    help="philly (the vendored Philly trace), openb (the vendored Alibaba GPU-sharing trace, "
+    "on its own 1,213 nodes), synthetic (seeded), or a CSV path (format: BENCHMARKS.md).",
 )
-@click.option("--start", default=None, help="philly: first day, YYYY-MM-DD (default 2017-10-09).")
-@click.option("--days", type=float, default=None, help="philly: days of submissions (default 7).")
+@click.option(
+    "--start",
+    default=None,
+    help="philly: first day, YYYY-MM-DD (default 2017-10-09); openb: first day as days from "
+    "the trace's start (default 0; most pods arrive after day 118).",
+)
+@click.option(
+    "--days",
+    type=float,
+    default=None,
+    help="Days of submissions (philly default 7, synthetic 2, openb all).",
+)
 @click.option("--nodes", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option(
@@ -97,11 +118,13 @@ def simulate(
         trace = _load(trace_name, start, days, gpus_per_node, seed)
     except TraceError as e:
         raise UserError(str(e)) from None
-    cluster = Cluster(nodes, gpus_per_node)
-    click.echo(
-        f"simulate: {trace.name}: {len(trace.jobs)} jobs on {nodes} x {gpus_per_node} GPUs",
-        err=True,
-    )
+    if trace.nodes:  # the trace brings its own cluster
+        cluster = Cluster(len(trace.nodes), 0, node_list=trace.nodes)
+        shape = f"its {len(trace.nodes)} nodes ({cluster.gpus} GPUs)"
+    else:
+        cluster = Cluster(nodes, gpus_per_node)
+        shape = f"{nodes} x {gpus_per_node} GPUs"
+    click.echo(f"simulate: {trace.name}: {len(trace.jobs)} jobs on {shape}", err=True)
 
     def progress(p: str, done: int, total: int) -> None:
         click.echo(f"\r  {p}: {done}/{total} jobs finished", err=True, nl=False)

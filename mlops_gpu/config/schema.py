@@ -74,6 +74,9 @@ class NodeConfig(_Strict):
     #: Let fractional and memory-capped runs share these devices (no isolation).
     shared: bool = False
     gpu_memory_mb: int | None = Field(None, gt=0)
+    #: Host CPU (millicores) and memory runs may take here; unset: not tracked.
+    cpu_milli: int | None = Field(None, gt=0)
+    host_memory_mb: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _one_of(self) -> NodeConfig:
@@ -128,6 +131,9 @@ class PolicyConfig(_Strict):
     half_life_s: float = Field(3600.0, gt=0)
     preemption: bool = True
     backfill: bool = True
+    #: ``fragmentation`` (FGD-style, where GPUs are shared or nodes track CPU/memory) or
+    #: ``best-fit``.
+    placement: Literal["fragmentation", "best-fit"] = "fragmentation"
 
 
 class RetryConfig(_Strict):
@@ -142,6 +148,10 @@ class RetryConfig(_Strict):
 
 class SchedulerConfig(_Strict):
     tick_s: float = Field(1.0, gt=0, le=60)
+    #: Reasons and ETAs of a queue over 1,000 pending runs are recomputed and stored at most
+    #: this often (a full pass over the queue; admission does not wait for it). Shorter queues
+    #: are explained every tick.
+    explain_s: float = Field(5.0, ge=0, le=600)
     #: An auto-started scheduler (SDK) exits after this long with nothing pending or running.
     idle_exit_s: float = Field(300.0, gt=0)
 
@@ -287,6 +297,8 @@ class Config(_Strict):
                 mig=MappingProxyType({k: tuple(v) for k, v in n.mig.items()}),
                 shared=n.shared,
                 gpu_memory_mb=n.gpu_memory_mb,
+                cpu_milli=n.cpu_milli,
+                host_memory_mb=n.host_memory_mb,
             )
             for n in b.nodes
         ]
@@ -303,4 +315,5 @@ class Config(_Strict):
             half_life_s=p.half_life_s,
             preemption=p.preemption,
             backfill=p.backfill,
+            placement=p.placement,
         )

@@ -1,15 +1,22 @@
-"""``Controller``: reconcile ticks, store -> snapshot -> core decision -> backends -> store.
+"""``Controller``: reconcile ticks, store -> core decision -> backends -> store.
 
-One tick:
+The controller reads the store through its change feed into a ``Mirror`` (live runs plus the
+incremental core), so a tick costs what changed since the last one. One tick:
 1. poll: ask each backend, in one batched call, about every active run's job, and record what
    ended (succeeded, failed, cancelled, preempted -> requeued, lost -> requeued);
 2. stop: send the checkpoint signal to runs whose cancel was requested (once per process);
-3. snapshot: pending and active runs from the store, nodes from the backends, the config;
-4. decide: the pure core;
+3. snapshot: catch up with the store's changes; nodes from the backends, the config, the usage
+   ledger (fair share, budgets);
+4. decide: one cycle of the incremental core (the same decision ``decide`` makes from scratch);
 5. preempt: flag victims in the store, then signal them;
 6. admit: record each admission, then launch it; roll the admission back if the launch fails
    (a run whose launch failed ``max_attempts`` times in a row fails);
-7. explain: store the reason (and ETA) of every run left pending.
+7. explain: store the reason (and ETA) of every run left pending: every tick for a queue of
+   up to ``EXPLAIN_EVERY_TICK_UP_TO`` runs, else at most every ``scheduler.explain_s`` (a pass
+   over the whole queue that admission need not wait for).
+
+The controller keeps the usage ledger it has read and asks the store only for newer rows
+(with a full re-read every ``LEDGER_RELOAD_S``), so a tick does not re-read the history.
 """
 
 from __future__ import annotations
@@ -18,16 +25,23 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mlops_gpu.backends import Backend, HandleError, JobState, JobStatus, LaunchRequest
 from mlops_gpu.controller import accounting
+from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.controller.runtime import Runtime
-from mlops_gpu.core import Snapshot, decide
+from mlops_gpu.core import Snapshot
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
-from mlops_gpu.state import ConflictError, LeaderLock
+from mlops_gpu.state import ConflictError, LeaderLock, UsageRow
 
 log = logging.getLogger("mlops_gpu.controller")
+
+#: Queues up to this long are explained every tick (it costs a few milliseconds); longer ones
+#: at most every ``scheduler.explain_s``.
+EXPLAIN_EVERY_TICK_UP_TO = 1000
+#: A full re-read of the ledger this often: ids from concurrent writers may commit out of order.
+LEDGER_RELOAD_S = 60.0
 
 EventSink = Callable[[str, Run | None, str], None]
 
@@ -44,33 +58,60 @@ class TickReport:
 
 
 def build_snapshot(
-    rt: Runtime, pending: list[Run], active: list[Run], now: float, with_usage: bool = True
+    rt: Runtime,
+    pending: list[Run],
+    active: list[Run],
+    now: float,
+    with_usage: bool = True,
+    ledger: Callable[[float], list[UsageRow]] | None = None,
 ) -> Snapshot:
     """The core's input. ``with_usage`` reads the ledger for fair share and budgets (a read
-    verb such as ``nodes`` needs neither)."""
-    cfg = rt.cfg
-    policy = cfg.policy_settings()
-    projects = cfg.model_projects()
-    gpu_types = cfg.model_gpu_types()
+    verb such as ``nodes`` needs neither); ``ledger(since)`` gives its rows (default: read
+    them from the store)."""
     history: dict[tuple[str, str], float] = {}
     spent: dict[str, tuple[float, float]] = {}
     if with_usage:
-        rows = rt.store.usage(since=accounting.ledger_since(now, policy.half_life_s, projects))
-        history = accounting.usage_history(rows, now, policy.half_life_s)
-        spent = accounting.spent(rows, active, now, projects, gpu_types)
+        history, spent = usage_inputs(rt, active, now, ledger)
+    return replace(
+        template(rt, now),
+        pending=tuple(pending),
+        active=tuple(active),
+        usage_history=history,
+        spent=spent,
+    )
+
+
+def usage_inputs(
+    rt: Runtime,
+    active: list[Run],
+    now: float,
+    ledger: Callable[[float], list[UsageRow]] | None = None,
+) -> tuple[dict[tuple[str, str], float], dict[str, tuple[float, float]]]:
+    """(decayed usage history for fair share, what budgeted projects spent) from the ledger."""
+    cfg = rt.cfg
+    policy = cfg.policy_settings()
+    projects = cfg.model_projects()
+    since = accounting.ledger_since(now, policy.half_life_s, projects)
+    rows = ledger(since) if ledger is not None else rt.store.usage(since=since)
+    history = accounting.usage_history(rows, now, policy.half_life_s)
+    spent = accounting.spent(rows, active, now, projects, cfg.model_gpu_types())
+    return history, spent
+
+
+def template(rt: Runtime, now: float) -> Snapshot:
+    """The core's input without runs or usage: nodes, projects, classes, policy, capabilities."""
+    cfg = rt.cfg
     return Snapshot(
         now=now,
         nodes=tuple(rt.nodes()),
-        pending=tuple(pending),
-        active=tuple(active),
-        projects=projects,
-        gpu_types=gpu_types,
+        pending=(),
+        active=(),
+        projects=cfg.model_projects(),
+        gpu_types=cfg.model_gpu_types(),
         priority_classes=dict(cfg.priority_classes),
         cohorts=cfg.model_cohorts(),
-        policy=policy,
+        policy=cfg.policy_settings(),
         capabilities={n: b.capabilities for n, b in rt.backends.items()},
-        usage_history=history,
-        spent=spent,
     )
 
 
@@ -88,6 +129,11 @@ class Controller:
         self._signalled: set[tuple[str, int]] = set()
         self._launch_failures: dict[str, int] = defaultdict(int)
         self._lock: LeaderLock | None = None
+        self._last_explain = float("-inf")
+        self._ledger: list[UsageRow] = []
+        self._ledger_id = 0
+        self._ledger_read_at = float("-inf")
+        self.mirror = Mirror(rt.store)
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -138,16 +184,30 @@ class Controller:
 
     # -- the tick -------------------------------------------------------------------------
     def tick(self) -> TickReport:
+        try:
+            return self._tick()
+        except BaseException:
+            self.mirror.reset()  # whatever the engine applied may not have reached the store
+            raise
+
+    def _tick(self) -> TickReport:
         rep = TickReport()
-        store = self.rt.store
-        active = store.list_runs(ACTIVE_PHASES)
-        self._poll(active, rep)  # 1. poll
-        active = store.list_runs(ACTIVE_PHASES)
+        store, mirror = self.rt.store, self.mirror
+        tmpl = template(self.rt, self.clock())
+        mirror.refresh(tmpl)
+        self._poll(mirror.active(), rep)  # 1. poll
+        mirror.refresh(tmpl)
+        active = mirror.active()
         self._stop_cancelled(active)  # 2. stop
-        pending = store.list_runs([Phase.PENDING])
-        snap = self._snapshot(pending, active)  # 3. snapshot
-        decision = decide(snap)  # 4. decide
-        by_id = {r.id: r for r in (*pending, *active)}
+        pending = mirror.pending()
+        now = self.clock()  # 3. snapshot
+        history, spent = usage_inputs(self.rt, active, now, self._ledger_rows)
+        explain = (
+            len(pending) <= EXPLAIN_EVERY_TICK_UP_TO
+            or now - self._last_explain >= self.rt.cfg.scheduler.explain_s
+        )
+        by_id = dict(mirror.runs)
+        decision = mirror.cycle(now, history, spent)  # 4. decide
         for pre in decision.preemptions:  # 5. preempt
             run = by_id[pre.run_id]
             store.mark_preempting(run.id, pre.reason, now=self.clock())
@@ -165,17 +225,25 @@ class Controller:
             for st in self.rt.backends[bname].poll(list(handles)).values():
                 if st.state is JobState.RUNNING:
                     store.mark_running(handles[st.handle], now=self.clock())
-        store.set_reasons(
-            [  # 7. explain
-                (p.run_id, p.reason_code.value, p.reason, p.eta) for p in decision.pending
-            ]
-        )
-        rep.pending = len(decision.pending)
+        if explain:  # 7. explain
+            self._last_explain = now
+            reasons = mirror.explain(now, history, spent)
+            store.set_reasons([(p.run_id, p.reason_code.value, p.reason, p.eta) for p in reasons])
+        rep.pending = len(pending) - len(decision.admissions)
         rep.active = len(active) + rep.admitted
         return rep
 
-    def _snapshot(self, pending: list[Run], active: list[Run]) -> Snapshot:
-        return build_snapshot(self.rt, pending, active, self.clock())
+    def _ledger_rows(self, since: float) -> list[UsageRow]:
+        """The ledger rows ending at or after ``since``: new rows added to those already read."""
+        store, now = self.rt.store, time.monotonic()
+        if now - self._ledger_read_at >= LEDGER_RELOAD_S:
+            self._ledger, self._ledger_read_at = store.usage(since=since), now
+        else:
+            self._ledger += store.usage(since=since, after_id=self._ledger_id)
+        if self._ledger:
+            self._ledger_id = max(self._ledger_id, self._ledger[-1].id)
+        self._ledger = [r for r in self._ledger if r.end >= since]
+        return self._ledger
 
     def _launch(self, run: Run, bname: str, rep: TickReport) -> str | None:
         store = self.rt.store

@@ -9,6 +9,8 @@ Invariants:
 - ``take`` and ``release`` are exact inverses, so a trial (preemption search) can undo itself.
 - ``buckets[(gpu_type, backend)][k]`` lists, sorted by name, the schedulable nodes with exactly
   ``k`` free whole devices: best fit is the first name of the first non-empty bucket >= need.
+- ``cpu_free[node]`` / ``mem_free[node]``: host CPU and memory not held by active runs (None
+  where the node does not track them); ``mix`` counts the shapes of the slots held on GPUs.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 
+from mlops_gpu.core.fragmentation import Mix, Shape, Sig
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import Node, Placement
+from mlops_gpu.model import Node, NodeSlot, Placement, ResourceRequest
 from mlops_gpu.model.cluster import mig_share
 
 
@@ -31,6 +34,16 @@ class Capacity:
             n.name: {p: list(ids) for p, ids in n.mig.items()} for n in snap.nodes
         }
         self.buckets: dict[tuple[str, str], list[list[str]]] = {}
+        self.cpu_free: dict[str, int | None] = {n.name: n.cpu_milli for n in snap.nodes}
+        self.mem_free: dict[str, int | None] = {n.name: n.host_memory_mb for n in snap.nodes}
+        #: Whether fragmentation-aware placement has anything to weigh: shared devices, or
+        #: host resources that can strand GPUs.
+        self.fragmentable = any(
+            n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in snap.nodes
+        )
+        self.mix = Mix()
+        self._sigs: dict[str, Sig] = {}
+        self._positions: dict[str, dict[str, int]] = {}
         for n in sorted(snap.nodes, key=lambda n: n.name):
             if n.schedulable:
                 b = self.buckets.setdefault((n.gpu_type, n.backend), [])
@@ -53,6 +66,7 @@ class Capacity:
             if slot.node not in self.nodes:
                 continue  # a node that left the inventory: nothing to book
             node = self.nodes[slot.node]
+            self._host(slot, -1)
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
                 if mig_profile is not None:
@@ -75,6 +89,7 @@ class Capacity:
             if slot.node not in self.nodes:
                 continue
             node = self.nodes[slot.node]
+            self._host(slot, +1)
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
                 if mig_profile is not None:
@@ -93,6 +108,37 @@ class Capacity:
                         self.shared[slot.node][dev] = (frac, mem)
         self.used[(project, placement.gpu_type)] -= placement.gpu_amount
 
+    def _host(self, slot: NodeSlot, sign: int) -> None:
+        """Book (``sign`` -1) or give back (+1) a slot's host resources and mix shape."""
+        name = slot.node
+        self._sigs.pop(name, None)
+        cpu, mem = self.cpu_free[name], self.mem_free[name]
+        if cpu is not None:
+            self.cpu_free[name] = cpu + sign * slot.cpu_milli
+        if mem is not None:
+            self.mem_free[name] = mem + sign * slot.host_memory_mb
+        if slot.devices and _mig_profile_of(self.nodes[name], slot.devices[0]) is None:
+            shape = slot_shape(slot)
+            if sign < 0:
+                self.mix.add(shape)
+            else:
+                self.mix.remove(shape)
+
+    def host_fits(self, name: str, req: ResourceRequest) -> bool:
+        cpu, mem = self.cpu_free[name], self.mem_free[name]
+        return (cpu is None or req.cpu_milli <= cpu) and (mem is None or req.host_memory_mb <= mem)
+
+    def signature(self, name: str) -> Sig:
+        """The node's state as fragmentation sees it (``fragmentation.Sig``), cached until the
+        node's next take or release."""
+        sig = self._sigs.get(name)
+        if sig is None:
+            shares = [1.0] * len(self.free[name])
+            shares += [round(1.0 - f, 6) for f, _ in self.shared.get(name, {}).values()]
+            free = tuple(sorted((x for x in shares if x > 1e-9), reverse=True))
+            sig = self._sigs[name] = (free, self.cpu_free[name], self.mem_free[name])
+        return sig
+
     def _take_device(self, node: Node, dev: str) -> None:
         free = self.free[node.name]
         if dev in free:
@@ -103,8 +149,12 @@ class Capacity:
         free = self.free[node.name]
         if dev not in free:
             self._rebucket(node, len(free), len(free) + 1)
-            free.append(dev)
-            free.sort(key=node.devices.index)
+            pos = self._positions.get(node.name)
+            if pos is None:
+                pos = self._positions[node.name] = {d: i for i, d in enumerate(node.devices)}
+            # In the node's device order, in O(log n) comparisons: sorting with
+            # ``devices.index`` as the key was quadratic on a 600-GPU node.
+            insort(free, dev, key=pos.__getitem__)
 
     def _rebucket(self, node: Node, old: int, new: int) -> None:
         b = self.buckets.get((node.gpu_type, node.backend))
@@ -126,6 +176,10 @@ class Capacity:
             ),
             default=0,
         )
+
+
+def slot_shape(slot: NodeSlot) -> Shape:
+    return (len(slot.devices), round(slot.fraction, 6), slot.cpu_milli, slot.host_memory_mb)
 
 
 def _mig_profile_of(node: Node, dev: str) -> str | None:

@@ -95,10 +95,15 @@ class Incremental:
         self.template = replace(self.template, nodes=nodes)
         self.state = State.from_snapshot(snap)
 
-    def explain_all(self, now: float) -> list[PendingReason]:
+    def explain_all(
+        self,
+        now: float,
+        usage_history: Mapping[tuple[str, str], float] | None = None,
+        spent: Mapping[str, tuple[float, float]] | None = None,
+    ) -> list[PendingReason]:
         """A reason and ETA for every pending run, from a cycle that is not applied (right
         after a cycle it admits nothing; whatever it books is given back)."""
-        cycle = Cycle(self.state, now)
+        cycle = Cycle(self.state, now, usage_history, spent)
         d = cycle.run()
         reasons = cycle.explain()
         for a in d.admissions:

@@ -8,8 +8,11 @@ Rules (in order):
   topology key, all members share the label's value (required), or such a group is tried first
   (preferred);
 - shared: one device with enough fraction and memory left, the fullest such device first;
-- MIG: ``gpus`` free slices of the profile on one node, best fit.
-``avoid`` maps node -> devices a trial must not use (a backfill reservation's share).
+- MIG: ``gpus`` free slices of the profile on one node, best fit;
+- every node taken must have the request's host CPU and memory free where it tracks them;
+- under ``placement: fragmentation``, on a cluster where that can matter (shared devices, or
+  nodes tracking host resources), a one-node whole or shared request goes to the node (and
+  device) whose expected fragmentation (``fragmentation``) grows least, ties by best fit.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 
 from mlops_gpu.core.capacity import Capacity
+from mlops_gpu.core.fragmentation import after_share, after_whole
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import BackendCapabilities, Node, NodeSlot, Placement, ResourceRequest, Run
 from mlops_gpu.model.cluster import mig_share
@@ -43,6 +47,8 @@ def eligible_nodes(snap: Snapshot, cap: Capacity, run: Run, gpu_type: str) -> li
             continue
         if shape == "shared" and (not caps.shared_gpus or not node.shared):
             continue
+        if not cap.host_fits(node.name, req):
+            continue
         out.append(node)
     return out
 
@@ -55,14 +61,64 @@ def place(
     ``fits(node, free_after)`` may veto a node (backfill uses it to protect a reservation).
     """
     req = run.request
-    if req.shape == "whole" and req.topology_key is None:
+    fgd = snap.policy.placement == "fragmentation" and cap.fragmentable
+    if req.shape == "whole" and req.topology_key is None and not (fgd and req.nodes == 1):
         return _place_whole_indexed(snap, cap, run, gpu_type, fits)
     nodes = eligible_nodes(snap, cap, run, gpu_type)
     if req.shape == "mig":
         return _place_mig(cap, nodes, req, gpu_type, fits)
     if req.shape == "shared":
-        return _place_shared(cap, nodes, req, gpu_type, fits)
+        return _place_shared(cap, nodes, req, gpu_type, fits, fgd)
+    if fgd and req.nodes == 1 and req.topology_key is None:
+        return _place_whole_fgd(cap, nodes, req, gpu_type, fits)
     return _place_whole(cap, nodes, req, gpu_type, fits)
+
+
+def fragment_growth(cap: Capacity, placement: Placement) -> float:
+    """How much ``placement`` (not yet taken) would raise its nodes' expected fragmentation."""
+    total = 0.0
+    for slot in placement.slots:
+        sig = cap.signature(slot.node)
+        if slot.fraction >= 1.0 and slot.memory_mb is None:
+            after = after_whole(sig, len(slot.devices), slot.cpu_milli, slot.host_memory_mb)
+        else:
+            used = cap.shared.get(slot.node, {}).get(slot.devices[0], (0.0, 0))[0]
+            had = round(1.0 - used, 6)
+            after = after_share(sig, had, slot.fraction, slot.cpu_milli, slot.host_memory_mb)
+        total += cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
+    return total
+
+
+def _slot(req: ResourceRequest, node: str, devices: tuple[str, ...], frac: float = 1.0) -> NodeSlot:
+    mem = req.gpu_memory_mb if req.shape == "shared" else None
+    return NodeSlot(node, devices, frac, mem, req.cpu_milli, req.host_memory_mb)
+
+
+def _place_whole_fgd(
+    cap: Capacity, nodes: list[Node], req: ResourceRequest, gpu_type: str, fits: NodeFilter | None
+) -> Placement | None:
+    """One node, whole GPUs: least growth of expected fragmentation, then best fit, then name.
+    Nodes in the same state score alike, so each state is scored once."""
+    scored: dict[object, float] = {}
+    best: tuple[float, int, str] | None = None
+    for n in nodes:
+        left = len(cap.free[n.name]) - req.gpus
+        if left < 0 or (fits is not None and not fits(n, left)):
+            continue
+        sig = cap.signature(n.name)
+        delta = scored.get(sig)
+        if delta is None:
+            after = after_whole(sig, req.gpus, req.cpu_milli, req.host_memory_mb)
+            delta = cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
+            scored[sig] = delta
+        key = (round(delta, 9), left, n.name)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        return None
+    node = cap.nodes[best[2]]
+    devs = tuple(cap.free[node.name][: req.gpus])
+    return Placement(node.backend, gpu_type, (_slot(req, node.name, devs),))
 
 
 def _best(cands: Iterable[tuple[Node, int]]) -> list[tuple[Node, int]]:
@@ -90,7 +146,7 @@ def _place_whole(
             choice = group
     if choice is None:
         return None
-    slots = tuple(NodeSlot(n.name, tuple(cap.free[n.name][: req.gpus])) for n in choice)
+    slots = tuple(_slot(req, n.name, tuple(cap.free[n.name][: req.gpus])) for n in choice)
     return Placement(backend=choice[0].backend, gpu_type=gpu_type, slots=slots)
 
 
@@ -122,6 +178,8 @@ def _place_whole_indexed(
             for name in buckets[k]:
                 if fits is not None and not fits(cap.nodes[name], k - req.gpus):
                     continue
+                if not cap.host_fits(name, req):
+                    continue
                 chosen.append(name)
                 total += k
                 if len(chosen) == req.nodes:
@@ -136,7 +194,7 @@ def _place_whole_indexed(
     if best is None:
         return None
     _, chosen, backend = best
-    slots = tuple(NodeSlot(n, tuple(cap.free[n][: req.gpus])) for n in chosen)
+    slots = tuple(_slot(req, n, tuple(cap.free[n][: req.gpus])) for n in chosen)
     return Placement(backend=backend, gpu_type=gpu_type, slots=slots)
 
 
@@ -177,10 +235,16 @@ def request_amount(run: Run) -> float:
 
 
 def _place_shared(
-    cap: Capacity, nodes: list[Node], req: ResourceRequest, gpu_type: str, fits: NodeFilter | None
+    cap: Capacity,
+    nodes: list[Node],
+    req: ResourceRequest,
+    gpu_type: str,
+    fits: NodeFilter | None,
+    fgd: bool = False,
 ) -> Placement | None:
     mem = req.gpu_memory_mb
-    best: tuple[float, str, str, Node, float] | None = None
+    scored: dict[tuple[object, float, float], float] = {}
+    best: tuple[float, float, str, str, Node, float] | None = None
     for n in nodes:
         if fits is not None and not fits(n, len(cap.free[n.name])):
             continue
@@ -203,12 +267,22 @@ def _place_shared(
             if mem is not None and (n.gpu_memory_mb is None or used_m + mem > n.gpu_memory_mb):
                 continue
             left = 1.0 - used_f - frac
-            if best is None or (left, n.name, dev) < best[:3]:
-                best = (left, n.name, dev, n, frac)
+            delta = 0.0
+            if fgd:
+                sig = cap.signature(n.name)
+                had = round(1.0 - used_f, 6)
+                got = scored.get((sig, had, frac))
+                if got is None:
+                    after = after_share(sig, had, frac, req.cpu_milli, req.host_memory_mb)
+                    got = cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
+                    scored[(sig, had, frac)] = got
+                delta = round(got, 9)
+            if best is None or (delta, left, n.name, dev) < best[:4]:
+                best = (delta, left, n.name, dev, n, frac)
     if best is None:
         return None
-    _, _, dev, node, frac = best
-    return Placement(node.backend, gpu_type, (NodeSlot(node.name, (dev,), frac, mem),))
+    dev, node, frac = best[3], best[4], best[5]
+    return Placement(node.backend, gpu_type, (_slot(req, node.name, (dev,), frac),))
 
 
 def _place_mig(
@@ -225,7 +299,7 @@ def _place_mig(
         return None
     node, _ = _best(cands)[0]
     ids = tuple(cap.mig_free[node.name][req.mig][: req.gpus])
-    return Placement(node.backend, gpu_type, (NodeSlot(node.name, ids, mig_share(req.mig)),))
+    return Placement(node.backend, gpu_type, (_slot(req, node.name, ids, mig_share(req.mig)),))
 
 
 def could_ever_fit(

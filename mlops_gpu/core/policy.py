@@ -48,6 +48,7 @@ from typing import Any
 
 from mlops_gpu.core import parking
 from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, quota_eta, reserve
+from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.explain import shape_text
 from mlops_gpu.core.fairshare import (
@@ -56,7 +57,7 @@ from mlops_gpu.core.fairshare import (
     budget_exceeded,
     las_level,
 )
-from mlops_gpu.core.placement import place, request_amount
+from mlops_gpu.core.placement import fragment_growth, place, request_amount
 from mlops_gpu.core.preempt import find_plan
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
@@ -290,8 +291,18 @@ class Cycle:
         quota_msgs: list[str] = []
         fits_without_reservation = False
         flt = self._backfill_filter(run)
+        placed: dict[str, Placement | None] = {}
+        if (
+            len(types) > 1
+            and run.request.shape != "mig"
+            and self.snap.policy.placement == "fragmentation"
+            and self.cap.fragmentable
+        ):
+            # Any of several types: the one whose placement fragments least comes first.
+            placed = {t: place(self.snap, self.cap, run, t, flt) for t in types}
+            types = sorted(types, key=lambda t: _growth_key(self.cap, placed[t], types.index(t)))
         for t in types:
-            placement = place(self.snap, self.cap, run, t, flt)
+            placement = placed[t] if t in placed else place(self.snap, self.cap, run, t, flt)
             if placement is None and flt is not None:
                 fits_without_reservation |= place(self.snap, self.cap, run, t) is not None
             amount = placement.gpu_amount if placement else request_amount(run)
@@ -701,24 +712,34 @@ class Cycle:
         return best
 
 
-def decide_default(snap: Snapshot) -> Decision:
-    """From scratch: build the state from ``snap``, run one cycle, explain every run."""
+def decide_default(snap: Snapshot, explain: bool = True) -> Decision:
+    """From scratch: build the state from ``snap``, run one cycle, explain every run (unless
+    ``explain`` is False: then ``Decision.pending`` is empty)."""
     cycle = Cycle(State.from_snapshot(snap), snap.now, snap.usage_history, snap.spent)
     d = cycle.run()
+    if not explain:
+        return Decision(d.admissions, d.preemptions, ())
     reasons = {p.run_id: p for p in cycle.explain()}
     return Decision(
         d.admissions, d.preemptions, tuple(reasons[r.id] for r in snap.pending if r.id in reasons)
     )
 
 
-POLICIES: dict[str, Callable[[Snapshot], Decision]] = {"default": decide_default}
+POLICIES: dict[str, Callable[[Snapshot, bool], Decision]] = {"default": decide_default}
 
 
-def decide(snap: Snapshot) -> Decision:
-    """The scheduling decision for ``snap`` under the policy it names."""
-    return POLICIES[snap.policy.name](snap)
+def decide(snap: Snapshot, explain: bool = True) -> Decision:
+    """The scheduling decision for ``snap`` under the policy it names; with ``explain``, a
+    reason for every run left pending."""
+    return POLICIES[snap.policy.name](snap, explain)
 
 
 def explain_all(snap: Snapshot) -> tuple[PendingReason, ...]:
     """A reason (and ETA where one can be computed) for every pending run of ``snap``."""
     return decide(snap).pending
+
+
+def _growth_key(cap: Capacity, placement: Placement | None, index: int) -> tuple[int, float, int]:
+    if placement is None:
+        return (1, 0.0, index)
+    return (0, round(fragment_growth(cap, placement), 9), index)

@@ -42,6 +42,10 @@ class Node:
     shared: bool = False
     #: Memory of one device, for memory-capped shared requests.
     gpu_memory_mb: int | None = None
+    #: Host CPU (millicores) and memory the node offers runs; None: not tracked (any run's
+    #: CPU and memory requests fit).
+    cpu_milli: int | None = None
+    host_memory_mb: int | None = None
 
     @property
     def capacity(self) -> int:
@@ -64,6 +68,9 @@ class NodeSlot:
     fraction: float = 1.0
     #: Memory cap on a shared device, if the run asked for one.
     memory_mb: int | None = None
+    #: Host CPU (millicores) and memory held on this node (the request's, per gang member).
+    cpu_milli: int = 0
+    host_memory_mb: int = 0
 
     @property
     def amount(self) -> float:
@@ -102,6 +109,8 @@ class Placement:
                     "devices": list(s.devices),
                     "fraction": s.fraction,
                     "memory_mb": s.memory_mb,
+                    "cpu_milli": s.cpu_milli,
+                    "host_memory_mb": s.host_memory_mb,
                 }
                 for s in self.slots
             ],
@@ -120,6 +129,8 @@ class Placement:
                     devices=tuple(str(x) for x in s["devices"]),
                     fraction=float(s.get("fraction", 1.0)),
                     memory_mb=s.get("memory_mb"),
+                    cpu_milli=int(s.get("cpu_milli", 0)),
+                    host_memory_mb=int(s.get("host_memory_mb", 0)),
                 )
                 for s in slots_raw
             ),

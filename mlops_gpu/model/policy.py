@@ -31,3 +31,7 @@ class PolicySettings:
     half_life_s: float = 3600.0
     preemption: bool = True
     backfill: bool = True
+    #: Node choice: ``fragmentation`` (where GPUs can be shared or nodes track CPU and memory,
+    #: the node and device that least raise the expected fragmentation for the cluster's own
+    #: mix of run shapes, as FGD does; elsewhere best fit) or plain ``best-fit``.
+    placement: str = "fragmentation"

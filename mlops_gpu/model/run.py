@@ -47,6 +47,9 @@ class ResourceRequest:
     #: preferred when ``topology_required`` is False.
     topology_key: str | None = None
     topology_required: bool = False
+    #: Host CPU (millicores) and memory per node; a node that tracks them must have them free.
+    cpu_milli: int = 0
+    host_memory_mb: int = 0
 
     @property
     def total_gpus(self) -> int:
@@ -90,6 +93,10 @@ class ResourceRequest:
             out.append(f"mig: expected a profile such as 1g.10gb, got {self.mig!r}")
         if (shared or self.mig is not None) and self.nodes != 1:
             out.append("nodes: fractional and MIG requests run on one node")
+        if self.cpu_milli < 0:
+            out.append(f"cpu_milli must not be negative, got {self.cpu_milli}")
+        if self.host_memory_mb < 0:
+            out.append(f"host_memory_mb must not be negative, got {self.host_memory_mb}")
         if self.topology_required and not self.topology_key:
             out.append("topology: a required topology needs a label key (e.g. rack)")
         return out
@@ -138,6 +145,8 @@ class RunSpec:
                 "mig": r.mig,
                 "topology_key": r.topology_key,
                 "topology_required": r.topology_required,
+                "cpu_milli": r.cpu_milli,
+                "host_memory_mb": r.host_memory_mb,
             },
             "priority": self.priority,
             "kind": self.kind.value,
@@ -169,6 +178,8 @@ class RunSpec:
                 mig=r.get("mig"),
                 topology_key=r.get("topology_key"),
                 topology_required=bool(r.get("topology_required", False)),
+                cpu_milli=int(r.get("cpu_milli", 0)),
+                host_memory_mb=int(r.get("host_memory_mb", 0)),
             ),
             priority=d.get("priority", "normal"),
             kind=RunKind(d.get("kind", "train")),

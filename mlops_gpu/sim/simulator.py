@@ -54,13 +54,30 @@ CLASSES = {"low": 50, "normal": 100, "high": 200}
 
 @dataclass(frozen=True)
 class Cluster:
+    """``nodes`` x ``gpus_per_node`` GPUs of one type, or the trace's own ``node_list``."""
+
     nodes: int
     gpus_per_node: int
     gpu_type: str = DEFAULT_GPU_TYPE
+    node_list: tuple[Node, ...] = ()
 
     @property
     def gpus(self) -> int:
+        if self.node_list:
+            return sum(n.capacity for n in self.node_list)
         return self.nodes * self.gpus_per_node
+
+    def model_nodes(self) -> tuple[Node, ...]:
+        if self.node_list:
+            return self.node_list
+        devices = tuple(str(d) for d in range(self.gpus_per_node))
+        return tuple(Node(f"sim-{i:04d}", "sim", self.gpu_type, devices) for i in range(self.nodes))
+
+    def capacity_by_type(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for n in self.model_nodes():
+            out[n.gpu_type] += n.capacity
+        return dict(sorted(out.items()))
 
 
 @dataclass
@@ -81,7 +98,7 @@ class SimResult:
     nominal: dict[str, int]
     outcomes: list[JobOutcome]
     #: (trace project, start, end, GPUs): one per attempt
-    segments: list[tuple[str, float, float, int]]
+    segments: list[tuple[str, float, float, float]]
     quota_violations: int | None
     cycles: int
     cycle_wall_s: float
@@ -110,28 +127,27 @@ def nominal_quotas(trace: Trace, gpus: int) -> dict[str, int]:
 
 
 def template(trace: Trace, cluster: Cluster, p: Preset) -> tuple[Snapshot, dict[str, int]]:
-    nodes = tuple(
-        Node(
-            f"sim-{i:04d}",
-            "sim",
-            cluster.gpu_type,
-            tuple(str(d) for d in range(cluster.gpus_per_node)),
-        )
-        for i in range(cluster.nodes)
-    )
-    nominal = nominal_quotas(trace, cluster.gpus)
-    t = cluster.gpu_type
+    """The core's template for ``cluster``; nominal quotas per project (all types summed).
+    Each GPU type's capacity is shared out by the trace's weights (``nominal_quotas``)."""
+    nodes = cluster.model_nodes()
+    by_type = cluster.capacity_by_type()
+    per_type = {t: nominal_quotas(trace, cap) for t, cap in by_type.items()}
+    nominal = {name: sum(q[name] for q in per_type.values()) for name in trace.projects}
     projects: dict[str, Project] = {}
     if not p.quotas:
-        projects[POOL] = Project(POOL, quotas=MappingProxyType({t: Quota(cluster.gpus, 0)}))
+        pool = {t: Quota(cap, 0) for t, cap in by_type.items()}
+        projects[POOL] = Project(POOL, quotas=MappingProxyType(pool))
     else:
         for name, n in nominal.items():
-            quota = Quota(cluster.gpus, 0) if p.unlimited else Quota(n, None)
+            quotas = {
+                t: Quota(cap, 0) if p.unlimited else Quota(per_type[t][name], None)
+                for t, cap in by_type.items()
+            }
             projects[name] = Project(
                 name,
                 cohort=None if p.unlimited else "cluster",
                 weight=float(max(n, 1)),
-                quotas=MappingProxyType({t: quota}),
+                quotas=MappingProxyType(quotas),
             )
     classes = dict(CLASSES)
     for job in trace.jobs:
@@ -143,11 +159,13 @@ def template(trace: Trace, cluster: Cluster, p: Preset) -> tuple[Snapshot, dict[
         pending=(),
         active=(),
         projects=projects,
-        gpu_types={t: GpuType(t, 0.0)},
+        gpu_types={t: GpuType(t, 0.0) for t in by_type},
         priority_classes=classes,
         cohorts={"cluster": Cohort("cluster")} if p.quotas and not p.unlimited else {},
         policy=p.settings,
-        capabilities={"sim": BackendCapabilities(multi_node=True)},
+        capabilities={
+            "sim": BackendCapabilities(multi_node=True, shared_gpus=any(n.shared for n in nodes))
+        },
     )
     return snap, nominal
 
@@ -165,6 +183,7 @@ def _class_value(name: str) -> int:
 class _Attempt:
     start: float
     overhead: float
+    gpu_type: str
 
 
 class Simulation:
@@ -181,7 +200,7 @@ class Simulation:
         self.attained: dict[str, float] = defaultdict(float)
         self.running: dict[str, _Attempt] = {}
         self.ends: list[tuple[float, int, str]] = []
-        self.segments: list[tuple[str, float, float, int]] = []
+        self.segments: list[tuple[str, float, float, float]] = []
         self.history: dict[tuple[str, str], float] = defaultdict(float)
         self.history_at = 0.0
         self.violations = 0
@@ -194,7 +213,14 @@ class Simulation:
             project=project,
             user="sim",
             command=("sim",),
-            request=ResourceRequest(job.gpus, job.nodes, (job.gpu_type,) if job.gpu_type else ()),
+            request=ResourceRequest(
+                job.gpus,
+                job.nodes,
+                job.accepts,
+                gpu_fraction=job.gpu_fraction,
+                cpu_milli=job.cpu_milli,
+                host_memory_mb=job.host_memory_mb,
+            ),
             priority=job.priority,
             max_runtime_s=self.preset.estimate_factor * (self.remaining[job.id] + overhead),
             checkpoint=CheckpointPolicy(grace_s=0.0),
@@ -224,9 +250,7 @@ class Simulation:
         self.segments.append((job.project, att.start, now, job.total_gpus))
         h = max(self.preset.settings.half_life_s, 1.0)
         project = job.project if self.preset.quotas else POOL
-        self.history[(project, self.cluster.gpu_type)] += decayed(
-            job.total_gpus, att.start, now, now, h
-        )
+        self.history[(project, att.gpu_type)] += decayed(job.total_gpus, att.start, now, now, h)
 
     def _cycle(self, now: float) -> int:
         self._decay(now)
@@ -241,7 +265,7 @@ class Simulation:
             o.attempts += 1
             if o.first_start is None:
                 o.first_start = now
-            self.running[job.id] = _Attempt(now, overhead)
+            self.running[job.id] = _Attempt(now, overhead, a.placement.gpu_type)
             heapq.heappush(self.ends, (now + overhead + self.remaining[job.id], o.attempts, job.id))
         for p in d.preemptions:
             self._preempted(p.run_id, now)
@@ -271,10 +295,11 @@ class Simulation:
             return
         used = self.engine.state.cap.used
         for name, proj in self.template.projects.items():
-            q = proj.quota(self.cluster.gpu_type)
-            limit = math.inf if q.borrowing_limit is None else q.nominal + q.borrowing_limit
-            if used[(name, self.cluster.gpu_type)] > limit + 1e-9:
-                self.violations += 1
+            for t in self.template.gpu_types:
+                q = proj.quota(t)
+                limit = math.inf if q.borrowing_limit is None else q.nominal + q.borrowing_limit
+                if used[(name, t)] > limit + 1e-9:
+                    self.violations += 1
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
         t_start = time.perf_counter()

@@ -26,6 +26,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import IO
 
+from mlops_gpu.model import Node
+
 #: The project that pools jobs of virtual clusters without a known size.
 OTHER = "other"
 
@@ -44,10 +46,24 @@ class TraceJob:
     project: str
     gpu_type: str | None = None
     priority: str = "normal"
+    #: A share of one GPU (``gpus`` is then 1), for traces of shared GPUs (openb).
+    gpu_fraction: float | None = None
+    #: Acceptable GPU types (any of); ``gpu_type``, when set, is the only one.
+    gpu_types: tuple[str, ...] = ()
+    #: Host CPU (millicores) and memory per node.
+    cpu_milli: int = 0
+    host_memory_mb: int = 0
 
     @property
-    def total_gpus(self) -> int:
-        return self.gpus * self.nodes
+    def total_gpus(self) -> float:
+        """GPUs held: whole GPUs over all nodes, or the share of one GPU."""
+        if self.gpu_fraction is not None:
+            return self.gpu_fraction
+        return float(self.gpus * self.nodes)
+
+    @property
+    def accepts(self) -> tuple[str, ...]:
+        return (self.gpu_type,) if self.gpu_type else self.gpu_types
 
     @property
     def gpu_seconds(self) -> float:
@@ -60,6 +76,9 @@ class Trace:
     jobs: tuple[TraceJob, ...]
     #: project -> weight of its nominal quota (any scale; the simulator scales to the cluster)
     weights: dict[str, float] = field(default_factory=dict)
+    #: The trace's own cluster, when it has one (openb); the simulator then ignores
+    #: ``--nodes``/``--gpus-per-node``.
+    nodes: tuple[Node, ...] = ()
 
     @property
     def projects(self) -> list[str]:

@@ -62,8 +62,20 @@ runs = Table(
     # v2: least-attained-service order and requeue backoff
     Column("attained_gpu_s", Float, nullable=False, default=0.0, server_default="0"),
     Column("not_before", Float),
+    # v3: the store revision of the row's last change (``revision``), for change feeds
+    Column("rev", _Id, nullable=False, default=0, server_default="0"),
     Index("ix_runs_phase", "phase"),
     Index("ix_runs_project", "project"),
+    Index("ix_runs_rev", "rev"),
+)
+
+#: One row: the store's revision, raised by every transaction that changes a run (not by
+#: reason-only writes). Raising it takes the row's lock until commit, so revisions commit in
+#: order: a reader that has seen revision r has seen every change up to r.
+revision = Table(
+    "revision",
+    metadata,
+    Column("value", BigInteger, nullable=False),
 )
 
 events = Table(
@@ -129,8 +141,18 @@ def _v2(conn: Connection) -> None:
     _add_missing_columns(conn, runs, ["attained_gpu_s", "not_before"])
 
 
+def _v3(conn: Connection) -> None:
+    _add_missing_columns(conn, runs, ["rev"])
+    have = {ix["name"] for ix in inspect(conn).get_indexes("runs")}
+    if "ix_runs_rev" not in have:
+        conn.execute(text("CREATE INDEX ix_runs_rev ON runs (rev)"))
+    revision.create(conn, checkfirst=True)
+    if conn.execute(revision.select()).first() is None:
+        conn.execute(revision.insert().values(value=0))
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2)]
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
 LATEST = MIGRATIONS[-1][0]
 
 

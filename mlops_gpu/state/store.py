@@ -10,20 +10,21 @@ changes nothing and reports it (``False`` or ``ConflictError``).
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, create_engine, event, func, select
+from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.pool import NullPool
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
 from mlops_gpu.model.phase import can_transition
-from mlops_gpu.state.schema import events, migrate, runs, usage
+from mlops_gpu.state.schema import events, migrate, revision, runs, usage
 
 
 class ConflictError(RuntimeError):
@@ -54,16 +55,33 @@ class UsageRow:
     end: float
     gpu_seconds: float
     outcome: str
+    #: The ledger row's id: rows are only ever added, with growing ids (not part of equality).
+    id: int = field(default=0, compare=False)
 
 
 def new_run_id() -> str:
     return "r" + secrets.token_hex(5)
 
 
+_RUN_CACHE = 100_000
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for eng in list(_ENGINES):
+        eng.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        # NullPool: a connection per transaction keeps forked/multi-process use safe and cheap.
-        eng = create_engine(url, poolclass=NullPool, connect_args={"timeout": 120})
+        # Pooled connections: opening one (and its PRAGMAs) per transaction cost about a
+        # millisecond, several times per admitted run. A forked child drops the parent's pooled
+        # connections without closing them (``_after_fork``), as SQLAlchemy advises.
+        eng = create_engine(url, connect_args={"timeout": 120, "check_same_thread": False})
+        _ENGINES.add(eng)
 
         @event.listens_for(eng, "connect")
         def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
@@ -83,11 +101,11 @@ def _engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4)
 
 
-def _row_to_run(r: Row[Any]) -> Run:
+def _row_to_run(r: Row[Any], spec: RunSpec | None = None) -> Run:
     return Run(
         id=r.id,
         seq=r.seq,
-        spec=RunSpec.from_dict(json.loads(r.spec)),
+        spec=spec if spec is not None else RunSpec.from_dict(json.loads(r.spec)),
         phase=Phase(r.phase),
         attempt=r.attempt,
         submitted_at=r.submitted_at,
@@ -112,6 +130,8 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = _engine(url)
+        # run id -> (the row last read, the Run built from it); see ``_run``.
+        self._runs: dict[str, tuple[tuple[Any, ...], Run]] = {}
         with self._tx() as conn:
             migrate(conn)
 
@@ -122,11 +142,31 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def _run(self, row: Row[Any]) -> Run:
+        # A run read before with the very same row is the same (frozen) Run: the scheduler
+        # reads every pending run each tick, and building them was most of that read.
+        key = tuple(row)
+        hit = self._runs.get(row.id)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        if len(self._runs) >= _RUN_CACHE:
+            self._runs.clear()  # crude but bounded; a daemon reads mostly live runs
+        spec = hit[1].spec if hit is not None else RunSpec.from_dict(json.loads(row.spec))
+        run = _row_to_run(row, spec)  # a spec never changes after submit
+        self._runs[row.id] = (key, run)
+        return run
+
     # -- transactions ---------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
             yield conn
+
+    @staticmethod
+    def _bump(conn: Connection) -> int:
+        """Raise the store revision (``schema.revision``) in this transaction; the new value."""
+        stmt = revision.update().values(value=revision.c.value + 1).returning(revision.c.value)
+        return int(conn.execute(stmt).scalar_one())
 
     @contextmanager
     def _ro(self) -> Iterator[Connection]:
@@ -176,7 +216,11 @@ class Store:
         src = Phase(row.phase)
         if not can_transition(src, dst):
             raise ConflictError(f"run {row.id} is {src}; it cannot become {dst}")
-        conn.execute(runs.update().where(runs.c.id == row.id).values(phase=dst.value, **values))
+        conn.execute(
+            runs.update()
+            .where(runs.c.id == row.id)
+            .values(phase=dst.value, rev=self._bump(conn), **values)
+        )
         self._event(
             conn, row.id, now, kind, src.value, dst.value, values.get("attempt", row.attempt), why
         )
@@ -201,6 +245,7 @@ class Store:
                             submitted_at=now,
                             cancel_requested=False,
                             preempt_requested=False,
+                            rev=self._bump(conn),
                         )
                     )
                     self._event(conn, run_id, now, "submitted", None, "pending", 1, "submitted")
@@ -216,7 +261,7 @@ class Store:
     def get(self, run_id: str) -> Run | None:
         with self._ro() as conn:
             row = conn.execute(select(runs).where(runs.c.id == run_id)).first()
-        return _row_to_run(row) if row is not None else None
+        return self._run(row) if row is not None else None
 
     def list_runs(
         self,
@@ -234,7 +279,24 @@ class Store:
         if limit is not None:
             q = q.limit(limit)
         with self._ro() as conn:
-            return [_row_to_run(r) for r in conn.execute(q)]
+            return [self._run(r) for r in conn.execute(q)]
+
+    def live_runs(self) -> tuple[list[Run], int]:
+        """(every run not yet terminal, by seq; the store revision they reflect at least)."""
+        live = [p.value for p in Phase if p not in TERMINAL_PHASES]
+        with self._ro() as conn:
+            # the revision first: under READ COMMITTED the rows may then be newer, never older
+            rev = int(conn.execute(select(revision.c.value)).scalar_one())
+            rows = conn.execute(select(runs).where(runs.c.phase.in_(live)).order_by(runs.c.seq))
+            return [self._run(r) for r in rows], rev
+
+    def changed_since(self, rev: int) -> tuple[list[Run], int]:
+        """(the runs changed after revision ``rev``, in revision order; the latest revision
+        among them, or ``rev``). Reason-only writes (``set_reasons``) are not changes."""
+        with self._ro() as conn:
+            rows = conn.execute(select(runs).where(runs.c.rev > rev).order_by(runs.c.rev)).all()
+            out = [self._run(r) for r in rows]
+            return out, (rows[-1].rev if rows else rev)
 
     def count(self) -> int:
         with self._ro() as conn:
@@ -250,10 +312,13 @@ class Store:
                 for r in conn.execute(q)
             ]
 
-    def usage(self, since: float | None = None) -> list[UsageRow]:
+    def usage(self, since: float | None = None, after_id: int | None = None) -> list[UsageRow]:
+        """Ledger rows ending at or after ``since``, with an id above ``after_id``, by id."""
         q = select(usage).order_by(usage.c.id)
         if since is not None:
             q = q.where(usage.c.end >= since)
+        if after_id is not None:
+            q = q.where(usage.c.id > after_id)
         with self._ro() as conn:
             return [
                 UsageRow(
@@ -268,6 +333,7 @@ class Store:
                     r.end,
                     r.gpu_seconds,
                     r.outcome,
+                    r.id,
                 )
                 for r in conn.execute(q)
             ]
@@ -346,6 +412,7 @@ class Store:
             if phase is Phase.RUNNING:
                 values["started_at"] = row.started_at if row.started_at is not None else now
             if row.phase == phase.value:
+                values["rev"] = self._bump(conn)
                 conn.execute(runs.update().where(runs.c.id == run_id).values(**values))
                 return
             self._move(conn, row, phase, now, str(phase), f"backend handle {handle}", **values)
@@ -520,7 +587,11 @@ class Store:
                 )
                 return Phase.CANCELLED
             if phase in ACTIVE_PHASES and not row.cancel_requested:
-                conn.execute(runs.update().where(runs.c.id == run_id).values(cancel_requested=True))
+                conn.execute(
+                    runs.update()
+                    .where(runs.c.id == run_id)
+                    .values(cancel_requested=True, rev=self._bump(conn))
+                )
                 self._event(
                     conn,
                     run_id,
@@ -539,24 +610,33 @@ class Store:
             row = self._locked(conn, run_id)
             if Phase(row.phase) not in ACTIVE_PHASES or row.preempt_requested:
                 return
-            conn.execute(runs.update().where(runs.c.id == run_id).values(preempt_requested=True))
+            conn.execute(
+                runs.update()
+                .where(runs.c.id == run_id)
+                .values(preempt_requested=True, rev=self._bump(conn))
+            )
             self._event(conn, run_id, now, "preempting", None, None, row.attempt, reason)
 
     def record_checkpoint(self, run_id: str, now: float | None = None) -> None:
         now = time.time() if now is None else now
         with self._tx() as conn:
             row = self._locked(conn, run_id)
-            conn.execute(runs.update().where(runs.c.id == run_id).values(last_checkpoint_at=now))
+            conn.execute(
+                runs.update()
+                .where(runs.c.id == run_id)
+                .values(last_checkpoint_at=now, rev=self._bump(conn))
+            )
             self._event(
                 conn, run_id, now, "checkpoint", None, None, row.attempt, "checkpoint saved"
             )
 
     def set_reasons(self, reasons: Sequence[tuple[str, str, str, float | None]]) -> int:
-        """Store (run_id, reason_code, reason, eta) for pending runs whose reason changed."""
+        """Store (run_id, reason_code, reason, eta) for pending runs whose reason changed: a new
+        code or text, an ETA appearing or going, or an ETA moving by ``ETA_SLACK_S`` or more
+        (ETAs that follow the clock would otherwise rewrite the whole queue every pass)."""
         if not reasons:
             return 0
         ids = [r[0] for r in reasons]
-        changed = 0
         with self._tx() as conn:
             current = {
                 r.id: (r.reason_code, r.reason, r.eta)
@@ -566,18 +646,35 @@ class Store:
                     )
                 )
             }
-            for run_id, code, reason, eta in reasons:
-                if run_id in current and current[run_id] != (code, reason, eta):
-                    conn.execute(
-                        runs.update()
-                        .where(
-                            runs.c.id == run_id,
-                            runs.c.phase == Phase.PENDING.value,
-                        )
-                        .values(reason_code=code, reason=reason, eta=eta)
-                    )
-                    changed += 1
-        return changed
+            rows = [
+                {"rid": run_id, "code": code, "why": reason, "eta": eta}
+                for run_id, code, reason, eta in reasons
+                if run_id in current and _reason_changed(current[run_id], (code, reason, eta))
+            ]
+            if rows:
+                # One statement executed for many rows: a busy queue changes thousands of
+                # reasons a tick, and compiling an UPDATE per row cost seconds.
+                conn.execute(
+                    runs.update()
+                    .where(runs.c.id == bindparam("rid"), runs.c.phase == Phase.PENDING.value)
+                    .values(
+                        reason_code=bindparam("code"), reason=bindparam("why"), eta=bindparam("eta")
+                    ),
+                    rows,
+                )
+        return len(rows)
+
+
+#: ETA moves smaller than this are not written (``Store.set_reasons``).
+ETA_SLACK_S = 5.0
+
+
+def _reason_changed(
+    old: tuple[str | None, str | None, float | None], new: tuple[str, str, float | None]
+) -> bool:
+    if old[:2] != new[:2] or (old[2] is None) != (new[2] is None):
+        return True
+    return old[2] is not None and new[2] is not None and abs(old[2] - new[2]) >= ETA_SLACK_S
 
 
 def open_store(url: str) -> Store:

@@ -1,0 +1,111 @@
+"""Expected GPU fragmentation of a node for a mix of run shapes (FGD: Weng et al., "Beware of
+Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent", ATC'23).
+
+A node's state, for this purpose, is its ``Sig``: the free share of each device that still has
+some (whole free devices count 1.0), largest first, and its free host CPU and memory (None: not
+tracked). For one shape, the fragment is the free GPU share the shape could not use:
+- all of it, when the shape does not fit at all (too little CPU or memory, too few whole GPUs,
+  no device with enough share left);
+- for a whole-GPU shape that fits, the share left on partly used devices;
+- for a fractional shape that fits, the share on devices with less left than the shape needs.
+A node's expected fragmentation is the mix-weighted sum over shapes. Placing a run where that
+sum grows least keeps free capacity in pieces the cluster's runs can use.
+
+Invariants:
+- ``Mix`` holds the shapes of the runs holding GPUs (one entry per gang member), counted exactly
+  (``add``/``remove`` are inverses), so the mix depends only on which runs are active, never on
+  the order they came in: the incremental and from-scratch engines see the same mix.
+- The weights are the ``TOP_K`` most common shapes (ties by shape), each share rounded to
+  1/``QUANTUM``: small changes in the counts leave the weights, and so the memo of node
+  fragmentation by ``Sig``, unchanged.
+- Shapes ignore GPU types (a placement does not record which types its run accepted).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+#: (GPUs per node, share of each GPU: 1.0 for whole GPUs, host CPU millicores, host memory MB)
+Shape = tuple[int, float, int, int]
+#: (free share per device, largest first; free host CPU; free host memory)
+Sig = tuple[tuple[float, ...], int | None, int | None]
+
+TOP_K = 16
+QUANTUM = 64
+_EPS = 1e-9
+
+
+def shape_fragment(sig: Sig, shape: Shape) -> float:
+    """The free GPU share of a node in state ``sig`` that a run of ``shape`` could not use."""
+    free, cpu, mem = sig
+    total = sum(free)
+    if total <= _EPS:
+        return 0.0
+    gpus, share, need_cpu, need_mem = shape
+    if (cpu is not None and need_cpu > cpu) or (mem is not None and need_mem > mem):
+        return total
+    if share >= 1.0 - _EPS:
+        whole = sum(1 for x in free if x >= 1.0 - _EPS)
+        return total if whole < gpus else total - whole
+    usable = sum(x for x in free if x >= share - _EPS)
+    return total - usable
+
+
+class Mix:
+    def __init__(self) -> None:
+        self.counts: Counter[Shape] = Counter()
+        self._weights: tuple[tuple[Shape, float], ...] = ()
+        self._stale = True
+        self._memo: dict[Sig, float] = {}
+
+    def add(self, shape: Shape) -> None:
+        self.counts[shape] += 1
+        self._stale = True
+
+    def remove(self, shape: Shape) -> None:
+        self.counts[shape] -= 1
+        if self.counts[shape] <= 0:
+            del self.counts[shape]
+        self._stale = True
+
+    def weights(self) -> tuple[tuple[Shape, float], ...]:
+        if self._stale:
+            self._stale = False
+            top = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_K]
+            total = sum(n for _, n in top)
+            rounded = ((s, round(n / total * QUANTUM) / QUANTUM) for s, n in top)
+            w = tuple((s, p) for s, p in rounded if p > 0)
+            if w != self._weights:
+                self._weights = w
+                self._memo.clear()
+        return self._weights
+
+    def node_fragment(self, sig: Sig) -> float:
+        """Expected fragment of a node in state ``sig`` under the current weights."""
+        weights = self.weights()
+        got = self._memo.get(sig)
+        if got is None:
+            got = self._memo[sig] = sum(p * shape_fragment(sig, s) for s, p in weights)
+        return got
+
+
+def after_whole(sig: Sig, gpus: int, cpu: int, mem: int) -> Sig:
+    """``sig`` once a run takes ``gpus`` whole devices and the host resources."""
+    free = list(sig[0])
+    for _ in range(gpus):
+        free.remove(1.0)
+    return (tuple(free), _less(sig[1], cpu), _less(sig[2], mem))
+
+
+def after_share(sig: Sig, left_before: float, share: float, cpu: int, mem: int) -> Sig:
+    """``sig`` once a run takes ``share`` of a device that had ``left_before`` free."""
+    free = list(sig[0])
+    free.remove(left_before)
+    left = round(left_before - share, 6)
+    if left > _EPS:
+        free.append(left)
+    return (tuple(sorted(free, reverse=True)), _less(sig[1], cpu), _less(sig[2], mem))
+
+
+def _less(have: int | None, take: int) -> int | None:
+    return None if have is None else have - take

@@ -1,0 +1,263 @@
+"""Packing replay of the openb pods onto the openb nodes (BENCHMARKS.md, "Alibaba openb
+packing"): pods arrive in file order and never leave; a pod that cannot be placed fails and the
+replay goes on, drawing the file again from the top when it runs out, until the GPU demand that
+has arrived reaches the cluster's GPU capacity. CPU and memory are modelled with the GPUs.
+
+Placers: ``default`` (the real scheduling core, ``core.engine.Incremental``, with the shipped
+policy's placement; preemption is off since nothing here could gain from it) and the baselines
+``first-fit``, ``best-fit`` (least GPU share left on the node after placing, then least CPU;
+the tightest device for a share) and ``random`` (seeded). Every placement, the core's included,
+is booked on one ``Cluster`` model, which also measures the results.
+
+Fragmentation (FGD's measure): for each node and each GPU shape of the file's own mix (weighted
+by how often it occurs), the free GPU share that shape could not use there
+(``core.fragmentation.shape_fragment``, plus the whole free share where the node's GPU model
+is not one the shape accepts); the sum over nodes, in GPUs.
+
+Invariant: no node ever holds more GPU share, CPU or memory than it has (``Cluster.book``
+checks every placement, the core's included).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.fragmentation import shape_fragment
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import (
+    BackendCapabilities,
+    GpuType,
+    Node,
+    Phase,
+    PolicySettings,
+    Project,
+    Quota,
+    Run,
+    RunSpec,
+)
+from mlops_gpu.sim.openb import Pod
+
+#: (node index, device indices, share of each device)
+Choice = tuple[int, tuple[int, ...], float]
+MARKS = (0.8, 0.9, 1.0)
+PLACERS = ("default", "first-fit", "best-fit", "random")
+_EPS = 1e-9
+
+
+class Cluster:
+    """Free GPU share per device, free CPU and memory per node."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.nodes = list(nodes)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.free = [[1.0] * n.capacity for n in self.nodes]
+        self.cpu = [n.cpu_milli or 0 for n in self.nodes]
+        self.mem = [n.host_memory_mb or 0 for n in self.nodes]
+        self.capacity = sum(n.capacity for n in self.nodes)
+
+    def fits(self, i: int, pod: Pod) -> bool:
+        n = self.nodes[i]
+        if pod.gpu_spec and n.gpu_type not in pod.gpu_spec:
+            return False
+        return pod.cpu_milli <= self.cpu[i] and pod.memory_mib <= self.mem[i]
+
+    def devices(self, i: int, pod: Pod) -> list[int]:
+        """Devices of node ``i`` that could take (a whole GPU of, or the share of) ``pod``."""
+        if pod.gpu_milli < 1000:
+            need = pod.gpu_milli / 1000
+            return [d for d, f in enumerate(self.free[i]) if f >= need - _EPS]
+        return [d for d, f in enumerate(self.free[i]) if f >= 1.0 - _EPS]
+
+    def book(self, choice: Choice, pod: Pod) -> None:
+        i, devs, share = choice
+        assert self.fits(i, pod), f"{pod.name} does not fit node {self.nodes[i].name}"
+        assert len(devs) == (1 if pod.gpu_milli < 1000 else pod.num_gpu)
+        for d in devs:
+            assert self.free[i][d] >= share - _EPS, f"device {d} of {self.nodes[i].name} is full"
+            self.free[i][d] = round(self.free[i][d] - share, 6)
+        self.cpu[i] -= pod.cpu_milli
+        self.mem[i] -= pod.memory_mib
+
+    def allocated(self) -> float:
+        return self.capacity - sum(sum(f) for f in self.free)
+
+    def fragmented(self, mix: Sequence[tuple[Pod, float]]) -> float:
+        """FGD's fragmented GPUs for the shapes ``mix`` (pod, weight summing to 1)."""
+        total = 0.0
+        for i, node in enumerate(self.nodes):
+            free = tuple(sorted((f for f in self.free[i] if f > _EPS), reverse=True))
+            if not free:
+                continue
+            sig = (free, self.cpu[i], self.mem[i])
+            for pod, w in mix:
+                if pod.gpu_spec and node.gpu_type not in pod.gpu_spec:
+                    total += w * sum(free)
+                    continue
+                share = pod.gpu_milli / 1000 if pod.gpu_milli < 1000 else 1.0
+                gpus = 1 if pod.gpu_milli < 1000 else pod.num_gpu
+                total += w * shape_fragment(sig, (gpus, share, pod.cpu_milli, pod.memory_mib))
+        return total
+
+
+def file_mix(pods: Sequence[Pod]) -> list[tuple[Pod, float]]:
+    """Each distinct GPU shape of ``pods`` (one pod standing for it) with its frequency."""
+    counts: Counter[tuple[int, int, int, int, tuple[str, ...]]] = Counter()
+    first: dict[tuple[int, int, int, int, tuple[str, ...]], Pod] = {}
+    for p in pods:
+        key = (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec)
+        counts[key] += 1
+        first.setdefault(key, p)
+    n = len(pods)
+    return [(first[k], c / n) for k, c in sorted(counts.items())]
+
+
+# -- baselines ------------------------------------------------------------------------------
+def _take(c: Cluster, i: int, pod: Pod, devs: list[int], order: Callable[[int], float]) -> Choice:
+    if pod.gpu_milli < 1000:
+        d = min(devs, key=lambda d: (order(d), d))
+        return (i, (d,), pod.gpu_milli / 1000)
+    return (i, tuple(devs[: pod.num_gpu]), 1.0)
+
+
+def _candidates(c: Cluster, pod: Pod) -> list[tuple[int, list[int]]]:
+    out = []
+    need = 1 if pod.gpu_milli < 1000 else pod.num_gpu
+    for i in range(len(c.nodes)):
+        if c.fits(i, pod):
+            devs = c.devices(i, pod)
+            if len(devs) >= need:
+                out.append((i, devs))
+    return out
+
+
+def first_fit(c: Cluster, pod: Pod, rng: random.Random) -> Choice | None:
+    for i, devs in _candidates(c, pod):
+        return _take(c, i, pod, devs, lambda d: 0.0)
+    return None
+
+
+def best_fit(c: Cluster, pod: Pod, rng: random.Random) -> Choice | None:
+    best: tuple[float, int, int] | None = None
+    pick: tuple[int, list[int]] | None = None
+    for i, devs in _candidates(c, pod):
+        gpu_left = sum(c.free[i]) - pod.gpu_demand
+        key = (round(gpu_left, 6), c.cpu[i] - pod.cpu_milli, i)
+        if best is None or key < best:
+            best, pick = key, (i, devs)
+    if pick is None:
+        return None
+    node, devs = pick
+    return _take(c, node, pod, devs, c.free[node].__getitem__)  # the tightest device
+
+
+def random_fit(c: Cluster, pod: Pod, rng: random.Random) -> Choice | None:
+    cands = _candidates(c, pod)
+    if not cands:
+        return None
+    i, devs = rng.choice(cands)
+    if pod.gpu_milli < 1000:
+        return (i, (rng.choice(devs),), pod.gpu_milli / 1000)
+    return (i, tuple(sorted(rng.sample(devs, pod.num_gpu))), 1.0)
+
+
+BASELINES = {"first-fit": first_fit, "best-fit": best_fit, "random": random_fit}
+
+
+# -- the core -------------------------------------------------------------------------------
+class CorePlacer:
+    """Pods through the real core: one cycle per pod on the incremental engine."""
+
+    PROJECT = "openb"
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        caps: Counter[str] = Counter()
+        for n in nodes:
+            caps[n.gpu_type] += n.capacity
+        quotas = MappingProxyType({t: Quota(c, 0) for t, c in caps.items()})
+        snap = Snapshot(
+            now=0.0,
+            nodes=tuple(nodes),
+            pending=(),
+            active=(),
+            projects={self.PROJECT: Project(self.PROJECT, quotas=quotas)},
+            gpu_types={t: GpuType(t) for t in caps},
+            priority_classes={"normal": 100},
+            policy=PolicySettings(preemption=False),
+            capabilities={n.backend: BackendCapabilities(shared_gpus=True) for n in nodes},
+        )
+        self.engine = Incremental(snap)
+        self.seq = 0
+
+    def __call__(self, c: Cluster, pod: Pod, rng: random.Random) -> Choice | None:
+        self.seq += 1
+        run_id = f"{pod.name}#{self.seq}"
+        spec = RunSpec(pod.name, self.PROJECT, "openb", ("openb",), pod.request())
+        self.engine.submit(Run(run_id, self.seq, spec, Phase.PENDING, 1, float(self.seq)))
+        d = self.engine.cycle(float(self.seq))
+        if not d.admissions:
+            self.engine.state.remove_pending(run_id)
+            return None
+        (slot,) = d.admissions[0].placement.slots
+        node = c.nodes[c.index[slot.node]]
+        return (
+            c.index[slot.node],
+            tuple(node.devices.index(x) for x in slot.devices),
+            slot.fraction,
+        )
+
+
+@dataclass
+class PackingResult:
+    file: str
+    policy: str
+    allocated_at: dict[float, float]
+    failed_pods: int
+    fragmented_gpus: float
+    pods_drawn: int
+    wall_s: float
+
+    def row(self) -> dict[str, object]:
+        out: dict[str, object] = {"file": self.file, "policy": self.policy}
+        for m in MARKS:
+            out[f"allocated_at_{round(m * 100)}"] = round(self.allocated_at.get(m, 0.0), 4)
+        out["failed_pods"] = self.failed_pods
+        out["fragmented_gpus"] = round(self.fragmented_gpus, 1)
+        out["pods_drawn"] = self.pods_drawn
+        out["wall_s"] = round(self.wall_s, 2)
+        return out
+
+
+def replay(
+    file: str, nodes: Sequence[Node], pods: Sequence[Pod], policy: str, seed: int = 1
+) -> PackingResult:
+    """Replay ``pods`` (GPU pods, file order) on ``nodes`` under ``policy`` (``PLACERS``)."""
+    if policy not in PLACERS:
+        raise ValueError(f"unknown placer {policy!r}; expected one of {', '.join(PLACERS)}")
+    if not pods:
+        raise ValueError(f"{file}: no GPU pods to replay")
+    t0 = time.perf_counter()
+    c = Cluster(nodes)
+    place = CorePlacer(nodes) if policy == "default" else BASELINES[policy]
+    rng = random.Random(seed)
+    arrived, failed, drawn = 0.0, 0, 0
+    marks = list(MARKS)
+    at: dict[float, float] = {}
+    while marks:
+        pod = pods[drawn % len(pods)]
+        drawn += 1
+        arrived += pod.gpu_demand
+        choice = place(c, pod, rng)
+        if choice is None:
+            failed += 1
+        else:
+            c.book(choice, pod)
+        while marks and arrived >= marks[0] * c.capacity - _EPS:
+            at[marks.pop(0)] = c.allocated() / c.capacity
+    frag = c.fragmented(file_mix(pods))
+    return PackingResult(file, policy, at, failed, frag, drawn, time.perf_counter() - t0)
