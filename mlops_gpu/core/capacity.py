@@ -52,7 +52,7 @@ class Capacity:
                 b[n.capacity].append(n.name)
         for run in snap.active:
             if run.placement is not None:
-                self.take(run.project, run.placement)
+                self.take(run.project, run.placement, run.request.gpu_types)
 
     @property
     def capacity_by_type(self) -> dict[str, float]:
@@ -61,12 +61,13 @@ class Capacity:
             out[n.gpu_type] += n.capacity + sum(len(ids) * mig_share(p) for p, ids in n.mig.items())
         return out
 
-    def take(self, project: str, placement: Placement) -> None:
+    def take(self, project: str, placement: Placement, accepts: tuple[str, ...] = ()) -> None:
+        """Book ``placement``; ``accepts``: the GPU types its run accepted (for ``mix``)."""
         for slot in placement.slots:
             if slot.node not in self.nodes:
                 continue  # a node that left the inventory: nothing to book
             node = self.nodes[slot.node]
-            self._host(slot, -1)
+            self._host(slot, -1, accepts)
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
                 if mig_profile is not None:
@@ -84,12 +85,13 @@ class Capacity:
                     self._take_device(node, dev)
         self.used[(project, placement.gpu_type)] += placement.gpu_amount
 
-    def release(self, project: str, placement: Placement) -> None:
+    def release(self, project: str, placement: Placement, accepts: tuple[str, ...] = ()) -> None:
+        """Give back what ``take`` booked (with the same ``accepts``)."""
         for slot in placement.slots:
             if slot.node not in self.nodes:
                 continue
             node = self.nodes[slot.node]
-            self._host(slot, +1)
+            self._host(slot, +1, accepts)
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
                 if mig_profile is not None:
@@ -108,7 +110,7 @@ class Capacity:
                         self.shared[slot.node][dev] = (frac, mem)
         self.used[(project, placement.gpu_type)] -= placement.gpu_amount
 
-    def _host(self, slot: NodeSlot, sign: int) -> None:
+    def _host(self, slot: NodeSlot, sign: int, accepts: tuple[str, ...]) -> None:
         """Book (``sign`` -1) or give back (+1) a slot's host resources and mix shape."""
         name = slot.node
         self._sigs.pop(name, None)
@@ -118,7 +120,7 @@ class Capacity:
         if mem is not None:
             self.mem_free[name] = mem + sign * slot.host_memory_mb
         if slot.devices and _mig_profile_of(self.nodes[name], slot.devices[0]) is None:
-            shape = slot_shape(slot)
+            shape = slot_shape(slot, accepts)
             if sign < 0:
                 self.mix.add(shape)
             else:
@@ -136,7 +138,8 @@ class Capacity:
             shares = [1.0] * len(self.free[name])
             shares += [round(1.0 - f, 6) for f, _ in self.shared.get(name, {}).values()]
             free = tuple(sorted((x for x in shares if x > 1e-9), reverse=True))
-            sig = self._sigs[name] = (free, self.cpu_free[name], self.mem_free[name])
+            sig = (free, self.cpu_free[name], self.mem_free[name], self.nodes[name].gpu_type)
+            self._sigs[name] = sig
         return sig
 
     def _take_device(self, node: Node, dev: str) -> None:
@@ -178,8 +181,9 @@ class Capacity:
         )
 
 
-def slot_shape(slot: NodeSlot) -> Shape:
-    return (len(slot.devices), round(slot.fraction, 6), slot.cpu_milli, slot.host_memory_mb)
+def slot_shape(slot: NodeSlot, accepts: tuple[str, ...] = ()) -> Shape:
+    shape = (len(slot.devices), round(slot.fraction, 6), slot.cpu_milli, slot.host_memory_mb)
+    return (*shape, tuple(sorted(accepts)))
 
 
 def _mig_profile_of(node: Node, dev: str) -> str | None:

@@ -107,7 +107,8 @@ class Incremental:
         d = cycle.run()
         reasons = cycle.explain()
         for a in d.admissions:
-            self.state.cap.release(self.state.pending[a.run_id].project, a.placement)
+            run = self.state.pending[a.run_id]
+            self.state.cap.release(run.project, a.placement, run.request.gpu_types)
         return reasons
 
     def cycle(

@@ -2,10 +2,11 @@
 Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent", ATC'23).
 
 A node's state, for this purpose, is its ``Sig``: the free share of each device that still has
-some (whole free devices count 1.0), largest first, and its free host CPU and memory (None: not
-tracked). For one shape, the fragment is the free GPU share the shape could not use:
-- all of it, when the shape does not fit at all (too little CPU or memory, too few whole GPUs,
-  no device with enough share left);
+some (whole free devices count 1.0), largest first, its free host CPU and memory (None: not
+tracked) and its GPU type. For one shape, the fragment is the free GPU share the shape could
+not use:
+- all of it, when the shape does not fit at all (a GPU type it does not accept, too little CPU
+  or memory, too few whole GPUs, no device with enough share left);
 - for a whole-GPU shape that fits, the share left on partly used devices;
 - for a fractional shape that fits, the share on devices with less left than the shape needs.
 A node's expected fragmentation is the mix-weighted sum over shapes. Placing a run where that
@@ -18,30 +19,33 @@ Invariants:
 - The weights are the ``TOP_K`` most common shapes (ties by shape), each share rounded to
   1/``QUANTUM``: small changes in the counts leave the weights, and so the memo of node
   fragmentation by ``Sig``, unchanged.
-- Shapes ignore GPU types (a placement does not record which types its run accepted).
+- A shape carries the GPU types its run accepted (empty: any), as its placer books it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-#: (GPUs per node, share of each GPU: 1.0 for whole GPUs, host CPU millicores, host memory MB)
-Shape = tuple[int, float, int, int]
-#: (free share per device, largest first; free host CPU; free host memory)
-Sig = tuple[tuple[float, ...], int | None, int | None]
+#: (GPUs per node, share of each GPU: 1.0 for whole GPUs, host CPU millicores, host memory MB,
+#: accepted GPU types or () for any)
+Shape = tuple[int, float, int, int, tuple[str, ...]]
+#: (free share per device, largest first; free host CPU; free host memory; GPU type)
+Sig = tuple[tuple[float, ...], int | None, int | None, str]
 
-TOP_K = 16
-QUANTUM = 64
+TOP_K = 64
+QUANTUM = 1000
 _EPS = 1e-9
 
 
 def shape_fragment(sig: Sig, shape: Shape) -> float:
     """The free GPU share of a node in state ``sig`` that a run of ``shape`` could not use."""
-    free, cpu, mem = sig
+    free, cpu, mem, gpu_type = sig
     total = sum(free)
     if total <= _EPS:
         return 0.0
-    gpus, share, need_cpu, need_mem = shape
+    gpus, share, need_cpu, need_mem, accepts = shape
+    if accepts and gpu_type not in accepts:
+        return total
     if (cpu is not None and need_cpu > cpu) or (mem is not None and need_mem > mem):
         return total
     if share >= 1.0 - _EPS:
@@ -80,6 +84,23 @@ class Mix:
                 self._memo.clear()
         return self._weights
 
+    def cpu_per_gpu(self) -> float | None:
+        """The mix's host CPU per GPU (millicores), or None without CPU requests."""
+        weights = self.weights()
+        gpus = sum(p * s[0] * s[1] for s, p in weights)  # GPUs x share
+        cpu = sum(p * s[2] for s, p in weights)
+        return cpu / gpus if gpus > 0 and cpu > 0 else None
+
+    def imbalance(self, sig: Sig) -> float:
+        """How far a node in state ``sig`` is from the CPU per free GPU the mix needs, as a
+        fraction of it, in steps of 1/4 (0 with no free GPU, untracked CPU or no CPU mix): a
+        node far below strands GPUs for want of CPU, one far above strands CPU."""
+        free = sum(sig[0])
+        ratio = self.cpu_per_gpu()
+        if sig[1] is None or ratio is None or free <= _EPS:
+            return 0.0
+        return round(abs(sig[1] / free - ratio) / ratio * 4) / 4
+
     def node_fragment(self, sig: Sig) -> float:
         """Expected fragment of a node in state ``sig`` under the current weights."""
         weights = self.weights()
@@ -94,7 +115,7 @@ def after_whole(sig: Sig, gpus: int, cpu: int, mem: int) -> Sig:
     free = list(sig[0])
     for _ in range(gpus):
         free.remove(1.0)
-    return (tuple(free), _less(sig[1], cpu), _less(sig[2], mem))
+    return (tuple(free), _less(sig[1], cpu), _less(sig[2], mem), sig[3])
 
 
 def after_share(sig: Sig, left_before: float, share: float, cpu: int, mem: int) -> Sig:
@@ -104,7 +125,12 @@ def after_share(sig: Sig, left_before: float, share: float, cpu: int, mem: int) 
     left = round(left_before - share, 6)
     if left > _EPS:
         free.append(left)
-    return (tuple(sorted(free, reverse=True)), _less(sig[1], cpu), _less(sig[2], mem))
+    return (tuple(sorted(free, reverse=True)), _less(sig[1], cpu), _less(sig[2], mem), sig[3])
+
+
+def after_host(sig: Sig, cpu: int, mem: int) -> Sig:
+    """``sig`` once a run takes host resources only (a CPU-only run)."""
+    return (sig[0], _less(sig[1], cpu), _less(sig[2], mem), sig[3])
 
 
 def _less(have: int | None, take: int) -> int | None:

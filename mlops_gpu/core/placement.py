@@ -9,6 +9,8 @@ Rules (in order):
   (preferred);
 - shared: one device with enough fraction and memory left, the fullest such device first;
 - MIG: ``gpus`` free slices of the profile on one node, best fit;
+- CPU-only (``gpus`` 0): one node with the host resources free, the node with the least free
+  GPU share first (it strands the least), then the least CPU left, then name;
 - every node taken must have the request's host CPU and memory free where it tracks them;
 - under ``placement: fragmentation``, on a cluster where that can matter (shared devices, or
   nodes tracking host resources), a one-node whole or shared request goes to the node (and
@@ -17,12 +19,13 @@ Rules (in order):
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 
 from mlops_gpu.core.capacity import Capacity
-from mlops_gpu.core.fragmentation import after_share, after_whole
+from mlops_gpu.core.fragmentation import Sig, after_host, after_share, after_whole
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import BackendCapabilities, Node, NodeSlot, Placement, ResourceRequest, Run
 from mlops_gpu.model.cluster import mig_share
@@ -69,24 +72,67 @@ def place(
         return _place_mig(cap, nodes, req, gpu_type, fits)
     if req.shape == "shared":
         return _place_shared(cap, nodes, req, gpu_type, fits, fgd)
+    if req.shape == "cpu":
+        return _place_cpu(cap, nodes, req, gpu_type, fits, fgd)
     if fgd and req.nodes == 1 and req.topology_key is None:
         return _place_whole_fgd(cap, nodes, req, gpu_type, fits)
     return _place_whole(cap, nodes, req, gpu_type, fits)
 
 
-def fragment_growth(cap: Capacity, placement: Placement) -> float:
-    """How much ``placement`` (not yet taken) would raise its nodes' expected fragmentation."""
-    total = 0.0
+def fragment_growth(cap: Capacity, placement: Placement) -> tuple[float, float, float]:
+    """How good ``placement`` (not yet taken) is for fragmentation, lower is better: (growth of
+    its nodes' expected fragmentation, CPU/GPU imbalance left, GPU share left on its nodes).
+    The same order the one-type placers use, so that types compare as nodes do."""
+    total, imbalance, left = 0.0, 0.0, 0.0
     for slot in placement.slots:
         sig = cap.signature(slot.node)
-        if slot.fraction >= 1.0 and slot.memory_mb is None:
+        if not slot.devices:
+            after = after_host(sig, slot.cpu_milli, slot.host_memory_mb)
+        elif slot.fraction >= 1.0 and slot.memory_mb is None:
             after = after_whole(sig, len(slot.devices), slot.cpu_milli, slot.host_memory_mb)
         else:
             used = cap.shared.get(slot.node, {}).get(slot.devices[0], (0.0, 0))[0]
             had = round(1.0 - used, 6)
             after = after_share(sig, had, slot.fraction, slot.cpu_milli, slot.host_memory_mb)
-        total += cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
-    return total
+        growth, off = _score(cap, sig, after)
+        total, imbalance, left = total + growth, imbalance + off, left + sum(after[0])
+    return (round(total, 9), imbalance, round(left, 6))
+
+
+def _place_cpu(
+    cap: Capacity,
+    nodes: list[Node],
+    req: ResourceRequest,
+    gpu_type: str,
+    fits: NodeFilter | None,
+    fgd: bool,
+) -> Placement | None:
+    best: tuple[float, float, float, str] | None = None
+    for n in nodes:
+        if fits is not None and not fits(n, len(cap.free[n.name])):
+            continue
+        sig = cap.signature(n.name)
+        score = (0.0, 0.0)
+        if fgd:
+            score = _score(cap, sig, after_host(sig, req.cpu_milli, req.host_memory_mb))
+        # Then the node left with the most CPU per free GPU: a CPU-only run there strands
+        # the fewest GPUs (a node without free GPUs strands none).
+        cpu, share = cap.cpu_free[n.name], sum(sig[0])
+        left = math.inf if cpu is None else cpu - req.cpu_milli
+        per_gpu = math.inf if share <= 1e-9 else left / share
+        key = (*score, -per_gpu, n.name)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        return None
+    node = cap.nodes[best[3]]
+    return Placement(node.backend, gpu_type, (_slot(req, node.name, ()),))
+
+
+def _score(cap: Capacity, sig: Sig, after: Sig) -> tuple[float, float]:
+    """(growth of expected fragmentation, CPU/GPU imbalance left): lower is better."""
+    growth = cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
+    return (round(growth, 9), cap.mix.imbalance(after))
 
 
 def _slot(req: ResourceRequest, node: str, devices: tuple[str, ...], frac: float = 1.0) -> NodeSlot:
@@ -99,24 +145,23 @@ def _place_whole_fgd(
 ) -> Placement | None:
     """One node, whole GPUs: least growth of expected fragmentation, then best fit, then name.
     Nodes in the same state score alike, so each state is scored once."""
-    scored: dict[object, float] = {}
-    best: tuple[float, int, str] | None = None
+    scored: dict[Sig, tuple[float, float]] = {}
+    best: tuple[float, float, int, str] | None = None
     for n in nodes:
         left = len(cap.free[n.name]) - req.gpus
         if left < 0 or (fits is not None and not fits(n, left)):
             continue
         sig = cap.signature(n.name)
-        delta = scored.get(sig)
-        if delta is None:
+        score = scored.get(sig)
+        if score is None:
             after = after_whole(sig, req.gpus, req.cpu_milli, req.host_memory_mb)
-            delta = cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
-            scored[sig] = delta
-        key = (round(delta, 9), left, n.name)
+            score = scored[sig] = _score(cap, sig, after)
+        key = (*score, left, n.name)
         if best is None or key < best:
             best = key
     if best is None:
         return None
-    node = cap.nodes[best[2]]
+    node = cap.nodes[best[3]]
     devs = tuple(cap.free[node.name][: req.gpus])
     return Placement(node.backend, gpu_type, (_slot(req, node.name, devs),))
 
@@ -243,8 +288,8 @@ def _place_shared(
     fgd: bool = False,
 ) -> Placement | None:
     mem = req.gpu_memory_mb
-    scored: dict[tuple[object, float, float], float] = {}
-    best: tuple[float, float, str, str, Node, float] | None = None
+    scored: dict[tuple[Sig, float, float], tuple[float, float]] = {}
+    best: tuple[float, float, float, str, str, Node, float] | None = None
     for n in nodes:
         if fits is not None and not fits(n, len(cap.free[n.name])):
             continue
@@ -267,21 +312,20 @@ def _place_shared(
             if mem is not None and (n.gpu_memory_mb is None or used_m + mem > n.gpu_memory_mb):
                 continue
             left = 1.0 - used_f - frac
-            delta = 0.0
+            score = (0.0, 0.0)
             if fgd:
                 sig = cap.signature(n.name)
                 had = round(1.0 - used_f, 6)
                 got = scored.get((sig, had, frac))
                 if got is None:
                     after = after_share(sig, had, frac, req.cpu_milli, req.host_memory_mb)
-                    got = cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
-                    scored[(sig, had, frac)] = got
-                delta = round(got, 9)
-            if best is None or (delta, left, n.name, dev) < best[:4]:
-                best = (delta, left, n.name, dev, n, frac)
+                    got = scored[(sig, had, frac)] = _score(cap, sig, after)
+                score = got
+            if best is None or (*score, left, n.name, dev) < best[:5]:
+                best = (*score, left, n.name, dev, n, frac)
     if best is None:
         return None
-    dev, node, frac = best[3], best[4], best[5]
+    dev, node, frac = best[4], best[5], best[6]
     return Placement(node.backend, gpu_type, (_slot(req, node.name, (dev,), frac),))
 
 

@@ -405,7 +405,7 @@ class Cycle:
             self._wait_capacity(run, types)
 
     def _admit(self, run: Run, placement: Placement) -> None:
-        self.cap.take(run.project, placement)
+        self.cap.take(run.project, placement, run.request.gpu_types)
         self.shares.add(run.project, placement.gpu_type, placement.gpu_amount)
         self.admissions.append(Admission(run.id, placement))
 
@@ -569,7 +569,7 @@ class Cycle:
             if a.project == run.project and a.placement is not None
         ]
         for a in gone:
-            self.cap.release(a.project, a.placement)  # type: ignore[arg-type]
+            self.cap.release(a.project, a.placement, a.request.gpu_types)  # type: ignore[arg-type]
         try:
             t, q = placement.gpu_type, self.quota
             if q.within_nominal(run.project, t, placement.gpu_amount):
@@ -580,7 +580,7 @@ class Cycle:
             )
         finally:
             for a in gone:
-                self.cap.take(a.project, a.placement)  # type: ignore[arg-type]
+                self.cap.take(a.project, a.placement, a.request.gpu_types)  # type: ignore[arg-type]
 
     # -- 7. explain ---------------------------------------------------------------------
     def _wait(self, run: Run, code: ReasonCode, reason: str, eta: float | None = None) -> None:
@@ -739,7 +739,9 @@ def explain_all(snap: Snapshot) -> tuple[PendingReason, ...]:
     return decide(snap).pending
 
 
-def _growth_key(cap: Capacity, placement: Placement | None, index: int) -> tuple[int, float, int]:
+def _growth_key(
+    cap: Capacity, placement: Placement | None, index: int
+) -> tuple[int, tuple[float, float, float], int]:
     if placement is None:
-        return (1, 0.0, index)
-    return (0, round(fragment_growth(cap, placement), 9), index)
+        return (1, (0.0, 0.0, 0.0), index)
+    return (0, fragment_growth(cap, placement), index)

@@ -63,7 +63,7 @@ def find_plan(
     going = [active[i] for i in sorted(going_ids) if i in active]
     going = [a for a in going if a.placement is not None]
     for a in going:
-        cap.release(a.project, _placement(a))
+        cap.release(a.project, _placement(a), a.request.gpu_types)
     try:
         best: Plan | None = None
         for t in gpu_types:
@@ -78,7 +78,7 @@ def find_plan(
         return best
     finally:
         for a in going:
-            cap.take(a.project, _placement(a))
+            cap.take(a.project, _placement(a), a.request.gpu_types)
 
 
 def _placement(run: Run) -> Placement:
@@ -183,25 +183,25 @@ def _greedy(
     chosen: list[Run] = []
     placed = None
     for a in order:
-        cap.release(a.project, _placement(a))
+        cap.release(a.project, _placement(a), a.request.gpu_types)
         chosen.append(a)
         placed = _fits(snap, cap, quota, run, t)
         if placed is not None:
             break
     if placed is None:
         for a in chosen:
-            cap.take(a.project, _placement(a))
+            cap.take(a.project, _placement(a), a.request.gpu_types)
         return None
     # Prune: give back every victim the run can do without, most expensive first.
     for a in sorted(chosen, key=lambda a: -cost[a.id]):
-        cap.take(a.project, _placement(a))
+        cap.take(a.project, _placement(a), a.request.gpu_types)
         still = _fits(snap, cap, quota, run, t)
         if still is not None:
             chosen.remove(a)
             placed = still
         else:
-            cap.release(a.project, _placement(a))
+            cap.release(a.project, _placement(a), a.request.gpu_types)
     for a in chosen:
-        cap.take(a.project, _placement(a))
+        cap.take(a.project, _placement(a), a.request.gpu_types)
     assert placed is not None
     return Plan(tuple(sorted(chosen, key=lambda a: a.id)), placed, sum(cost[a.id] for a in chosen))

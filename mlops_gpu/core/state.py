@@ -195,7 +195,7 @@ class State:
         assert run.placement is not None, f"active run {run.id} has no placement"
         self.active[run.id] = run
         if not taken:
-            self.cap.take(run.project, run.placement)
+            self.cap.take(run.project, run.placement, run.request.gpu_types)
         self._timeline(run, add=True)
         if run.preempt_requested:
             self.going.add(run.id)
@@ -276,7 +276,7 @@ class State:
     def finish(self, run_id: str) -> Run:
         run = self.active.pop(run_id)
         assert run.placement is not None
-        self.cap.release(run.project, run.placement)
+        self.cap.release(run.project, run.placement, run.request.gpu_types)
         self._timeline(run, add=False)
         if run_id in self.going:
             self.going.discard(run_id)

@@ -76,6 +76,19 @@ def _why_unhostable(
             "GPUs can host it"
             + (" (memory cap larger than the devices)" if req.gpu_memory_mb else "")
         )
+    roomy = [
+        n
+        for n in ok
+        if (n.cpu_milli is None or req.cpu_milli <= n.cpu_milli)
+        and (n.host_memory_mb is None or req.host_memory_mb <= n.host_memory_mb)
+    ]
+    if ok and not roomy:
+        return (
+            f"cpu_milli/host_memory_mb: {req.cpu_milli}m CPU and {req.host_memory_mb} MB "
+            f"memory per node requested, but no node of {types} has that much"
+        )
+    if req.shape == "cpu":
+        return "no node can host this CPU-only run"
     biggest = max((n.capacity for n in ok), default=0)
     if biggest < req.gpus:
         return (

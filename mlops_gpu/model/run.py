@@ -6,7 +6,8 @@ Invariants:
   all of one GPU type, all or nothing.
 - Exactly one of whole ``gpus`` > 0, ``gpu_fraction``, or ``mig`` describes the GPU share
   (validated in ``ResourceRequest.problems``; the fractional and MIG shapes are placed by the
-  full scheduling core).
+  full scheduling core); ``gpus`` 0 with host CPU or memory is a CPU-only run (shape ``cpu``)
+  that holds no GPU.
 - ``Run`` is a record read from the store; only the store creates new phases for it.
 """
 
@@ -57,11 +58,13 @@ class ResourceRequest:
 
     @property
     def shape(self) -> str:
-        """``whole``, ``shared`` or ``mig``: how the request takes GPUs."""
+        """``whole``, ``shared``, ``mig`` or ``cpu`` (no GPU): how the request takes GPUs."""
         if self.mig is not None:
             return "mig"
         if self.gpu_fraction is not None or self.gpu_memory_mb is not None:
             return "shared"
+        if self.gpus == 0:
+            return "cpu"
         return "whole"
 
     def accepts(self, gpu_type: str) -> bool:
@@ -79,8 +82,15 @@ class ResourceRequest:
             out.append(f"nodes must be at least 1, got {self.nodes}")
         if self.gpus < 0:
             out.append(f"gpus must not be negative, got {self.gpus}")
-        elif self.gpus < 1:
-            out.append(f"gpus must be a positive integer, got {self.gpus}")
+        elif self.gpus == 0 and (shared or self.mig is not None):
+            out.append("gpus: a shared or MIG request takes at least one GPU, got gpus=0")
+        elif self.gpus == 0 and self.cpu_milli <= 0 and self.host_memory_mb <= 0:
+            out.append(
+                "gpus must be a positive integer, got 0 (a CPU-only run needs cpu_milli or "
+                "host_memory_mb)"
+            )
+        elif self.gpus == 0 and self.nodes != 1:
+            out.append("nodes: a CPU-only run runs on one node")
         if self.gpu_fraction is not None and not 0 < self.gpu_fraction < 1:
             out.append(f"gpu_fraction must be in (0, 1), got {self.gpu_fraction}")
         if self.gpu_memory_mb is not None and self.gpu_memory_mb <= 0:

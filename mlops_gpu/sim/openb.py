@@ -6,8 +6,8 @@ a shared-GPU ``Node`` of type ``model`` with ``gpu`` devices, its CPU and memory
 Pods (``openb_pod_list_*.csv``): ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` and
 optionally ``gpu_spec`` (acceptable models, ``|``-separated), ``qos``, ``creation_time``,
 ``deletion_time`` (seconds). ``gpu_milli`` < 1000 is a share of one GPU (``num_gpu`` is then 1);
-otherwise the pod takes ``num_gpu`` whole GPUs. Pods with ``num_gpu`` 0 need no GPU: mlops_gpu
-schedules GPU runs only, so loaders count them and leave them out (``OpenbPods.cpu_only``).
+otherwise the pod takes ``num_gpu`` whole GPUs. Pods with ``num_gpu`` 0 need no GPU: they become
+CPU-only runs (shape ``cpu``), which take CPU and memory on GPU nodes as they did in the trace.
 
 Invariants: pods keep the file's order (creation order); every malformed row raises
 ``TraceError`` naming the file, the line and the column.
@@ -44,12 +44,27 @@ class Pod:
     deletion_s: float | None = None
 
     @property
+    def fractional(self) -> bool:
+        return self.num_gpu > 0 and self.gpu_milli < 1000
+
+    @property
+    def devices_needed(self) -> int:
+        return 1 if self.fractional else self.num_gpu
+
+    @property
+    def share(self) -> float:
+        """The share of each device taken (0 for a CPU-only pod)."""
+        if self.num_gpu == 0:
+            return 0.0
+        return self.gpu_milli / 1000 if self.fractional else 1.0
+
+    @property
     def gpu_demand(self) -> float:
-        """GPUs asked for: the share of one GPU, or whole GPUs."""
-        return self.gpu_milli / 1000 if self.gpu_milli < 1000 else float(self.num_gpu)
+        """GPUs asked for: the share of one GPU, whole GPUs, or 0."""
+        return self.share * self.devices_needed
 
     def request(self) -> ResourceRequest:
-        frac = self.gpu_milli / 1000 if self.gpu_milli < 1000 else None
+        frac = self.gpu_milli / 1000 if self.fractional else None
         return ResourceRequest(
             gpus=1 if frac is not None else self.num_gpu,
             gpu_types=self.gpu_spec,
@@ -62,7 +77,7 @@ class Pod:
 @dataclass(frozen=True)
 class OpenbPods:
     file: str
-    pods: tuple[Pod, ...]  # GPU pods only, in file order
+    pods: tuple[Pod, ...]  # in file order, CPU-only pods included
     cpu_only: int
 
 
@@ -99,10 +114,10 @@ def load_pods(path: str | Path) -> OpenbPods:
         milli = int(_number(p, line, row, "gpu_milli", integer=True))
         if num_gpu == 0:
             cpu_only += 1
-            continue
-        if milli > 1000 or milli == 0:
+            milli = 0
+        elif milli > 1000 or milli == 0:
             raise TraceError(f"{p}:{line}: column gpu_milli: expected 1..1000, got {milli}")
-        if milli < 1000 and num_gpu != 1:
+        if 0 < milli < 1000 and num_gpu != 1:
             raise TraceError(
                 f"{p}:{line}: column num_gpu: a fractional GPU (gpu_milli {milli}) needs "
                 f"num_gpu 1, got {num_gpu}"
@@ -149,10 +164,10 @@ def load_openb(
                 id=pod.name,
                 submit_s=pod.creation_s - lo,
                 duration_s=max(pod.deletion_s - pod.creation_s, 1.0),
-                gpus=1 if pod.gpu_milli < 1000 else pod.num_gpu,
+                gpus=pod.request().gpus,
                 nodes=1,
                 project=project,
-                gpu_fraction=pod.gpu_milli / 1000 if pod.gpu_milli < 1000 else None,
+                gpu_fraction=pod.request().gpu_fraction,
                 gpu_types=pod.gpu_spec,
                 cpu_milli=pod.cpu_milli,
                 host_memory_mb=pod.memory_mib,
@@ -162,7 +177,7 @@ def load_openb(
     if not jobs:
         raise TraceError(f"{pods_path}: no pods created in the window [{lo:.0f}, {hi:.0f}) s")
     nodes = load_nodes(nodes_path)
-    name = f"openb {pods.file} ({pods.cpu_only} CPU-only pods left out)"
+    name = f"openb {pods.file}"
     return Trace(
         name,
         tuple(sorted(jobs, key=lambda j: (j.submit_s, j.id))),

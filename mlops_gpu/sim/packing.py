@@ -11,8 +11,8 @@ is booked on one ``Cluster`` model, which also measures the results.
 
 Fragmentation (FGD's measure): for each node and each GPU shape of the file's own mix (weighted
 by how often it occurs), the free GPU share that shape could not use there
-(``core.fragmentation.shape_fragment``, plus the whole free share where the node's GPU model
-is not one the shape accepts); the sum over nodes, in GPUs.
+(``core.fragmentation.shape_fragment``: all of it where the node's GPU model is not one the
+shape accepts); the sum over nodes, in GPUs.
 
 Invariant: no node ever holds more GPU share, CPU or memory than it has (``Cluster.book``
 checks every placement, the core's included).
@@ -69,15 +69,15 @@ class Cluster:
 
     def devices(self, i: int, pod: Pod) -> list[int]:
         """Devices of node ``i`` that could take (a whole GPU of, or the share of) ``pod``."""
-        if pod.gpu_milli < 1000:
-            need = pod.gpu_milli / 1000
-            return [d for d, f in enumerate(self.free[i]) if f >= need - _EPS]
-        return [d for d, f in enumerate(self.free[i]) if f >= 1.0 - _EPS]
+        if pod.num_gpu == 0:
+            return []
+        need = pod.share
+        return [d for d, f in enumerate(self.free[i]) if f >= need - _EPS]
 
     def book(self, choice: Choice, pod: Pod) -> None:
         i, devs, share = choice
         assert self.fits(i, pod), f"{pod.name} does not fit node {self.nodes[i].name}"
-        assert len(devs) == (1 if pod.gpu_milli < 1000 else pod.num_gpu)
+        assert len(devs) == pod.devices_needed
         for d in devs:
             assert self.free[i][d] >= share - _EPS, f"device {d} of {self.nodes[i].name} is full"
             self.free[i][d] = round(self.free[i][d] - share, 6)
@@ -94,19 +94,18 @@ class Cluster:
             free = tuple(sorted((f for f in self.free[i] if f > _EPS), reverse=True))
             if not free:
                 continue
-            sig = (free, self.cpu[i], self.mem[i])
+            sig = (free, self.cpu[i], self.mem[i], node.gpu_type)
             for pod, w in mix:
-                if pod.gpu_spec and node.gpu_type not in pod.gpu_spec:
-                    total += w * sum(free)
-                    continue
-                share = pod.gpu_milli / 1000 if pod.gpu_milli < 1000 else 1.0
-                gpus = 1 if pod.gpu_milli < 1000 else pod.num_gpu
-                total += w * shape_fragment(sig, (gpus, share, pod.cpu_milli, pod.memory_mib))
+                shape = (pod.devices_needed, pod.share, pod.cpu_milli, pod.memory_mib, pod.gpu_spec)
+                total += w * shape_fragment(sig, shape)
         return total
 
 
 def file_mix(pods: Sequence[Pod]) -> list[tuple[Pod, float]]:
-    """Each distinct GPU shape of ``pods`` (one pod standing for it) with its frequency."""
+    """Each distinct GPU shape of ``pods`` (one pod standing for it) with its frequency.
+    CPU-only pods are not in it: they cannot use GPU capacity, so counting them would call
+    free GPUs fragmented in proportion to how many such pods the file holds."""
+    pods = [p for p in pods if p.num_gpu > 0]
     counts: Counter[tuple[int, int, int, int, tuple[str, ...]]] = Counter()
     first: dict[tuple[int, int, int, int, tuple[str, ...]], Pod] = {}
     for p in pods:
@@ -119,15 +118,15 @@ def file_mix(pods: Sequence[Pod]) -> list[tuple[Pod, float]]:
 
 # -- baselines ------------------------------------------------------------------------------
 def _take(c: Cluster, i: int, pod: Pod, devs: list[int], order: Callable[[int], float]) -> Choice:
-    if pod.gpu_milli < 1000:
+    if pod.fractional:
         d = min(devs, key=lambda d: (order(d), d))
-        return (i, (d,), pod.gpu_milli / 1000)
-    return (i, tuple(devs[: pod.num_gpu]), 1.0)
+        return (i, (d,), pod.share)
+    return (i, tuple(devs[: pod.devices_needed]), pod.share)
 
 
 def _candidates(c: Cluster, pod: Pod) -> list[tuple[int, list[int]]]:
     out = []
-    need = 1 if pod.gpu_milli < 1000 else pod.num_gpu
+    need = pod.devices_needed
     for i in range(len(c.nodes)):
         if c.fits(i, pod):
             devs = c.devices(i, pod)
@@ -161,9 +160,9 @@ def random_fit(c: Cluster, pod: Pod, rng: random.Random) -> Choice | None:
     if not cands:
         return None
     i, devs = rng.choice(cands)
-    if pod.gpu_milli < 1000:
-        return (i, (rng.choice(devs),), pod.gpu_milli / 1000)
-    return (i, tuple(sorted(rng.sample(devs, pod.num_gpu))), 1.0)
+    if pod.fractional:
+        return (i, (rng.choice(devs),), pod.share)
+    return (i, tuple(sorted(rng.sample(devs, pod.devices_needed))), pod.share)
 
 
 BASELINES = {"first-fit": first_fit, "best-fit": best_fit, "random": random_fit}
@@ -205,11 +204,8 @@ class CorePlacer:
             return None
         (slot,) = d.admissions[0].placement.slots
         node = c.nodes[c.index[slot.node]]
-        return (
-            c.index[slot.node],
-            tuple(node.devices.index(x) for x in slot.devices),
-            slot.fraction,
-        )
+        devs = tuple(node.devices.index(x) for x in slot.devices)
+        return (c.index[slot.node], devs, pod.share)
 
 
 @dataclass
@@ -218,6 +214,7 @@ class PackingResult:
     policy: str
     allocated_at: dict[float, float]
     failed_pods: int
+    failed_cpu_pods: int  # of ``failed_pods``, those that asked for no GPU
     fragmented_gpus: float
     pods_drawn: int
     wall_s: float
@@ -227,6 +224,7 @@ class PackingResult:
         for m in MARKS:
             out[f"allocated_at_{round(m * 100)}"] = round(self.allocated_at.get(m, 0.0), 4)
         out["failed_pods"] = self.failed_pods
+        out["failed_cpu_pods"] = self.failed_cpu_pods
         out["fragmented_gpus"] = round(self.fragmented_gpus, 1)
         out["pods_drawn"] = self.pods_drawn
         out["wall_s"] = round(self.wall_s, 2)
@@ -236,16 +234,16 @@ class PackingResult:
 def replay(
     file: str, nodes: Sequence[Node], pods: Sequence[Pod], policy: str, seed: int = 1
 ) -> PackingResult:
-    """Replay ``pods`` (GPU pods, file order) on ``nodes`` under ``policy`` (``PLACERS``)."""
+    """Replay ``pods`` (file order) on ``nodes`` under ``policy`` (``PLACERS``)."""
     if policy not in PLACERS:
         raise ValueError(f"unknown placer {policy!r}; expected one of {', '.join(PLACERS)}")
-    if not pods:
+    if not any(p.num_gpu for p in pods):
         raise ValueError(f"{file}: no GPU pods to replay")
     t0 = time.perf_counter()
     c = Cluster(nodes)
     place = CorePlacer(nodes) if policy == "default" else BASELINES[policy]
     rng = random.Random(seed)
-    arrived, failed, drawn = 0.0, 0, 0
+    arrived, failed, failed_cpu, drawn = 0.0, 0, 0, 0
     marks = list(MARKS)
     at: dict[float, float] = {}
     while marks:
@@ -255,9 +253,11 @@ def replay(
         choice = place(c, pod, rng)
         if choice is None:
             failed += 1
+            failed_cpu += pod.num_gpu == 0
         else:
             c.book(choice, pod)
         while marks and arrived >= marks[0] * c.capacity - _EPS:
             at[marks.pop(0)] = c.allocated() / c.capacity
     frag = c.fragmented(file_mix(pods))
-    return PackingResult(file, policy, at, failed, frag, drawn, time.perf_counter() - t0)
+    wall = time.perf_counter() - t0
+    return PackingResult(file, policy, at, failed, failed_cpu, frag, drawn, wall)

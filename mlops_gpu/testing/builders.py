@@ -57,7 +57,15 @@ def make_project(
     )
 
 
-_REQUEST_KEYS = ("gpu_fraction", "gpu_memory_mb", "mig", "topology_key", "topology_required")
+_REQUEST_KEYS = (
+    "gpu_fraction",
+    "gpu_memory_mb",
+    "mig",
+    "topology_key",
+    "topology_required",
+    "cpu_milli",
+    "host_memory_mb",
+)
 _RUN_KEYS = (
     "attempt",
     "admitted_at",
