@@ -58,6 +58,8 @@ def stored_runs(cfg_path: Path) -> int:
     ("flags", "field"),
     [
         pytest.param(["--gpus", "0"], "gpus", id="gpus-zero"),
+        pytest.param(["--gpus", "0", "--cpu", "1000", "--nodes", "2"], "nodes", id="cpu-gang"),
+        pytest.param(["--cpu", "-5"], "cpu_milli", id="cpu-negative"),
         pytest.param(["--gpus", "-2"], "gpus", id="gpus-negative"),
         pytest.param(["--project", "nope"], "project", id="unknown-project"),
         pytest.param(["--gpu-type", "h100"], "gpu_type", id="unknown-gpu-type"),
@@ -143,3 +145,15 @@ def test_good_submit_prints_the_id_and_queues_a_pending_run(cfg_path: Path) -> N
     assert (run["gpus"], run["num_nodes"], run["attempt"]) == (2, 1, 1)
     assert (run["node_names"], run["devices"], run["started_at"]) == ([], [], None)
     assert stored_runs(cfg_path) == 1
+
+
+def test_a_cpu_only_submit_is_queued_with_its_host_request(cfg_path: Path) -> None:
+    proc = submit(cfg_path, "--gpus", "0", "--cpu", "2000", "--memory", "4096")
+    assert proc.returncode == 0, proc.stderr
+    store = Store(load_config(cfg_path).store_url)
+    try:
+        (run,) = store.list_runs()
+    finally:
+        store.close()
+    req = run.request
+    assert (req.shape, req.gpus, req.cpu_milli, req.host_memory_mb) == ("cpu", 0, 2000, 4096)

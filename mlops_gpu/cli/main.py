@@ -119,6 +119,20 @@ def demo(directory: str, scale: int) -> None:
 )
 @click.option("--mig", default=None, help="MIG profile, e.g. 1g.10gb (--gpus slices of it).")
 @click.option(
+    "--cpu",
+    "cpu_milli",
+    type=int,
+    default=0,
+    help="Host CPU per node in millicores (4000 = 4 cores); with --gpus 0, a CPU-only run.",
+)
+@click.option(
+    "--memory",
+    "host_memory_mb",
+    type=int,
+    default=0,
+    help="Host memory per node in MB.",
+)
+@click.option(
     "--topology",
     "topology_key",
     default=None,
@@ -165,6 +179,8 @@ def submit(
     gpu_fraction: float | None,
     gpu_memory_mb: int | None,
     mig: str | None,
+    cpu_milli: int,
+    host_memory_mb: int,
     topology_key: str | None,
     topology_required: bool,
     priority: str | None,
@@ -215,6 +231,8 @@ def submit(
             mig=mig,
             topology_key=topology_key,
             topology_required=topology_required,
+            cpu_milli=cpu_milli,
+            host_memory_mb=host_memory_mb,
         ),
         max_runtime_s=runtime_s,
         preemptible=not non_preemptible,

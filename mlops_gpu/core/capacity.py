@@ -112,6 +112,8 @@ class Capacity:
 
     def _host(self, slot: NodeSlot, sign: int, accepts: tuple[str, ...]) -> None:
         """Book (``sign`` -1) or give back (+1) a slot's host resources and mix shape."""
+        if not self.fragmentable:
+            return  # no host resources tracked, no shared devices: nothing here is read
         name = slot.node
         self._sigs.pop(name, None)
         cpu, mem = self.cpu_free[name], self.mem_free[name]
@@ -127,6 +129,8 @@ class Capacity:
                 self.mix.remove(shape)
 
     def host_fits(self, name: str, req: ResourceRequest) -> bool:
+        if not req.cpu_milli and not req.host_memory_mb:
+            return True
         cpu, mem = self.cpu_free[name], self.mem_free[name]
         return (cpu is None or req.cpu_milli <= cpu) and (mem is None or req.host_memory_mb <= mem)
 

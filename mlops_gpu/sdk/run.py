@@ -90,10 +90,13 @@ def submit(
     mig: str | None = None,
     topology_key: str | None = None,
     topology_required: bool = False,
+    cpu_milli: int = 0,
+    host_memory_mb: int = 0,
 ) -> Run:
     """Queue a command (a string, an argv list) or a Python callable as a run.
 
-    ``gpus`` is per node; ``max_runtime`` and ``grace`` are seconds. Raises ``ValueError`` (a
+    ``gpus`` is per node, as are ``cpu_milli`` and ``host_memory_mb`` (``gpus=0`` with either:
+    a CPU-only run); ``max_runtime`` and ``grace`` are seconds. Raises ``ValueError`` (a
     ``SubmitError``) for a request the config or cluster cannot take; nothing is queued then.
     """
     rt = _runtime(config)
@@ -113,6 +116,8 @@ def submit(
             mig=mig,
             topology_key=topology_key,
             topology_required=topology_required,
+            cpu_milli=cpu_milli,
+            host_memory_mb=host_memory_mb,
         ),
         max_runtime_s=max_runtime,
         preemptible=preemptible,
