@@ -431,6 +431,24 @@ def _register() -> None:
 _register()
 
 
+@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.option("--run-id", default=None, help="MLflow run to log to (default: $MLFLOW_RUN_ID).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds between GPU samples.",
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(run_id: str | None, interval: float, command: tuple[str, ...]) -> None:
+    """Run COMMAND (after --), sample its GPUs (CUDA_VISIBLE_DEVICES) into its MLflow run
+    ($MLFLOW_TRACKING_URI), forward signals to it, and exit with its status."""
+    from mlops_gpu.telemetry.launcher import main as launch
+
+    sys.exit(launch(list(command), run_id, interval))
+
+
 def main() -> None:
     try:
         cli(prog_name="mlops-gpu")

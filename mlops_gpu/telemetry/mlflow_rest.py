@@ -1,0 +1,103 @@
+"""A small MLflow REST client (stdlib only): what a job-side launcher needs, without importing the
+``mlflow`` package (seconds of import, in every one of dozens of jobs starting together).
+
+Endpoints (MLflow REST API 2.0): ``experiments/get-by-name``, ``experiments/create``,
+``runs/create``, ``runs/log-batch`` (at most 1,000 metrics per call, so batches are split),
+``runs/update``. Authentication: ``MLFLOW_TRACKING_TOKEN`` (bearer) or
+``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD`` (basic), as the mlflow client reads them.
+
+Invariant: every failure is a ``TrackingError`` naming the endpoint and the server's answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+BATCH = 1000
+
+
+class TrackingError(RuntimeError):
+    """The MLflow server refused or could not be reached."""
+
+
+def rest_uri(uri: str | None) -> str | None:
+    """The tracking URI if it is a server (http/https), else None (file and database stores
+    need the mlflow package)."""
+    if uri and urllib.parse.urlparse(uri).scheme in ("http", "https"):
+        return uri.rstrip("/")
+    return None
+
+
+class MlflowRest:
+    def __init__(self, base: str, timeout_s: float = 10.0) -> None:
+        self.base = base.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        url = f"{self.base}/api/2.0/mlflow/{path}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        elif user:
+            pair = f"{user}:{os.environ.get('MLFLOW_TRACKING_PASSWORD', '')}".encode()
+            req.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:300]
+            raise TrackingError(f"{method} {path}: HTTP {e.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise TrackingError(f"{method} {path}: {self.base} unreachable: {e}") from None
+        return json.loads(raw) if raw else {}
+
+    def experiment_id(self, name: str) -> str:
+        """The id of experiment ``name``, created if missing."""
+        q = urllib.parse.urlencode({"experiment_name": name})
+        try:
+            return str(
+                self._call("GET", f"experiments/get-by-name?{q}")["experiment"]["experiment_id"]
+            )
+        except TrackingError as e:
+            if "RESOURCE_DOES_NOT_EXIST" not in str(e):
+                raise
+        return str(self._call("POST", "experiments/create", {"name": name})["experiment_id"])
+
+    def create_run(
+        self, experiment_id: str, name: str, tags: Mapping[str, str] | None = None
+    ) -> str:
+        body = {
+            "experiment_id": experiment_id,
+            "run_name": name,
+            "start_time": int(time.time() * 1000),
+            "tags": [{"key": k, "value": v} for k, v in (tags or {}).items()],
+        }
+        return str(self._call("POST", "runs/create", body)["run"]["info"]["run_id"])
+
+    def log_metrics(self, run_id: str, metrics: Sequence[tuple[str, float, float, int]]) -> None:
+        """``metrics``: (key, value, time s, step), sent in batches of ``BATCH``."""
+        rows = [
+            {"key": k, "value": v, "timestamp": int(t * 1000), "step": s} for k, v, t, s in metrics
+        ]
+        for i in range(0, len(rows), BATCH):
+            self._call("POST", "runs/log-batch", {"run_id": run_id, "metrics": rows[i : i + BATCH]})
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        body = {"run_id": run_id, "tags": [{"key": k, "value": v} for k, v in tags.items()]}
+        self._call("POST", "runs/log-batch", body)
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        body = {"run_id": run_id, "status": status, "end_time": int(time.time() * 1000)}
+        self._call("POST", "runs/update", body)

@@ -1,0 +1,220 @@
+"""``mlops-gpu exec``: the run's own GPUs sampled through a fake NVML, MLflow's metric names,
+exit status and signals passed through, and metrics landing in a real ``mlflow server``."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from mlops_gpu.telemetry.launcher import Launcher
+from mlops_gpu.telemetry.mlflow_rest import MlflowRest, TrackingError, rest_uri
+from mlops_gpu.telemetry.sampler import GpuSampler, visible_devices
+
+CLI = [sys.executable, "-m", "mlops_gpu.cli.main"]
+
+
+class FakeNvml:
+    """Four GPUs (index i: utilization 10*(i+1) %, (i+1) GiB used of 80, 100*(i+1) W, energy
+    growing 1 kJ per call) and one MIG slice, whose power NVML does not report."""
+
+    MIG = "MIG-5e1f0c2a-0000-0000-0000-000000000000"
+
+    def __init__(self, fail_init: bool = False) -> None:
+        self.fail_init = fail_init
+        self.energy = [0.0] * 5
+        self.shutdown = 0
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown += 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        if not 0 <= i < 4:
+            raise RuntimeError("Invalid Argument")
+        return i
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
+        if uuid == self.MIG:
+            return 4
+        if uuid.startswith("GPU-") and uuid[-1].isdigit():
+            return int(uuid[-1])
+        raise RuntimeError("Not Found")
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
+        return SimpleNamespace(gpu=10 * (h + 1))
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+        return SimpleNamespace(used=(h + 1) * 2**30, total=80 * 2**30)
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        if h == 4:
+            raise RuntimeError("Not Supported")
+        return 100_000 * (h + 1)  # milliwatts
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        self.energy[h] += 1_000_000.0  # millijoules
+        return int(self.energy[h])
+
+
+def test_metrics_name_the_runs_devices_by_position_not_host_index() -> None:
+    s = GpuSampler(visible_devices("2,3"), FakeNvml())
+    samples = s.sample()
+    m = {k: v for x in samples for k, v in x.metrics().items()}
+    assert m["system/gpu_0_utilization_percentage"] == 30.0  # device 2
+    assert m["system/gpu_1_utilization_percentage"] == 40.0  # device 3
+    assert m["system/gpu_0_memory_usage_megabytes"] == 3 * 1024
+    assert m["system/gpu_1_memory_usage_percentage"] == pytest.approx(100 * 4 / 80)
+    assert m["system/gpu_0_power_usage_watts"] == 300.0
+    assert not any(k.startswith("system/gpu_2") for k in m)
+
+
+def test_gpu_and_mig_uuids_resolve_and_missing_values_are_left_out() -> None:
+    s = GpuSampler(["GPU-aaaa-1", FakeNvml.MIG], FakeNvml())
+    gpu, mig = s.sample()
+    assert (gpu.device, gpu.utilization_pct, mig.utilization_pct) == ("GPU-aaaa-1", 20.0, 50.0)
+    assert mig.power_w is None and "system/gpu_1_power_usage_watts" not in mig.metrics()
+
+
+def test_no_driver_is_said_once_and_nothing_is_sampled() -> None:
+    s = GpuSampler(["0"], FakeNvml(fail_init=True))
+    assert not s.available and s.note.startswith("no NVML") and s.sample() == []
+    err = io.StringIO()
+    code = Launcher([sys.executable, "-c", "pass"], nvml=FakeNvml(fail_init=True), err=err).run()
+    assert code == 0
+
+
+def test_exit_status_and_signal_deaths_come_back(tmp_path: Path) -> None:
+    assert Launcher([sys.executable, "-c", "raise SystemExit(3)"], err=io.StringIO()).run() == 3
+    kill_self = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    assert Launcher([sys.executable, "-c", kill_self], err=io.StringIO()).run() == 128 + 9
+
+
+def test_the_checkpoint_signal_reaches_the_child(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    child = (
+        "import signal, sys, time, pathlib\n"
+        "signal.signal(signal.SIGUSR1, lambda *a: sys.exit(42))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(30)\n"
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.Popen([*CLI, "exec", "--", sys.executable, "-c", child], env=env)
+    deadline = time.time() + 20
+    while not ready.exists():
+        assert time.time() < deadline and p.poll() is None
+        time.sleep(0.05)
+    p.send_signal(signal.SIGUSR1)
+    assert p.wait(timeout=20) == 42
+
+
+def test_rest_uri_accepts_only_servers() -> None:
+    assert rest_uri("http://127.0.0.1:5000/") == "http://127.0.0.1:5000"
+    assert rest_uri("sqlite:///mlflow.db") is None and rest_uri(None) is None
+    with pytest.raises(TrackingError, match="unreachable"):
+        MlflowRest("http://127.0.0.1:9", timeout_s=2).experiment_id("x")
+
+
+# -- against a real mlflow server ------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    d = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    log = open(d / "server.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [str(mlflow_bin), "server", "--backend-store-uri", f"sqlite:///{d}/mlflow.db",
+         "--default-artifact-root", str(d / "artifacts"), "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError((d / "server.log").read_text()[-2000:]) from None
+                time.sleep(0.25)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.mark.mlflow_server
+def test_samples_land_in_the_mlflow_run(
+    mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    rest = MlflowRest(mlflow_server)
+    run_id = rest.create_run(rest.experiment_id("exec-test"), "train")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    launcher = Launcher(
+        [sys.executable, "-c", "import time; time.sleep(0.5)"],
+        run_id=run_id,
+        tracking_uri=mlflow_server,
+        interval_s=0.1,
+        nvml=FakeNvml(),
+        err=io.StringIO(),
+    )
+    assert launcher.run() == 0
+    client = MlflowClient(mlflow_server)
+    metrics = client.get_run(run_id).data.metrics
+    assert metrics["system/gpu_0_utilization_percentage"] == 30.0
+    assert metrics["system/gpu_1_utilization_percentage"] == 40.0
+    assert metrics["system/gpu_1_power_usage_watts"] == 400.0
+    assert metrics["mlops_gpu.mean_gpu_utilization"] == pytest.approx(35.0)
+    n = len(launcher.samples)
+    assert n >= 2 and metrics["mlops_gpu.energy_kwh"] == pytest.approx(2 * (n - 1) * 1000 / 3.6e6)
+    history = client.get_metric_history(run_id, "system/gpu_0_utilization_percentage")
+    assert [h.step for h in history] == list(range(n))
+
+
+@pytest.mark.mlflow_server
+def test_a_machine_without_nvml_tags_the_run_once(
+    mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    rest = MlflowRest(mlflow_server)
+    run_id = rest.create_run(rest.experiment_id("exec-test"), "no-driver")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    err = io.StringIO()
+    launcher = Launcher(
+        [sys.executable, "-c", "import time; time.sleep(0.3)"],
+        run_id=run_id,
+        tracking_uri=mlflow_server,
+        interval_s=0.1,
+        nvml=FakeNvml(fail_init=True),
+        err=err,
+    )
+    assert launcher.run() == 0
+    assert err.getvalue().count("no NVML") == 1
+    tags = MlflowClient(mlflow_server).get_run(run_id).data.tags
+    assert tags["mlops_gpu.telemetry"].startswith("no NVML")
