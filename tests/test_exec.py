@@ -166,24 +166,27 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log.close()
 
 
+def launch_into(server: str, name: str, nvml: FakeNvml) -> tuple[str, Launcher, io.StringIO]:
+    """A new MLflow run on ``server`` and a launcher that ran a short child into it."""
+    rest = MlflowRest(server)
+    run_id = rest.create_run(rest.experiment_id("exec-test"), name)
+    err = io.StringIO()
+    child = [sys.executable, "-c", "import time; time.sleep(0.5)"]
+    launcher = Launcher(
+        child, run_id=run_id, tracking_uri=server, interval_s=0.1, nvml=nvml, err=err
+    )
+    assert launcher.run() == 0
+    return run_id, launcher, err
+
+
 @pytest.mark.mlflow_server
 def test_samples_land_in_the_mlflow_run(
     mlflow_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    rest = MlflowRest(mlflow_server)
-    run_id = rest.create_run(rest.experiment_id("exec-test"), "train")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    launcher = Launcher(
-        [sys.executable, "-c", "import time; time.sleep(0.5)"],
-        run_id=run_id,
-        tracking_uri=mlflow_server,
-        interval_s=0.1,
-        nvml=FakeNvml(),
-        err=io.StringIO(),
-    )
-    assert launcher.run() == 0
+    run_id, launcher, _ = launch_into(mlflow_server, "train", FakeNvml())
     client = MlflowClient(mlflow_server)
     metrics = client.get_run(run_id).data.metrics
     assert metrics["system/gpu_0_utilization_percentage"] == 30.0
@@ -202,19 +205,8 @@ def test_a_machine_without_nvml_tags_the_run_once(
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    rest = MlflowRest(mlflow_server)
-    run_id = rest.create_run(rest.experiment_id("exec-test"), "no-driver")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    err = io.StringIO()
-    launcher = Launcher(
-        [sys.executable, "-c", "import time; time.sleep(0.3)"],
-        run_id=run_id,
-        tracking_uri=mlflow_server,
-        interval_s=0.1,
-        nvml=FakeNvml(fail_init=True),
-        err=err,
-    )
-    assert launcher.run() == 0
-    assert err.getvalue().count("no NVML") == 1
+    run_id, launcher, err = launch_into(mlflow_server, "no-driver", FakeNvml(fail_init=True))
+    assert err.getvalue().count("no NVML") == 1 and launcher.samples == []
     tags = MlflowClient(mlflow_server).get_run(run_id).data.tags
     assert tags["mlops_gpu.telemetry"].startswith("no NVML")

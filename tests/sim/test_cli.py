@@ -68,3 +68,19 @@ def test_simulate_plot_writes_one_png_per_figure(tmp_path: Path) -> None:
     assert names == ["jct_cdf.png", "share_default.png", "share_fifo.png", "utilization.png"]
     for p in (tmp_path / "plots").iterdir():
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_openb_runs_on_the_traces_own_nodes() -> None:
+    args = ["simulate", "--trace", "openb", "--start", "140", "--days", "0.5", "--json"]
+    args += ["--policy", "default", "--policy", "fifo-backfill"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (out["nodes"], out["gpus"]) == (1213, 6212) and out["jobs"] > 0
+    for row in out["results"]:
+        assert set(row) >= KEYS and row["avg_jct_s"] > 0
+
+
+def test_simulate_openb_rejects_a_date_as_start() -> None:
+    res = CliRunner().invoke(cli, ["simulate", "--trace", "openb", "--start", "2017-10-09"])
+    assert res.exit_code != 0 and "day number" in res.output
