@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,3 +79,40 @@ def pg_store_url(postgres_url: str) -> Iterator[str]:
             conn.execute(text(f"DROP TABLE IF EXISTS {t} CASCADE"))
     eng.dispose()
     yield postgres_url
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ``mlflow server`` (SQLite store, one worker) on a free port, for the session."""
+    d = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    log = open(d / "server.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [str(mlflow_bin), "server", "--backend-store-uri", f"sqlite:///{d}/mlflow.db",
+         "--default-artifact-root", str(d / "artifacts"), "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError((d / "server.log").read_text()[-2000:]) from None
+                time.sleep(0.25)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()

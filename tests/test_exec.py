@@ -6,12 +6,9 @@ from __future__ import annotations
 import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -129,43 +126,7 @@ def test_rest_uri_accepts_only_servers() -> None:
         MlflowRest("http://127.0.0.1:9", timeout_s=2).experiment_id("x")
 
 
-# -- against a real mlflow server ------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    d = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
-    log = open(d / "server.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(mlflow_bin), "server", "--backend-store-uri", f"sqlite:///{d}/mlflow.db",
-         "--default-artifact-root", str(d / "artifacts"), "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError((d / "server.log").read_text()[-2000:]) from None
-                time.sleep(0.25)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-
-
+# -- against a real mlflow server (the ``mlflow_server`` fixture of conftest.py) ----------
 def launch_into(server: str, name: str, nvml: FakeNvml) -> tuple[str, Launcher, io.StringIO]:
     """A new MLflow run on ``server`` and a launcher that ran a short child into it."""
     rest = MlflowRest(server)

@@ -22,6 +22,7 @@ The controller keeps the usage ledger it has read and asks the store only for ne
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from mlops_gpu.backends import Backend, HandleError, JobState, JobStatus, Launch
 from mlops_gpu.controller import accounting
 from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.controller.runtime import Runtime
+from mlops_gpu.controller.tracking import Tracker
 from mlops_gpu.core import Snapshot
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
 from mlops_gpu.state import ConflictError, LeaderLock, UsageRow
@@ -134,6 +136,7 @@ class Controller:
         self._ledger_id = 0
         self._ledger_read_at = float("-inf")
         self.mirror = Mirror(rt.store)
+        self.tracker = Tracker(rt.cfg.tracking_uri(dict(os.environ)), rt.cfg.model_gpu_types())
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -251,11 +254,13 @@ class Controller:
         assert admitted is not None and admitted.placement is not None
         backend = self.rt.backends[bname]
         env = {"MLOPS_GPU_CONFIG": str(self.rt.cfg.source)} if self.rt.cfg.source else {}
+        env.update(self.tracker.started(admitted))  # the attempt's MLflow run, if configured
         req = LaunchRequest(run.id, admitted.attempt, admitted.spec, admitted.placement, env)
         try:
             handle = backend.launch(req)
         except Exception as e:  # any launch failure rolls the admission back
             rep.launch_failures += 1
+            self.tracker.ended(admitted, "launch_failed", self.clock())
             self._launch_failures[run.id] += 1
             n = self._launch_failures[run.id]
             msg = f"launch on {bname} failed ({n}x): {e}"
@@ -313,6 +318,7 @@ class Controller:
                 backoff_s=self.rt.cfg.retry.backoff(run.attempt + 1),
             )
             rep.requeued += 1
+            self.tracker.ended(run, "lost", now)
             self._emit("lost", run, f"{st.reason}; now {phase}")
             return
         if run.preempt_requested and not run.cancel_requested:
@@ -327,6 +333,7 @@ class Controller:
                 backoff_s=self.rt.cfg.retry.backoff(run.attempt + 1),
             )
             rep.requeued += 1
+            self.tracker.ended(run, "preempted", now)
             self._emit("preempted", run, f"now {phase}")
             return
         if run.cancel_requested:
@@ -345,6 +352,7 @@ class Controller:
             run.id, phase, why, exit_code=st.exit_code, now=min(end, now), started_at=st.started_at
         ):
             rep.finished += 1
+            self.tracker.ended(run, phase.value, min(end, now))
             self._emit(phase.value, run, why)
 
     def _stop_cancelled(self, active: list[Run]) -> None:

@@ -2,8 +2,8 @@
 ``mlflow`` package (seconds of import, in every one of dozens of jobs starting together).
 
 Endpoints (MLflow REST API 2.0): ``experiments/get-by-name``, ``experiments/create``,
-``runs/create``, ``runs/log-batch`` (at most 1,000 metrics per call, so batches are split),
-``runs/update``. Authentication: ``MLFLOW_TRACKING_TOKEN`` (bearer) or
+``runs/create``, ``runs/search``, ``runs/log-batch`` (at most 1,000 metrics per call, so
+batches are split), ``runs/update``. Authentication: ``MLFLOW_TRACKING_TOKEN`` (bearer) or
 ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD`` (basic), as the mlflow client reads them.
 
 Invariant: every failure is a ``TrackingError`` naming the endpoint and the server's answer.
@@ -98,6 +98,14 @@ class MlflowRest:
         body = {"run_id": run_id, "tags": [{"key": k, "value": v} for k, v in tags.items()]}
         self._call("POST", "runs/log-batch", body)
 
-    def finish(self, run_id: str, status: str = "FINISHED") -> None:
-        body = {"run_id": run_id, "status": status, "end_time": int(time.time() * 1000)}
+    def find_run(self, experiment_id: str, tags: Mapping[str, str]) -> str | None:
+        """The id of a run of the experiment carrying all ``tags``, or None."""
+        flt = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+        body = {"experiment_ids": [experiment_id], "filter": flt, "max_results": 1}
+        found = self._call("POST", "runs/search", body).get("runs", [])
+        return str(found[0]["info"]["run_id"]) if found else None
+
+    def finish(self, run_id: str, status: str = "FINISHED", end: float | None = None) -> None:
+        when = time.time() if end is None else end
+        body = {"run_id": run_id, "status": status, "end_time": int(when * 1000)}
         self._call("POST", "runs/update", body)

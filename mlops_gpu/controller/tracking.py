@@ -1,0 +1,115 @@
+"""MLflow runs for scheduled runs, over REST, when the tracking URI is an MLflow server.
+
+One MLflow run per attempt, in the submit's experiment (``experiment=``) or one named after the
+project, linked by the tag ``mlops_gpu.run_id``. Tags: ``mlops_gpu.run_id``, ``.project``,
+``.user``, ``.priority``, ``.backend``, ``.nodes``, ``.gpu_type``, ``.gpu_uuids`` (the devices
+held), ``.attempt``. The job gets ``MLFLOW_TRACKING_URI``, ``MLFLOW_RUN_ID`` and
+``MLFLOW_EXPERIMENT_ID``, so ``mlops-gpu exec`` and the user's own ``mlflow`` calls log into
+that run. When the attempt ends: ``mlops_gpu.queue_wait_s`` (admission minus submit; for a
+requeued attempt, since the original submit), ``mlops_gpu.gpu_hours`` and
+``mlops_gpu.cost_usd`` (GPU-hours, shares by their share, times the type's price), the tag
+``mlops_gpu.outcome``, and the run's status (FINISHED, FAILED, or KILLED for cancelled and
+preempted attempts).
+
+Invariants:
+- Tracking never stops scheduling: an MLflow failure is logged (once per message) and the run
+  goes on untracked.
+- An attempt's MLflow run is remembered in memory and, after a restart, found again by its tags.
+- With a tracking URI that is not an ``http(s)`` server nothing is recorded yet (the local
+  SQLite default needs the ``mlflow`` package in the scheduler; a later slice).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from mlops_gpu.model import GpuType, Run
+from mlops_gpu.telemetry.mlflow_rest import MlflowRest, TrackingError, rest_uri
+
+log = logging.getLogger("mlops_gpu.tracking")
+
+STATUS = {
+    "succeeded": "FINISHED",
+    "failed": "FAILED",
+    "lost": "FAILED",
+    "launch_failed": "FAILED",
+    "cancelled": "KILLED",
+    "preempted": "KILLED",
+}
+
+
+class Tracker:
+    def __init__(self, uri: str | None, gpu_types: Mapping[str, GpuType]) -> None:
+        base = rest_uri(uri)
+        self.uri = base
+        self.rest = MlflowRest(base) if base else None
+        self.gpu_types = gpu_types
+        self._ids: dict[tuple[str, int], str] = {}
+        self._experiments: dict[str, str] = {}
+        self._said: set[str] = set()
+
+    def _fail(self, e: TrackingError) -> None:
+        msg = str(e)
+        if msg not in self._said:
+            self._said.add(msg)
+            log.warning("MLflow tracking: %s (runs go on untracked)", msg)
+
+    def _experiment(self, run: Run) -> str:
+        name = run.spec.experiment or run.project
+        if name not in self._experiments:
+            assert self.rest is not None
+            self._experiments[name] = self.rest.experiment_id(name)
+        return self._experiments[name]
+
+    def started(self, run: Run) -> dict[str, str]:
+        """Create the attempt's MLflow run; the environment its job should get."""
+        if self.rest is None or run.placement is None:
+            return {}
+        p = run.placement
+        tags = {
+            "mlops_gpu.run_id": run.id,
+            "mlops_gpu.project": run.project,
+            "mlops_gpu.user": run.spec.user,
+            "mlops_gpu.priority": run.spec.priority,
+            "mlops_gpu.backend": p.backend,
+            "mlops_gpu.nodes": ",".join(p.node_names),
+            "mlops_gpu.gpu_type": p.gpu_type,
+            "mlops_gpu.gpu_uuids": ",".join(d for s in p.slots for d in s.devices),
+            "mlops_gpu.attempt": str(run.attempt),
+        }
+        try:
+            exp = self._experiment(run)
+            mlflow_id = self.rest.create_run(exp, f"{run.spec.name} #{run.attempt}", tags)
+        except TrackingError as e:
+            self._fail(e)
+            return {}
+        self._ids[(run.id, run.attempt)] = mlflow_id
+        assert self.uri is not None
+        return {"MLFLOW_TRACKING_URI": self.uri, "MLFLOW_RUN_ID": mlflow_id,
+                "MLFLOW_EXPERIMENT_ID": exp}  # fmt: skip
+
+    def ended(self, run: Run, outcome: str, end: float) -> None:
+        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run."""
+        if self.rest is None or run.placement is None or run.admitted_at is None:
+            return
+        try:
+            mlflow_id = self._ids.pop((run.id, run.attempt), None) or self.rest.find_run(
+                self._experiment(run),
+                {"mlops_gpu.run_id": run.id, "mlops_gpu.attempt": str(run.attempt)},
+            )
+            if mlflow_id is None:
+                return  # started before tracking was configured
+            p = run.placement
+            hours = p.gpu_amount * max(end - run.admitted_at, 0.0) / 3600
+            price = self.gpu_types[p.gpu_type].price_per_hour if p.gpu_type in self.gpu_types else 0
+            metrics = [
+                ("mlops_gpu.queue_wait_s", run.admitted_at - run.submitted_at, end, 0),
+                ("mlops_gpu.gpu_hours", hours, end, 0),
+                ("mlops_gpu.cost_usd", hours * price, end, 0),
+            ]
+            self.rest.log_metrics(mlflow_id, metrics)
+            self.rest.set_tags(mlflow_id, {"mlops_gpu.outcome": outcome})
+            self.rest.finish(mlflow_id, STATUS.get(outcome, "FAILED"), end)
+        except TrackingError as e:
+            self._fail(e)

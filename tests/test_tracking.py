@@ -1,0 +1,110 @@
+"""MLflow runs for scheduled runs, against a real ``mlflow server``: one per attempt with the
+tags, queue wait, GPU-hours and cost; the job's environment points at it; a preempted attempt is
+KILLED and its successor gets its own MLflow run linked by ``mlops_gpu.run_id``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlops_gpu.backends.fake import FakeBackend
+from mlops_gpu.config.locate import parse_config
+from mlops_gpu.controller import Controller, Runtime
+from mlops_gpu.controller.tracking import Tracker
+from mlops_gpu.model import GpuType, ResourceRequest
+from mlops_gpu.testing import config_yaml
+
+pytestmark = pytest.mark.mlflow_server
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()  # submits are stamped with the wall clock
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def runtime(tmp_path: Path, server: str, clock: Clock) -> Runtime:
+    data = yaml.safe_load(config_yaml(nodes=[("node-a", 4)], projects={"vision": (4, 0)}))
+    data["backends"] = {"fake": {"type": "fake", "nodes": data["backends"]["local"]["nodes"]}}
+    data["mlflow"] = {"tracking_uri": server}
+    rt = Runtime(parse_config(data, str(tmp_path / "mlops-gpu.yaml"), tmp_path))
+    rt.__dict__["backends"] = {"fake": FakeBackend("fake", rt.cfg.model_nodes("fake"), clock=clock)}
+    return rt
+
+
+def mlflow_runs(server: str, run_id: str) -> list[Any]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(server)
+    exps = [e.experiment_id for e in client.search_experiments()]
+    found = client.search_runs(exps, f"tags.`mlops_gpu.run_id` = '{run_id}'")
+    return sorted(found, key=lambda r: int(r.data.tags["mlops_gpu.attempt"]))
+
+
+def test_each_attempt_is_an_mlflow_run_with_tags_wait_hours_and_cost(
+    tmp_path: Path, mlflow_server: str
+) -> None:
+    clock = Clock()
+    rt = runtime(tmp_path, mlflow_server, clock)
+    fake = rt.backends["fake"]
+    assert isinstance(fake, FakeBackend)
+    run = rt.submit(
+        rt.spec(("train",), project="vision", request=ResourceRequest(gpus=2),
+                experiment="resnet", env={"FAKE_DURATION_S": "1800"})
+    )  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    clock.now += 30  # it waited 30 s in the queue
+    ctl.tick()
+    (job,) = fake.jobs.values()
+    env = job.req.env
+    assert env["MLFLOW_TRACKING_URI"] == mlflow_server and env["MLFLOW_RUN_ID"]
+    clock.now += 1800  # it runs its 30 minutes
+    ctl.tick()
+    (mr,) = mlflow_runs(mlflow_server, run.id)
+    assert mr.info.run_id == env["MLFLOW_RUN_ID"] and mr.info.status == "FINISHED"
+    tags = mr.data.tags
+    assert (tags["mlops_gpu.project"], tags["mlops_gpu.gpu_type"]) == ("vision", "a100-80gb")
+    assert (tags["mlops_gpu.attempt"], tags["mlops_gpu.backend"]) == ("1", "fake")
+    assert (tags["mlops_gpu.nodes"], tags["mlops_gpu.gpu_uuids"]) == ("node-a", "0,1")
+    assert tags["mlops_gpu.outcome"] == "succeeded" and tags["mlops_gpu.user"]
+    m = mr.data.metrics
+    assert m["mlops_gpu.queue_wait_s"] == pytest.approx(30.0, abs=1.0)
+    assert m["mlops_gpu.gpu_hours"] == pytest.approx(2 * 0.5)
+    assert m["mlops_gpu.cost_usd"] == pytest.approx(2 * 0.5 * 2.5)  # $2.5 per GPU-hour
+
+
+def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
+    tmp_path: Path, mlflow_server: str
+) -> None:
+    clock = Clock()
+    rt = runtime(tmp_path, mlflow_server, clock)
+    run = rt.submit(
+        rt.spec(("train",), project="vision", request=ResourceRequest(gpus=4),
+                env={"FAKE_DURATION_S": "3600"})
+    )  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    ctl.tick()
+    rt.store.mark_preempting(run.id, "make room", now=clock.now)
+    fake = rt.backends["fake"]
+    assert isinstance(fake, FakeBackend)
+    (handle,) = fake.jobs
+    fake.cancel(handle, "SIGTERM", 0.0)  # the checkpoint signal stops it
+    clock.now += 5
+    ctl.tick()  # sees it preempted: requeued with a backoff
+    clock.now += 60
+    ctl.tick()  # attempt 2
+    first, second = mlflow_runs(mlflow_server, run.id)
+    assert first.info.status == "KILLED" and first.data.tags["mlops_gpu.outcome"] == "preempted"
+    assert second.info.status == "RUNNING" and second.data.tags["mlops_gpu.attempt"] == "2"
+    assert first.info.experiment_id == second.info.experiment_id  # the project's experiment
+
+
+def test_without_a_server_nothing_is_tracked() -> None:
+    t = Tracker("sqlite:///mlflow.db", {"a": GpuType("a")})
+    assert t.rest is None
