@@ -107,4 +107,15 @@ def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
 
 def test_without_a_server_nothing_is_tracked() -> None:
     t = Tracker("sqlite:///mlflow.db", {"a": GpuType("a")})
-    assert t.rest is None
+    assert t.rest is None and not t.active
+
+
+def test_a_server_that_fails_pauses_tracking_and_runs_go_on(tmp_path: Path) -> None:
+    clock = Clock()
+    rt = runtime(tmp_path, "http://127.0.0.1:9", clock)  # nothing listens there
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1)))
+    ctl = Controller(rt, clock=clock)
+    ctl.tick()
+    got = rt.store.get(run.id)
+    assert got is not None and got.phase.value in ("starting", "running")
+    assert not ctl.tracker.active  # paused after the failure

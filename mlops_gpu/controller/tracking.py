@@ -12,8 +12,9 @@ requeued attempt, since the original submit), ``mlops_gpu.gpu_hours`` and
 preempted attempts).
 
 Invariants:
-- Tracking never stops scheduling: an MLflow failure is logged (once per message) and the run
-  goes on untracked.
+- Tracking never stops scheduling: an MLflow failure is logged (once per message), the run goes
+  on untracked, and tracking pauses for ``PAUSE_S`` (a server that does not answer would
+  otherwise cost a timeout per run).
 - An attempt's MLflow run is remembered in memory and, after a restart, found again by its tags.
 - With a tracking URI that is not an ``http(s)`` server nothing is recorded yet (the local
   SQLite default needs the ``mlflow`` package in the scheduler; a later slice).
@@ -22,12 +23,15 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 
 from mlops_gpu.model import GpuType, Run
 from mlops_gpu.telemetry.mlflow_rest import MlflowRest, TrackingError, rest_uri
 
 log = logging.getLogger("mlops_gpu.tracking")
+
+PAUSE_S = 60.0
 
 STATUS = {
     "succeeded": "FINISHED",
@@ -48,12 +52,18 @@ class Tracker:
         self._ids: dict[tuple[str, int], str] = {}
         self._experiments: dict[str, str] = {}
         self._said: set[str] = set()
+        self._paused_until = float("-inf")
+
+    @property
+    def active(self) -> bool:
+        return self.rest is not None and time.monotonic() >= self._paused_until
 
     def _fail(self, e: TrackingError) -> None:
+        self._paused_until = time.monotonic() + PAUSE_S
         msg = str(e)
         if msg not in self._said:
             self._said.add(msg)
-            log.warning("MLflow tracking: %s (runs go on untracked)", msg)
+            log.warning("MLflow tracking: %s (runs go on untracked for %.0f s)", msg, PAUSE_S)
 
     def _experiment(self, run: Run) -> str:
         name = run.spec.experiment or run.project
@@ -64,7 +74,7 @@ class Tracker:
 
     def started(self, run: Run) -> dict[str, str]:
         """Create the attempt's MLflow run; the environment its job should get."""
-        if self.rest is None or run.placement is None:
+        if not self.active or self.rest is None or run.placement is None:
             return {}
         p = run.placement
         tags = {
@@ -91,7 +101,9 @@ class Tracker:
 
     def ended(self, run: Run, outcome: str, end: float) -> None:
         """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run."""
-        if self.rest is None or run.placement is None or run.admitted_at is None:
+        if not self.active or self.rest is None or run.placement is None:
+            return
+        if run.admitted_at is None:
             return
         try:
             mlflow_id = self._ids.pop((run.id, run.attempt), None) or self.rest.find_run(

@@ -37,7 +37,7 @@ def rest_uri(uri: str | None) -> str | None:
 
 
 class MlflowRest:
-    def __init__(self, base: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, base: str, timeout_s: float = 5.0) -> None:
         self.base = base.rstrip("/")
         self.timeout_s = timeout_s
 
