@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from mlops_gpu.backends.fake import FakeBackend
+from mlops_gpu.cli.report import build_report
 from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.controller.tracking import Tracker
@@ -103,6 +104,20 @@ def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
     assert first.info.status == "KILLED" and first.data.tags["mlops_gpu.outcome"] == "preempted"
     assert second.info.status == "RUNNING" and second.data.tags["mlops_gpu.attempt"] == "2"
     assert first.info.experiment_id == second.info.experiment_id  # the project's experiment
+
+    clock.now += 3600  # attempt 2 runs its hour
+    ctl.tick()
+    runs = mlflow_runs(mlflow_server, run.id)
+    assert runs[1].info.status == "FINISHED"
+    # the report's total is the MLflow runs' cost, to the cent
+    prices = {t: g.price_per_hour for t, g in rt.cfg.model_gpu_types().items()}
+    report = build_report(rt.store.usage(), prices, None)
+    logged = sum(r.data.metrics["mlops_gpu.cost_usd"] for r in runs)
+    assert round(report["total"]["cost_usd"], 2) == round(logged, 2) > 0
+    assert report["projects"][0] | {"cost_usd": 0} == {
+        "project": "vision", "runs": 1, "attempts": 2, "gpu_hours": report["total"]["gpu_hours"],
+        "cost_usd": 0,
+    }  # fmt: skip
 
 
 def test_without_a_server_nothing_is_tracked() -> None:

@@ -423,9 +423,11 @@ def scheduler(
 
 
 def _register() -> None:
+    from mlops_gpu.cli.report import report
     from mlops_gpu.cli.simulate import simulate
 
     cli.add_command(simulate)
+    cli.add_command(report)
 
 
 _register()

@@ -260,7 +260,8 @@ class Controller:
             handle = backend.launch(req)
         except Exception as e:  # any launch failure rolls the admission back
             rep.launch_failures += 1
-            self.tracker.ended(admitted, "launch_failed", self.clock())
+            # it never ran: no GPU-hours (the ledger books none either)
+            self.tracker.ended(admitted, "launch_failed", admitted.admitted_at or self.clock())
             self._launch_failures[run.id] += 1
             n = self._launch_failures[run.id]
             msg = f"launch on {bname} failed ({n}x): {e}"
