@@ -1,7 +1,8 @@
 """Packing replay of the openb pods onto the openb nodes (BENCHMARKS.md, "Alibaba openb
 packing"): pods arrive in file order and never leave; a pod that cannot be placed fails and the
 replay goes on, drawing the file again from the top when it runs out, until the GPU demand that
-has arrived reaches the cluster's GPU capacity. CPU and memory are modelled with the GPUs.
+has arrived reaches the cluster's GPU capacity. CPU and memory are modelled with the GPUs, and
+the CPU-only pods take part (as CPU-only runs: they hold CPU and memory that GPU pods need).
 
 Placers: ``default`` (the real scheduling core, ``core.engine.Incremental``, with the shipped
 policy's placement; preemption is off since nothing here could gain from it) and the baselines
