@@ -171,3 +171,49 @@ def test_a_machine_without_nvml_tags_the_run_once(
     assert err.getvalue().count("no NVML") == 1 and launcher.samples == []
     tags = MlflowClient(mlflow_server).get_run(run_id).data.tags
     assert tags["mlops_gpu.telemetry"].startswith("no NVML")
+
+
+class IdleNvml(FakeNvml):
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
+        return SimpleNamespace(gpu=0)
+
+
+def short_launch(nvml: FakeNvml, seconds: float, **kw: Any) -> tuple[Launcher, int, str]:
+    err = io.StringIO()
+    child = [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+    launcher = Launcher(child, interval_s=0.05, nvml=nvml, err=err, idle_after_s=0.2, **kw)
+    code = launcher.run()
+    return launcher, code, err.getvalue()
+
+
+def test_an_idle_run_is_flagged_once_and_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    launcher, code, err = short_launch(IdleNvml(), 0.8)
+    assert code == 0 and launcher.idle and err.count("idle (0% utilization)") == 1
+
+
+def test_an_idle_run_is_stopped_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    launcher, code, err = short_launch(IdleNvml(), 30, stop_idle=True)
+    # a natural end would be 0: the SIGTERM status says the launcher stopped it
+    assert launcher.idle and code == 128 + signal.SIGTERM and "stopping it" in err
+
+
+def test_a_busy_run_is_not_flagged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    launcher, code, err = short_launch(FakeNvml(), 0.6)
+    assert code == 0 and not launcher.idle and "idle" not in err
+
+
+@pytest.mark.mlflow_server
+def test_the_idle_flag_is_a_tag_on_the_run(
+    mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    rest = MlflowRest(mlflow_server)
+    run_id = rest.create_run(rest.experiment_id("exec-test"), "idle")
+    launcher, code, _ = short_launch(IdleNvml(), 0.8, run_id=run_id, tracking_uri=mlflow_server)
+    assert code == 0 and launcher.idle
+    assert MlflowClient(mlflow_server).get_run(run_id).data.tags["mlops_gpu.idle"].endswith("Z")

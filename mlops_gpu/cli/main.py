@@ -442,13 +442,28 @@ _register()
     show_default=True,
     help="Seconds between GPU samples.",
 )
+@click.option(
+    "--idle-after",
+    "idle_after",
+    type=click.FloatRange(min=0),
+    default=1800.0,
+    show_default=True,
+    help="Seconds at 0% GPU utilization before the run is flagged idle.",
+)
+@click.option("--stop-idle", is_flag=True, help="Stop (SIGTERM) a run flagged idle.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(run_id: str | None, interval: float, command: tuple[str, ...]) -> None:
+def exec_(
+    run_id: str | None,
+    interval: float,
+    idle_after: float,
+    stop_idle: bool,
+    command: tuple[str, ...],
+) -> None:
     """Run COMMAND (after --), sample its GPUs (CUDA_VISIBLE_DEVICES) into its MLflow run
     ($MLFLOW_TRACKING_URI), forward signals to it, and exit with its status."""
     from mlops_gpu.telemetry.launcher import main as launch
 
-    sys.exit(launch(list(command), run_id, interval))
+    sys.exit(launch(list(command), run_id, interval, idle_after, stop_idle))
 
 
 def main() -> None:

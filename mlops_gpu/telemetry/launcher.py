@@ -7,6 +7,10 @@ SIGHUP, SIGUSR1, SIGUSR2: the checkpoint signal on preemption among them) go to 
 the child ends it logs ``mlops_gpu.mean_gpu_utilization`` and, where NVML counts energy,
 ``mlops_gpu.energy_kwh``, and exits with the child's status (128 + N if a signal N killed it).
 
+Idle runs: when every sample of the last ``idle_after_s`` seconds shows 0% utilization on every
+device, the run is tagged ``mlops_gpu.idle`` (with the time it went idle) and says so on
+stderr, once; with ``stop_idle`` the child then gets SIGTERM, as on a cancel.
+
 Invariants:
 - Telemetry never fails the run: without NVML, without an MLflow server, or with the server
   down, the child runs and its status comes back; each problem is said once on stderr (and, for
@@ -42,8 +46,13 @@ class Launcher:
         err: TextIO = sys.stderr,
         client: MlflowRest | None = None,
         clock: Callable[[], float] = time.time,
+        idle_after_s: float | None = 1800.0,
+        stop_idle: bool = False,
     ) -> None:
         self.cmd, self.run_id, self.interval_s = cmd, run_id, interval_s
+        self.idle_after_s, self.stop_idle = idle_after_s, stop_idle
+        self._busy_at: float | None = None  # the last sample with any utilization
+        self.idle = False
         self.tracking_uri, self.nvml, self.err, self.clock = tracking_uri, nvml, err, clock
         self.client = client
         self._said: set[str] = set()
@@ -80,11 +89,31 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 pass
             if sampler.available:
-                self._record(sampler.sample(), step, rest)
+                samples = sampler.sample()
+                self._record(samples, step, rest)
+                self._check_idle(samples, child, rest)
                 step += 1
         self._summary(rest)
         sampler.close()
         return code if code >= 0 else 128 - code
+
+    def _check_idle(
+        self, samples: list[GpuSample], child: subprocess.Popen[bytes], rest: MlflowRest | None
+    ) -> None:
+        now = self.clock()
+        if self._busy_at is None or any(s.utilization_pct for s in samples):
+            self._busy_at = now  # the first sample starts the clock; any use restarts it
+            return
+        if self.idle or self.idle_after_s is None or now - self._busy_at < self.idle_after_s:
+            return
+        self.idle = True
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._busy_at))
+        action = "stopping it" if self.stop_idle else "it goes on"
+        self._say(f"the run's GPUs have been idle (0% utilization) since {since}: {action}")
+        if rest is not None and self.run_id:
+            self._send(lambda: rest.set_tags(self.run_id or "", {"mlops_gpu.idle": since}))
+        if self.stop_idle:
+            child.send_signal(signal.SIGTERM)
 
     def _rest(self) -> MlflowRest | None:
         if self.client is not None:
@@ -131,12 +160,20 @@ class Launcher:
             self._say(f"MLflow: {e} (the run goes on; later samples are still tried)")
 
 
-def main(argv: list[str], run_id: str | None, interval_s: float) -> int:
+def main(
+    argv: list[str],
+    run_id: str | None,
+    interval_s: float,
+    idle_after_s: float | None = 1800.0,
+    stop_idle: bool = False,
+) -> int:
     """The CLI's entry: the tracking URI and run id default to MLflow's own variables."""
     launcher = Launcher(
         argv,
         run_id=run_id or os.environ.get("MLFLOW_RUN_ID"),
         tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"),
         interval_s=interval_s,
+        idle_after_s=idle_after_s,
+        stop_idle=stop_idle,
     )
     return launcher.run()
