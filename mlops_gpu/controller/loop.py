@@ -70,12 +70,13 @@ def build_snapshot(
     """The core's input. ``with_usage`` reads the ledger for fair share and budgets (a read
     verb such as ``nodes`` needs neither); ``ledger(since)`` gives its rows (default: read
     them from the store)."""
+    tmpl = template(rt, now)
     history: dict[tuple[str, str], float] = {}
     spent: dict[str, tuple[float, float]] = {}
     if with_usage:
-        history, spent = usage_inputs(rt, active, now, ledger)
+        history, spent = usage_inputs(rt, tmpl, active, ledger)
     return replace(
-        template(rt, now),
+        tmpl,
         pending=tuple(pending),
         active=tuple(active),
         usage_history=history,
@@ -85,18 +86,17 @@ def build_snapshot(
 
 def usage_inputs(
     rt: Runtime,
+    tmpl: Snapshot,
     active: list[Run],
-    now: float,
     ledger: Callable[[float], list[UsageRow]] | None = None,
 ) -> tuple[dict[tuple[str, str], float], dict[str, tuple[float, float]]]:
-    """(decayed usage history for fair share, what budgeted projects spent) from the ledger."""
-    cfg = rt.cfg
-    policy = cfg.policy_settings()
-    projects = cfg.model_projects()
-    since = accounting.ledger_since(now, policy.half_life_s, projects)
+    """(decayed usage history for fair share, what budgeted projects spent) at ``tmpl.now``,
+    from the ledger; projects, prices and policy come from the template (``template``)."""
+    now, half_life = tmpl.now, tmpl.policy.half_life_s
+    since = accounting.ledger_since(now, half_life, tmpl.projects)
     rows = ledger(since) if ledger is not None else rt.store.usage(since=since)
-    history = accounting.usage_history(rows, now, policy.half_life_s)
-    spent = accounting.spent(rows, active, now, projects, cfg.model_gpu_types())
+    history = accounting.usage_history(rows, now, half_life)
+    spent = accounting.spent(rows, active, now, tmpl.projects, tmpl.gpu_types)
     return history, spent
 
 
@@ -204,7 +204,7 @@ class Controller:
         self._stop_cancelled(active)  # 2. stop
         pending = mirror.pending()
         now = self.clock()  # 3. snapshot
-        history, spent = usage_inputs(self.rt, active, now, self._ledger_rows)
+        history, spent = usage_inputs(self.rt, replace(tmpl, now=now), active, self._ledger_rows)
         explain = (
             len(pending) <= EXPLAIN_EVERY_TICK_UP_TO
             or now - self._last_explain >= self.rt.cfg.scheduler.explain_s

@@ -59,6 +59,7 @@ class Mix:
     def __init__(self) -> None:
         self.counts: Counter[Shape] = Counter()
         self._weights: tuple[tuple[Shape, float], ...] = ()
+        self._cpu_per_gpu: float | None = None
         self._stale = True
         self._memo: dict[Sig, float] = {}
 
@@ -82,14 +83,16 @@ class Mix:
             if w != self._weights:
                 self._weights = w
                 self._memo.clear()
+                gpus = sum(p * s[0] * s[1] for s, p in w)  # GPUs x share
+                cpu = sum(p * s[2] for s, p in w)
+                self._cpu_per_gpu = cpu / gpus if gpus > 0 and cpu > 0 else None
         return self._weights
 
     def cpu_per_gpu(self) -> float | None:
-        """The mix's host CPU per GPU (millicores), or None without CPU requests."""
-        weights = self.weights()
-        gpus = sum(p * s[0] * s[1] for s, p in weights)  # GPUs x share
-        cpu = sum(p * s[2] for s, p in weights)
-        return cpu / gpus if gpus > 0 and cpu > 0 else None
+        """The mix's host CPU per GPU (millicores), or None without CPU requests; worked out
+        once per change of the weights, not per node scored."""
+        self.weights()
+        return self._cpu_per_gpu
 
     def imbalance(self, sig: Sig) -> float:
         """How far a node in state ``sig`` is from the CPU per free GPU the mix needs, as a

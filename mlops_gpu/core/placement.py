@@ -9,8 +9,9 @@ Rules (in order):
   (preferred);
 - shared: one device with enough fraction and memory left, the fullest such device first;
 - MIG: ``gpus`` free slices of the profile on one node, best fit;
-- CPU-only (``gpus`` 0): one node with the host resources free, the node with the least free
-  GPU share first (it strands the least), then the least CPU left, then name;
+- CPU-only (``gpus`` 0): one node with the host resources free, the node left with the most
+  CPU per free GPU share first (it strands the fewest GPUs; one with no free GPU, none), then
+  name;
 - every node taken must have the request's host CPU and memory free where it tracks them;
 - under ``placement: fragmentation``, on a cluster where that can matter (shared devices, or
   nodes tracking host resources), a one-node whole or shared request goes to the node (and
