@@ -52,3 +52,39 @@ def test_demo_leaves_tracking_to_mlflow_env(tmp_path: Path) -> None:
     finally:
         del os.environ["MLFLOW_TRACKING_URI"]
     assert cfg["mlflow"]["tracking_uri"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.mlflow_server
+def test_demo_into_an_mlflow_server_matches_the_report(tmp_path: Path, mlflow_server: str) -> None:
+    """The issue's acceptance: one MLflow run per scheduled attempt with the scheduler's tags
+    and metrics, and the report's total cost equal to MLflow's sum to the cent."""
+    import mlflow
+
+    d = tmp_path / "demo"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}
+    r = run_cli("demo", "--dir", str(d), env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cfg = str(d / "mlops-gpu.yaml")
+    runs = json.loads(run_cli("--config", cfg, "status", "--json").stdout)
+    attempts = {(x["id"], str(a)) for x in runs for a in range(1, x["attempt"] + 1)}
+    mlflow.set_tracking_uri(mlflow_server)
+    found = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                               filter_string="tags.`mlops_gpu.run_id` != ''")  # fmt: skip
+    found = [m for m in found if m.data.tags["mlops_gpu.run_id"] in {x["id"] for x in runs}]
+    assert {(m.data.tags["mlops_gpu.run_id"], m.data.tags["mlops_gpu.attempt"]) for m in found} \
+        == attempts and len(found) == len(attempts)  # fmt: skip
+    projects = {x["id"]: x["project"] for x in runs}
+    for m in found:
+        tags, metrics = m.data.tags, m.data.metrics
+        for key in ("project", "user", "priority", "backend", "nodes", "gpu_type", "gpu_uuids"):
+            assert tags[f"mlops_gpu.{key}"], key
+        assert tags["mlops_gpu.project"] == projects[tags["mlops_gpu.run_id"]]
+        assert tags["mlops_gpu.backend"] == "local" and m.info.status in ("FINISHED", "KILLED")
+        for key in ("queue_wait_s", "gpu_hours", "cost_usd"):
+            assert f"mlops_gpu.{key}" in metrics, key
+    rep = run_cli("--config", cfg, "report", "--format", "json")
+    assert rep.returncode == 0, rep.stderr
+    total = json.loads(rep.stdout)["total"]["cost_usd"]
+    logged = sum(m.data.metrics["mlops_gpu.cost_usd"] for m in found)
+    assert round(total, 2) == round(logged, 2) and total > 0

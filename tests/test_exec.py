@@ -189,7 +189,7 @@ def short_launch(nvml: FakeNvml, seconds: float, **kw: Any) -> tuple[Launcher, i
 def test_an_idle_run_is_flagged_once_and_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     launcher, code, err = short_launch(IdleNvml(), 0.8)
-    assert code == 0 and launcher.idle and err.count("idle (0% utilization)") == 1
+    assert code == 0 and launcher.idle and err.count("idle (under 1% utilization)") == 1
 
 
 def test_an_idle_run_is_stopped_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,3 +217,55 @@ def test_the_idle_flag_is_a_tag_on_the_run(
     launcher, code, _ = short_launch(IdleNvml(), 0.8, run_id=run_id, tracking_uri=mlflow_server)
     assert code == 0 and launcher.idle
     assert MlflowClient(mlflow_server).get_run(run_id).data.tags["mlops_gpu.idle"].endswith("Z")
+
+
+class Child:
+    """Stands in for the child process in ``_check_idle``: records signals."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+
+    def send_signal(self, n: int) -> None:
+        self.signals.append(n)
+
+
+def sample(*utils: float | None) -> list[Any]:
+    from mlops_gpu.telemetry.sampler import GpuSample
+
+    return [GpuSample(i, str(i), u, None, None, None, None) for i, u in enumerate(utils)]
+
+
+def test_idle_time_counts_stretches_that_reach_the_window_only() -> None:
+    now = [0.0]
+    launcher = Launcher(["true"], err=io.StringIO(), clock=lambda: now[0], idle_after_s=100,
+                        idle_below_pct=5.0)  # fmt: skip
+    child = Child()
+
+    def at(t: float, *utils: float | None) -> None:
+        now[0] = t
+        launcher._check_idle(sample(*utils), child, None)  # type: ignore[arg-type]
+
+    at(0, 50, 50)
+    at(10, 4, 3)  # both under 5%: a quiet stretch starts
+    at(60, 4, 90)  # one device busy: the stretch (50 s) never reached the window
+    assert launcher.idle_s == 0 and not launcher.idle
+    at(70, 0, 0)
+    at(170, 1, 0)  # 100 s quiet: flagged, counted from the stretch's start
+    assert launcher.idle and launcher.idle_s == 100
+    at(200, None, 0)  # a device that cannot say counts as busy: the stretch ends at 130 s
+    assert launcher.idle_s == 130 and child.signals == []
+    at(210, 0, 0)
+    now[0] = 260
+    assert launcher.idle_s == 130  # quiet for 50 s: not idle yet
+
+
+def test_telemetry_file_has_the_summary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import json
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    f = tmp_path / "telemetry.json"
+    launcher, code, _ = short_launch(IdleNvml(), 0.8, telemetry_file=str(f))
+    data = json.loads(f.read_text())
+    assert code == 0 and data["final"] and data["samples"] == len(launcher.samples) >= 3
+    assert data["mean_utilization"] == 0.0 and data["idle_s"] >= 0.2
+    assert data["idle_since"] is None  # the stretch closed when the child ended

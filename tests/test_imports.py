@@ -71,6 +71,15 @@ def test_import_is_light(code: str) -> None:
     assert heavy == []
 
 
+def test_the_launcher_paths_import_no_scheduler() -> None:
+    """``mlops-gpu exec`` starts in every job, dozens at once on a node: neither its CLI path
+    nor the backends' entry point may pull in the store, the controller or SQLAlchemy."""
+    for code in ("import mlops_gpu.cli.main", "import mlops_gpu.telemetry.launcher"):
+        mods = imported_modules(code)
+        assert not {m for m in mods if m.startswith(("mlops_gpu.controller", "mlops_gpu.state"))}
+        assert not {m for m in mods if m.split(".")[0] in ("sqlalchemy", "pydantic", "yaml")}
+
+
 def test_importtime_parser_sees_heavy_imports() -> None:
     # The check above is only meaningful if the parser would see such an import.
     assert "pandas" in imported_modules("import pandas")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.phase import can_transition
@@ -146,7 +146,8 @@ def test_finish_writes_exactly_one_usage_row(store: Store, end: Phase) -> None:
     assert get(store, run_id).started_at == T0 + 12
     assert store.finish(run_id, end, "the end", exit_code=3, now=T0 + 110) is True
     assert attrs(get(store, run_id), "phase finished_at exit_code") == (end, T0 + 110, 3)
-    row = UsageRow(run_id, 1, "p", "tester", "a100-80gb", "local", 2, T0 + 10, T0 + 110, 200, end)
+    row = UsageRow(run_id, 1, "p", "tester", "a100-80gb", "local", 2, T0 + 10, T0 + 110, 200, end,
+                   queued_at=T0)  # fmt: skip
     assert store.usage() == [row]
     assert store.usage(since=T0 + 110) == [row] and store.usage(since=T0 + 111) == []
     before = snapshot(store, run_id)
@@ -370,6 +371,31 @@ def test_opening_twice_keeps_one_schema_version_row(store: Store, store_url: str
             assert conn.execute(select(schema_version.c.version)).all() == [(LATEST,)]
     finally:
         again.close()
+
+
+def test_a_version_3_store_is_migrated_in_place(tmp_path: Path) -> None:
+    """A store written before v4 (no queue time, utilization or idle time) opens, keeps its
+    rows, and reads its old ledger rows with those facts unknown."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = Store(url)
+    run_id = submit(old)
+    drive(old, run_id, Phase.RUNNING)
+    assert old.finish(run_id, Phase.SUCCEEDED, "done", now=T0 + 100)
+    with old.engine.begin() as conn:
+        for table, col in (("runs", "queued_at"), ("usage", "queued_at"),
+                           ("usage", "mean_util"), ("usage", "idle_s")):  # fmt: skip
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {col}"))
+        conn.execute(schema_version.update().values(version=3))
+    old.close()
+    new = Store(url)
+    try:
+        (row,) = new.usage()
+        assert (row.run_id, row.queued_at, row.mean_util, row.idle_s) == (run_id, None, None, 0.0)
+        assert get(new, run_id).phase is Phase.SUCCEEDED and get(new, run_id).queued_at is None
+        with new.engine.connect() as conn:
+            assert conn.execute(select(schema_version.c.version)).all() == [(LATEST,)]
+    finally:
+        new.close()
 
 
 def test_a_newer_schema_is_refused(store: Store, store_url: str) -> None:

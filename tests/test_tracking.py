@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from mlops_gpu.backends.fake import FakeBackend
-from mlops_gpu.cli.report import build_report
 from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.controller.tracking import Tracker
+from mlops_gpu.controller.usage_report import build_report
 from mlops_gpu.model import GpuType, ResourceRequest
 from mlops_gpu.testing import config_yaml
 
@@ -114,15 +114,58 @@ def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
     report = build_report(rt.store.usage(), prices, None)
     logged = sum(r.data.metrics["mlops_gpu.cost_usd"] for r in runs)
     assert round(report["total"]["cost_usd"], 2) == round(logged, 2) > 0
-    assert report["projects"][0] | {"cost_usd": 0} == {
-        "project": "vision", "runs": 1, "attempts": 2, "gpu_hours": report["total"]["gpu_hours"],
-        "cost_usd": 0,
-    }  # fmt: skip
+    (row,) = report["rows"]
+    assert (row["key"], row["runs"], row["attempts"], row["preemptions"]) == ("vision", 1, 2, 1)
+    assert row["gpu_hours"] == report["total"]["gpu_hours"]
+    # each attempt's wait is the same in MLflow and in the report
+    waits = sorted(r.data.metrics["mlops_gpu.queue_wait_s"] for r in runs)
+    assert row["mean_wait_s"] == pytest.approx(sum(waits) / 2, abs=1e-3)
 
 
-def test_without_a_server_nothing_is_tracked() -> None:
-    t = Tracker("sqlite:///mlflow.db", {"a": GpuType("a")})
-    assert t.rest is None and not t.active
+def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path: Path) -> None:
+    """MLflow's SQLite store (the embedded default): the same runs, tags and metrics, written by
+    the scheduler; the launcher's mean utilization comes through the scheduler."""
+    from mlflow.tracking import MlflowClient
+
+    from mlops_gpu.backends import JobTelemetry
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    clock = Clock()
+    rt = runtime(tmp_path, uri, clock)
+    fake = rt.backends["fake"]
+    assert isinstance(fake, FakeBackend)
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                            env={"FAKE_DURATION_S": "600"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    ctl.tick()
+    (job,) = fake.jobs.values()
+    assert job.req.env["MLFLOW_TRACKING_URI"] == uri and job.req.env["MLFLOW_RUN_ID"]
+    job.telemetry = JobTelemetry(mean_utilization=42.0, idle_s=60.0)
+    clock.now += 600
+    ctl.tick()
+    (mr,) = mlflow_runs(uri, run.id)
+    assert mr.info.run_id == job.req.env["MLFLOW_RUN_ID"] and mr.info.status == "FINISHED"
+    assert mr.data.tags["mlops_gpu.project"] == "vision"
+    m = mr.data.metrics
+    assert m["mlops_gpu.gpu_hours"] == pytest.approx(600 / 3600)
+    assert m["mlops_gpu.mean_gpu_utilization"] == 42.0
+    (row,) = rt.store.usage()
+    assert (row.mean_util, row.idle_s) == (42.0, 60.0)
+    assert MlflowClient(uri).get_experiment_by_name("vision") is not None
+
+
+def test_an_unusable_local_store_pauses_tracking_and_runs_go_on(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file where the store's folder should be")
+    uri = f"sqlite:///{tmp_path}/file/mlflow.db"
+    t = Tracker(uri, {"a": GpuType("a")})
+    clock = Clock()
+    rt = runtime(tmp_path, uri, clock)
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1)))
+    ctl = Controller(rt, clock=clock)
+    ctl.tick()
+    got = rt.store.get(run.id)
+    assert got is not None and got.phase.value in ("starting", "running")
+    assert not ctl.tracker.active and t.active  # paused after the failure; a fresh one is not
 
 
 def test_a_server_that_fails_pauses_tracking_and_runs_go_on(tmp_path: Path) -> None:

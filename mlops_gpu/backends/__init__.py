@@ -14,8 +14,19 @@ from mlops_gpu.backends.base import (
     HandleError,
     JobState,
     JobStatus,
+    JobTelemetry,
     LaunchError,
+    LauncherSettings,
     LaunchRequest,
 )
 
-__all__ = ["Backend", "HandleError", "JobState", "JobStatus", "LaunchError", "LaunchRequest"]
+__all__ = [
+    "Backend",
+    "HandleError",
+    "JobState",
+    "JobStatus",
+    "JobTelemetry",
+    "LaunchError",
+    "LaunchRequest",
+    "LauncherSettings",
+]

@@ -34,6 +34,51 @@ class JobState(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class JobTelemetry:
+    """What the job's launcher (``mlops-gpu exec``) measured, as far as the backend can read it."""
+
+    #: Mean GPU utilization in percent over the run's devices and samples; None without one.
+    mean_utilization: float | None = None
+    #: Set while the run's GPUs have been idle for the whole idle window: since when.
+    idle_since: float | None = None
+    #: Seconds spent in idle stretches that reached the window (the window included).
+    idle_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> JobTelemetry:
+        def num(key: str) -> float | None:
+            v = d.get(key)
+            return float(v) if isinstance(v, int | float) else None
+
+        return cls(num("mean_utilization"), num("idle_since"), num("idle_s") or 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LauncherSettings:
+    """How backends wrap a run's command in the job-side launcher (``[telemetry]`` config)."""
+
+    interval_s: float = 10.0
+    #: Utilization (percent) under which a sample counts as idle, on every device at once.
+    idle_below_pct: float = 1.0
+    #: Seconds of idle samples before the run is flagged; None: never.
+    idle_after_s: float | None = 1800.0
+    stop_idle: bool = False
+
+    def argv(self, python: str, command: Sequence[str], telemetry_file: str | None) -> list[str]:
+        """``python -m mlops_gpu.telemetry.launcher ... -- command``: the light entry point,
+        without the CLI's imports."""
+        out = [python, "-m", "mlops_gpu.telemetry.launcher", "--interval", f"{self.interval_s:g}"]
+        out += ["--idle-below", f"{self.idle_below_pct:g}"]
+        if self.idle_after_s is not None:
+            out += ["--idle-after", f"{self.idle_after_s:g}"]
+        if self.stop_idle:
+            out.append("--stop-idle")
+        if telemetry_file:
+            out += ["--telemetry-file", telemetry_file]
+        return [*out, "--", *command]
+
+
+@dataclass(frozen=True, slots=True)
 class JobStatus:
     handle: str
     state: JobState
@@ -42,6 +87,7 @@ class JobStatus:
     finished_at: float | None = None
     #: Why it ended: "exited", "max_runtime", "stopped" (cancel or preempt), or a backend message.
     reason: str = ""
+    telemetry: JobTelemetry | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +98,8 @@ class LaunchRequest:
     placement: Placement
     #: Extra environment for the job (MLOPS_GPU_RUN_ID, MLOPS_GPU_ATTEMPT, ...).
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Wrap the command in ``mlops-gpu exec`` with these settings; None: run it bare.
+    launcher: LauncherSettings | None = None
 
 
 @runtime_checkable
@@ -86,7 +134,10 @@ class Backend(Protocol):
 
 
 def job_env(req: LaunchRequest, checkpoint_dir: str) -> dict[str, str]:
-    """The environment every backend gives a job: the checkpoint protocol of the design."""
+    """The environment every backend gives a job: the checkpoint protocol of the design, the
+    submitted environment, then the scheduler's per-attempt variables (``req.env``: the
+    attempt's MLflow run among them), which win: a requeued attempt logs to its own run even
+    when the submit named one."""
     env = {
         "MLOPS_GPU_RUN_ID": req.run_id,
         "MLOPS_GPU_ATTEMPT": str(req.attempt),
@@ -94,6 +145,6 @@ def job_env(req: LaunchRequest, checkpoint_dir: str) -> dict[str, str]:
         "MLOPS_GPU_PROJECT": req.spec.project,
         "MLOPS_GPU_GPU_TYPE": req.placement.gpu_type,
     }
-    env.update(req.env)
     env.update(req.spec.env)
+    env.update(req.env)
     return env

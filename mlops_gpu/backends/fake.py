@@ -12,7 +12,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlops_gpu.backends.base import HandleError, JobState, JobStatus, LaunchError, LaunchRequest
+from mlops_gpu.backends.base import (
+    HandleError,
+    JobState,
+    JobStatus,
+    JobTelemetry,
+    LaunchError,
+    LaunchRequest,
+)
 from mlops_gpu.model import BackendCapabilities, Node
 
 
@@ -26,6 +33,8 @@ class FakeJob:
     finished_at: float | None = None
     reason: str = ""
     signals: int = 0
+    #: What a launcher would have measured (tests set it).
+    telemetry: JobTelemetry | None = None
 
 
 class FakeBackend:
@@ -79,8 +88,9 @@ class FakeBackend:
                 continue
             self._settle(job)
             out[h] = JobStatus(
-                h, job.state, job.exit_code, job.started_at, job.finished_at, job.reason
-            )
+                h, job.state, job.exit_code, job.started_at, job.finished_at, job.reason,
+                job.telemetry,
+            )  # fmt: skip
         return out
 
     def cancel(self, handle: str, signal: str, grace_s: float) -> None:

@@ -6,8 +6,9 @@ on this host either way, with ``CUDA_VISIBLE_DEVICES`` set to the placement's de
 
 Each attempt has a directory ``<state_dir>/runs/<run_id>/<attempt>/`` holding ``launch.json``
 (written before the process starts), ``runner.pid``, ``child.pid``, ``stdout.log``,
-``stderr.log`` and, once the run ended, ``exit.json``. The directory is the source of truth after
-a scheduler crash: supervisors run in their own sessions and outlive the scheduler.
+``stderr.log``, ``telemetry.json`` (the launcher's summary, when the run goes through
+``mlops-gpu exec``) and, once the run ended, ``exit.json``. The directory is the source of
+truth after a scheduler crash: supervisors run in their own sessions and outlive the scheduler.
 
 Handle: ``local:<host>:<run_id>:<attempt>:<supervisor pid>``; before signalling, the pid's
 command line must still name the run (pids are reused).
@@ -30,6 +31,7 @@ from mlops_gpu.backends.base import (
     HandleError,
     JobState,
     JobStatus,
+    JobTelemetry,
     LaunchError,
     LaunchRequest,
     job_env,
@@ -89,7 +91,16 @@ class LocalBackend:
         ]
         if spec.max_runtime_s is not None:
             cmd += ["--max-runtime", str(spec.max_runtime_s)]
-        cmd += ["--", *spec.command]
+        if req.launcher is not None:
+            # Through the launcher: it samples the run's GPUs and passes the stop signal on.
+            tfile = str(d / "telemetry.json")
+            cmd += [
+                "--leader-signal",
+                "--",
+                *req.launcher.argv(sys.executable, spec.command, tfile),
+            ]
+        else:
+            cmd += ["--", *spec.command]
         (d / "launch.json").write_text(
             json.dumps(
                 {
@@ -202,7 +213,7 @@ class LocalBackend:
         d = self.attempt_dir(run_id, attempt)
         exit_file = d / "exit.json"
         if not exit_file.exists() and self._alive(pid, run_id):
-            return JobStatus(handle, JobState.RUNNING)
+            return JobStatus(handle, JobState.RUNNING, telemetry=self._telemetry(d))
         try:
             info = json.loads(exit_file.read_text())
         except (FileNotFoundError, ValueError):
@@ -217,4 +228,13 @@ class LocalBackend:
             started_at=info.get("started_at"),
             finished_at=info.get("finished_at"),
             reason=str(info.get("reason", "exited")),
+            telemetry=self._telemetry(d),
         )
+
+    @staticmethod
+    def _telemetry(d: Path) -> JobTelemetry | None:
+        """The launcher's summary, if it wrote one (a run launched bare has none)."""
+        try:
+            return JobTelemetry.from_dict(json.loads((d / "telemetry.json").read_text()))
+        except (OSError, ValueError, AttributeError):
+            return None

@@ -8,7 +8,9 @@ Invariants:
 - The child runs in its own session (process group), with stdout/stderr in DIR/stdout.log and
   DIR/stderr.log.
 - Stop protocol: SIGTERM to the supervisor (or the max runtime passing) sends the run's checkpoint
-  signal to the child's whole group, then SIGKILL to the group after the grace. A ``stop.json``
+  signal to the child's whole group (with ``--leader-signal``, to the child alone: the
+  ``mlops-gpu exec`` launcher passes it on to the group itself, so nobody gets it twice), then
+  SIGKILL to the group after the grace. A ``stop.json``
   in DIR, written before the SIGTERM, may override signal and grace for that stop.
 - When the child ends, ``exit.json`` is written atomically (tmp + rename) before the supervisor
   exits, so a scheduler that was down meanwhile still learns how the run ended.
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--signal", default="SIGTERM")
     ap.add_argument("--grace", type=float, default=30.0)
     ap.add_argument("--max-runtime", type=float, default=None)
+    ap.add_argument("--leader-signal", action="store_true")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -103,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                     except (ValueError, OSError):
                         pass
                 reason = "stopped" if "requested" in stop else "max_runtime"
-                _killpg(child.pid, _sig(sig_name))
+                if args.leader_signal:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(child.pid, _sig(sig_name))
+                else:
+                    _killpg(child.pid, _sig(sig_name))
                 kill_at = now + grace
         elif now >= kill_at:
             _killpg(child.pid, signal.SIGKILL)

@@ -448,22 +448,38 @@ _register()
     type=click.FloatRange(min=0),
     default=1800.0,
     show_default=True,
-    help="Seconds at 0% GPU utilization before the run is flagged idle.",
+    help="Seconds with every GPU under --idle-below before the run is flagged idle.",
+)
+@click.option(
+    "--idle-below",
+    type=click.FloatRange(min=0, max=100),
+    default=1.0,
+    show_default=True,
+    help="Utilization (percent) under which a GPU counts as idle.",
 )
 @click.option("--stop-idle", is_flag=True, help="Stop (SIGTERM) a run flagged idle.")
+@click.option(
+    "--telemetry-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Keep a JSON summary (mean utilization, idle time) here for the scheduler.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(
     run_id: str | None,
     interval: float,
     idle_after: float,
+    idle_below: float,
     stop_idle: bool,
+    telemetry_file: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (after --), sample its GPUs (CUDA_VISIBLE_DEVICES) into its MLflow run
     ($MLFLOW_TRACKING_URI), forward signals to it, and exit with its status."""
     from mlops_gpu.telemetry.launcher import main as launch
 
-    sys.exit(launch(list(command), run_id, interval, idle_after, stop_idle))
+    cmd = list(command)
+    sys.exit(launch(cmd, run_id, interval, idle_after, stop_idle, idle_below, telemetry_file))
 
 
 def main() -> None:

@@ -1,63 +1,102 @@
-"""``mlops-gpu report``: GPU-hours and money per project and per user, from the usage ledger.
-
-Each ledger row is one attempt's hold on its GPUs (admission to end; shares by their share);
-its cost is its GPU-hours times its GPU type's ``price_per_hour``, the same sum the scheduler
-logs to MLflow as ``mlops_gpu.cost_usd``. ``--since`` keeps attempts that ended in the window.
-Attempts still running are not in the ledger yet.
+"""``mlops-gpu report``: runs, GPU-hours, cost, utilization, waits, preemptions and wasted
+GPU-hours per project, user, GPU type or day, from the usage ledger
+(``controller.usage_report`` holds the definitions). Attempts still running are not in the ledger
+yet; ``--since`` keeps attempts that ended in the window.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import time
-from collections import defaultdict
 from typing import Any
 
 import click
 
+# the report's groupings (``controller.usage_report.BY``), here so the CLI imports no controller
+BY = ("project", "user", "gpu_type", "day")
 
-def build_report(rows: list[Any], prices: dict[str, float], since: float | None) -> dict[str, Any]:
-    by: dict[str, dict[str, dict[str, Any]]] = {"projects": {}, "users": {}}
-    total = {"gpu_hours": 0.0, "cost_usd": 0.0, "attempts": 0}
-    runs: dict[str, dict[str, set[str]]] = {"projects": defaultdict(set), "users": defaultdict(set)}
-    for r in rows:
-        hours = r.gpu_seconds / 3600
-        cost = hours * prices.get(r.gpu_type, 0.0)
-        for kind, key in (("projects", r.project), ("users", r.user)):
-            b = by[kind].setdefault(key, {"gpu_hours": 0.0, "cost_usd": 0.0, "attempts": 0})
-            b["gpu_hours"] += hours
-            b["cost_usd"] += cost
-            b["attempts"] += 1
-            runs[kind][key].add(r.run_id)
-        total["gpu_hours"] += hours
-        total["cost_usd"] += cost
-        total["attempts"] += 1
-    out: dict[str, Any] = {"since": since}
-    for kind, label in (("projects", "project"), ("users", "user")):
-        out[kind] = [
-            {label: k, "runs": len(runs[kind][k]), "attempts": v["attempts"],
-             "gpu_hours": round(v["gpu_hours"], 6), "cost_usd": round(v["cost_usd"], 6)}
-            for k, v in sorted(by[kind].items())
-        ]  # fmt: skip
-    out["total"] = {
-        "runs": len({r.run_id for r in rows}),
-        "attempts": total["attempts"],
-        "gpu_hours": round(total["gpu_hours"], 6),
-        "cost_usd": round(total["cost_usd"], 6),
-    }
-    return out
+COLUMNS = [
+    ("runs", "RUNS", "{:d}"),
+    ("attempts", "ATTEMPTS", "{:d}"),
+    ("gpu_hours", "GPU-HOURS", "{:.3f}"),
+    ("cost_usd", "COST USD", "{:.2f}"),
+    ("mean_utilization", "UTIL %", "{:.1f}"),
+    ("mean_wait_s", "WAIT S", "{:.1f}"),
+    ("p95_wait_s", "P95 WAIT S", "{:.1f}"),
+    ("preemptions", "PREEMPTED", "{:d}"),
+    ("wasted_gpu_hours", "WASTED GPU-H", "{:.3f}"),
+]
+
+
+def to_csv(out: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([out["by"], *(k for k, _, _ in COLUMNS)])
+    for row in out["rows"]:
+        w.writerow([row["key"], *("" if row[k] is None else row[k] for k, _, _ in COLUMNS)])
+    return buf.getvalue()
+
+
+def to_table(out: dict[str, Any]) -> str:
+    def cells(row: dict[str, Any]) -> list[str]:
+        return ["-" if row[k] is None else f.format(row[k]) for k, _, f in COLUMNS]
+
+    head = [out["by"].upper(), *(h for _, h, _ in COLUMNS)]
+    body = [[r["key"], *cells(r)] for r in out["rows"]]
+    body.append(["TOTAL", *cells(out["total"])])
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+
+    def line(cols: list[str]) -> str:
+        first = cols[0].ljust(widths[0])
+        return "  ".join([first, *(c.rjust(w) for c, w in zip(cols[1:], widths[1:], strict=True))])
+
+    return "\n".join([line(head), *(line(b) for b in body)])
+
+
+def plot(out: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [r["key"] for r in out["rows"]]
+    used = [r["gpu_hours"] - r["wasted_gpu_hours"] for r in out["rows"]]
+    wasted = [r["wasted_gpu_hours"] for r in out["rows"]]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(keys) + 2), 4))
+    ax.bar(keys, used, label="GPU-hours")
+    ax.bar(keys, wasted, bottom=used, label="wasted (idle) GPU-hours", hatch="//", alpha=0.6)
+    ax.set_ylabel("GPU-hours")
+    ax.set_title(f"GPU-hours by {out['by']} (total ${out['total']['cost_usd']:.2f})")
+    ax.legend()
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 @click.command()
+@click.option(
+    "--by", type=click.Choice(BY), default="project", show_default=True, help="Group rows by."
+)
 @click.option("--since", default=None, help="Only attempts that ended in this window, e.g. 7d.")
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option(
+    "--plot", "plot_path", type=click.Path(dir_okay=False), help="Also write a bar chart (PNG)."
 )
 @click.pass_context
-def report(ctx: click.Context, since: str | None, fmt: str) -> None:
-    """GPU-hours and cost per project and per user, from the usage ledger."""
+def report(ctx: click.Context, by: str, since: str | None, fmt: str, plot_path: str | None) -> None:
+    """GPU-hours, cost, utilization, waits, preemptions and wasted GPU-hours from the ledger."""
     from mlops_gpu.cli.main import UserError, _runtime
     from mlops_gpu.cli.parse import parse_duration
+    from mlops_gpu.controller.usage_report import build_report
 
     try:
         start = time.time() - parse_duration(since, "--since") if since else None
@@ -65,20 +104,17 @@ def report(ctx: click.Context, since: str | None, fmt: str) -> None:
         raise UserError(e.format_message()) from None
     rt = _runtime(ctx)
     prices = {t: g.price_per_hour for t, g in rt.cfg.model_gpu_types().items()}
-    out = build_report(rt.store.usage(since=start), prices, start)
+    out = build_report(rt.store.usage(since=start), prices, start, by)
+    if plot_path:
+        try:
+            plot(out, plot_path)
+        except OSError as e:
+            raise UserError(f"--plot {plot_path}: {e}") from None
     if fmt == "json":
         click.echo(json.dumps(out, indent=2))
-        return
-    for kind, label in (("projects", "project"), ("users", "user")):
-        click.echo(
-            f"{label.upper():<20}{'RUNS':>6}{'ATTEMPTS':>10}{'GPU-HOURS':>12}{'COST USD':>12}"
-        )
-        for row in out[kind]:
-            click.echo(
-                f"{row[label]:<20}{row['runs']:>6}{row['attempts']:>10}"
-                f"{row['gpu_hours']:>12.3f}{row['cost_usd']:>12.2f}"
-            )
-        click.echo("")
-    t = out["total"]
-    click.echo(f"{'TOTAL':<20}{t['runs']:>6}{t['attempts']:>10}{t['gpu_hours']:>12.3f}"
-               f"{t['cost_usd']:>12.2f}")  # fmt: skip
+    elif fmt == "csv":
+        click.echo(to_csv(out), nl=False)
+    else:
+        click.echo(to_table(out))
+        if plot_path:
+            click.echo(f"wrote {plot_path}")

@@ -14,6 +14,7 @@ from mlops_gpu.config.schema import (
     FakeBackendConfig,
     LocalBackendConfig,
     NodeConfig,
+    SlurmBackendConfig,
 )
 from mlops_gpu.config.starter import starter_config
 
@@ -24,6 +25,7 @@ __all__ = [
     "FakeBackendConfig",
     "LocalBackendConfig",
     "NodeConfig",
+    "SlurmBackendConfig",
     "find_config",
     "load_config",
     "starter_config",

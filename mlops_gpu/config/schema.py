@@ -108,11 +108,60 @@ class FakeBackendConfig(_Strict):
     duration_s: float = Field(1.0, ge=0)
 
 
-BackendConfig = Annotated[LocalBackendConfig | FakeBackendConfig, Field(discriminator="type")]
+class SlurmBackendConfig(_Strict):
+    """A Slurm cluster reached with its command-line tools (``sinfo``, ``sbatch``, ``squeue``,
+    ``scontrol``, ``scancel``, ``sacct -c``); nodes come from ``sinfo``."""
+
+    type: Literal["slurm"]
+    #: The cluster's name in run handles (``slurm:<cluster>:<jobid>``).
+    cluster: str = Field("slurm", pattern=r"^[A-Za-z0-9_.-]+$")
+    partition: str | None = None
+    account: str | None = None
+    #: Our GPU type name -> the cluster's GRES type (``a100-80gb: a100``); a GRES type with no
+    #: entry here is taken as the GPU type of that name.
+    gres_types: dict[str, str] = Field(default_factory=dict)
+    #: ``SLURM_CONF`` for the tools (default: theirs).
+    slurm_conf: str | None = None
+    #: Folder on storage the compute nodes share: job scripts, logs, checkpoints, telemetry
+    #: (default: ``<state_dir>/slurm/<backend name>``).
+    shared_dir: str | None = None
+    #: The Python that runs ``mlops-gpu exec`` on the compute nodes (default: the scheduler's).
+    python: str | None = None
+    #: Seconds an inventory (``sinfo``) is reused before it is read again.
+    inventory_s: float = Field(10.0, ge=0)
+    #: Seconds a Slurm command may take before it counts as failed.
+    command_timeout_s: float = Field(30.0, gt=0)
+    #: Node labels, by node name (e.g. ``{sn1: {rack: r1}}``), for topology-aware placement.
+    labels: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[NodeConfig]:
+        return []  # from sinfo, at run time
+
+
+BackendConfig = Annotated[
+    LocalBackendConfig | FakeBackendConfig | SlurmBackendConfig, Field(discriminator="type")
+]
 
 
 class MlflowConfig(_Strict):
     tracking_uri: str | None = None
+
+
+class TelemetryConfig(_Strict):
+    """The job-side launcher (``mlops-gpu exec``) every backend wraps a run's command in."""
+
+    #: Wrap commands in the launcher (GPU samples to MLflow, idle detection, signal passing).
+    launcher: bool = True
+    #: Seconds between GPU samples.
+    interval_s: float = Field(10.0, ge=0.1)
+    #: A sample is idle when every one of the run's GPUs is under this utilization (percent).
+    idle_below_pct: float = Field(1.0, ge=0, le=100)
+    #: Seconds of idle samples before the run is flagged idle (its GPU time from then on, the
+    #: window included, counts as wasted); null: never flag.
+    idle_after_s: float | None = Field(1800.0, gt=0)
+    #: Stop a run flagged idle (SIGTERM, as a cancel), rather than only flag it.
+    stop_idle: bool = False
 
 
 class PolicyConfig(_Strict):
@@ -160,6 +209,7 @@ class Config(_Strict):
     store: str = "sqlite:///state.db"
     state_dir: str = "state"
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     gpu_types: dict[str, GpuTypeConfig] = Field(min_length=1)
     backends: dict[str, BackendConfig] = Field(min_length=1)
     cohorts: dict[str, CohortConfig] = Field(default_factory=dict)
@@ -246,6 +296,11 @@ class Config(_Strict):
     @property
     def state_path(self) -> Path:
         p = Path(self.state_dir).expanduser()
+        return p if p.is_absolute() else (self._root / p).resolve()
+
+    def resolve_path(self, path: str) -> Path:
+        """A path from the config: ``~`` expanded, relative to the config file's folder."""
+        p = Path(path).expanduser()
         return p if p.is_absolute() else (self._root / p).resolve()
 
     def tracking_uri(self, environ: dict[str, str]) -> str:

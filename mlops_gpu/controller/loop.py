@@ -28,7 +28,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from mlops_gpu.backends import Backend, HandleError, JobState, JobStatus, LaunchRequest
+from mlops_gpu.backends import (
+    Backend,
+    HandleError,
+    JobState,
+    JobStatus,
+    LauncherSettings,
+    LaunchRequest,
+)
 from mlops_gpu.controller import accounting
 from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.controller.runtime import Runtime
@@ -137,6 +144,13 @@ class Controller:
         self._ledger_read_at = float("-inf")
         self.mirror = Mirror(rt.store)
         self.tracker = Tracker(rt.cfg.tracking_uri(dict(os.environ)), rt.cfg.model_gpu_types())
+        t = rt.cfg.telemetry
+        self.launcher = (
+            LauncherSettings(t.interval_s, t.idle_below_pct, t.idle_after_s, t.stop_idle)
+            if t.launcher
+            else None
+        )
+        self._flagged_idle: set[tuple[str, int]] = set()
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -255,7 +269,9 @@ class Controller:
         backend = self.rt.backends[bname]
         env = {"MLOPS_GPU_CONFIG": str(self.rt.cfg.source)} if self.rt.cfg.source else {}
         env.update(self.tracker.started(admitted))  # the attempt's MLflow run, if configured
-        req = LaunchRequest(run.id, admitted.attempt, admitted.spec, admitted.placement, env)
+        req = LaunchRequest(
+            run.id, admitted.attempt, admitted.spec, admitted.placement, env, self.launcher
+        )
         try:
             handle = backend.launch(req)
         except Exception as e:  # any launch failure rolls the admission back
@@ -303,12 +319,18 @@ class Controller:
         store, now = self.rt.store, self.clock()
         if st.state in (JobState.STARTING,):
             return
+        tel = st.telemetry
         if st.state is JobState.RUNNING:
             if run.phase is not Phase.RUNNING:
                 store.mark_running(run.id, now=now)
+            if tel is not None and tel.idle_since is not None:
+                self._flag_idle(run, tel.idle_since, now)
             return
         self._signalled.discard((run.id, run.attempt))
+        self._flagged_idle.discard((run.id, run.attempt))
         max_attempts = run.spec.max_attempts or self.rt.cfg.retry.max_attempts
+        # what the launcher measured goes into the usage ledger with the attempt
+        util, idle_s = (tel.mean_utilization, tel.idle_s) if tel else (None, 0.0)
         if st.state is JobState.LOST:
             phase = store.requeue(
                 run.id,
@@ -317,9 +339,11 @@ class Controller:
                 max_attempts,
                 now=now,
                 backoff_s=self.rt.cfg.retry.backoff(run.attempt + 1),
+                mean_util=util,
+                idle_s=idle_s,
             )
             rep.requeued += 1
-            self.tracker.ended(run, "lost", now)
+            self.tracker.ended(run, "lost", now, util)
             self._emit("lost", run, f"{st.reason}; now {phase}")
             return
         if run.preempt_requested and not run.cancel_requested:
@@ -332,9 +356,11 @@ class Controller:
                 None,
                 now=now,
                 backoff_s=self.rt.cfg.retry.backoff(run.attempt + 1),
+                mean_util=util,
+                idle_s=idle_s,
             )
             rep.requeued += 1
-            self.tracker.ended(run, "preempted", now)
+            self.tracker.ended(run, "preempted", now, util)
             self._emit("preempted", run, f"now {phase}")
             return
         if run.cancel_requested:
@@ -344,17 +370,39 @@ class Controller:
             why = f"stopped after exceeding max_runtime {run.spec.max_runtime_s:g}s"
         elif st.state is JobState.SUCCEEDED:
             phase, why = Phase.SUCCEEDED, "exited 0"
+        elif self.rt.cfg.telemetry.stop_idle and tel is not None and tel.idle_s > 0:
+            phase = Phase.FAILED
+            why = f"stopped because its GPUs sat idle (exited {st.exit_code})"
         else:
             phase, why = Phase.FAILED, f"exited {st.exit_code}"
         # The job's own end time (it may have ended while the scheduler was down), never
         # before its admission.
         end = max(now if st.finished_at is None else st.finished_at, run.admitted_at or 0.0)
         if store.finish(
-            run.id, phase, why, exit_code=st.exit_code, now=min(end, now), started_at=st.started_at
+            run.id,
+            phase,
+            why,
+            exit_code=st.exit_code,
+            now=min(end, now),
+            started_at=st.started_at,
+            mean_util=util,
+            idle_s=idle_s,
         ):
             rep.finished += 1
-            self.tracker.ended(run, phase.value, min(end, now))
+            self.tracker.ended(run, phase.value, min(end, now), util)
             self._emit(phase.value, run, why)
+
+    def _flag_idle(self, run: Run, since: float, now: float) -> None:
+        key = (run.id, run.attempt)
+        if key in self._flagged_idle:
+            return
+        self._flagged_idle.add(key)
+        t = self.rt.cfg.telemetry
+        when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(since))
+        why = f"its GPUs have been idle (under {t.idle_below_pct:g}% utilization) since {when}"
+        why += "; stopping it" if t.stop_idle else "; wasting GPU time"
+        if self.rt.store.flag(run.id, "idle", why, now=now):
+            self._emit("idle", run, why)
 
     def _stop_cancelled(self, active: list[Run]) -> None:
         for run in active:

@@ -13,7 +13,13 @@ from typing import Any
 from mlops_gpu.backends import Backend
 from mlops_gpu.backends.fake import FakeBackend
 from mlops_gpu.backends.local import LocalBackend
-from mlops_gpu.config import Config, FakeBackendConfig, LocalBackendConfig, load_config
+from mlops_gpu.config import (
+    Config,
+    FakeBackendConfig,
+    LocalBackendConfig,
+    SlurmBackendConfig,
+    load_config,
+)
 from mlops_gpu.core import request_problems
 from mlops_gpu.model import Node, ResourceRequest, Run, RunSpec
 from mlops_gpu.state import Store
@@ -30,6 +36,23 @@ def build_backend(cfg: Config, name: str) -> Backend:
         return LocalBackend(name, nodes, cfg.state_path)
     if isinstance(b, FakeBackendConfig):
         return FakeBackend(name, nodes, default_duration_s=b.duration_s)
+    if isinstance(b, SlurmBackendConfig):
+        from mlops_gpu.backends.slurm import SlurmBackend
+
+        shared = cfg.resolve_path(b.shared_dir) if b.shared_dir else cfg.state_path / "slurm" / name
+        return SlurmBackend(
+            name,
+            shared,
+            cluster=b.cluster,
+            partition=b.partition,
+            account=b.account,
+            gres_types=b.gres_types,
+            slurm_conf=str(cfg.resolve_path(b.slurm_conf)) if b.slurm_conf else None,
+            python=b.python,
+            inventory_s=b.inventory_s,
+            timeout_s=b.command_timeout_s,
+            labels=b.labels,
+        )
     raise AssertionError(f"unhandled backend type {type(b).__name__}")  # pragma: no cover
 
 

@@ -5,8 +5,8 @@ project, linked by the tag ``mlops_gpu.run_id``. Tags: ``mlops_gpu.run_id``, ``.
 ``.user``, ``.priority``, ``.backend``, ``.nodes``, ``.gpu_type``, ``.gpu_uuids`` (the devices
 held), ``.attempt``. The job gets ``MLFLOW_TRACKING_URI``, ``MLFLOW_RUN_ID`` and
 ``MLFLOW_EXPERIMENT_ID``, so ``mlops-gpu exec`` and the user's own ``mlflow`` calls log into
-that run. When the attempt ends: ``mlops_gpu.queue_wait_s`` (admission minus submit; for a
-requeued attempt, since the original submit), ``mlops_gpu.gpu_hours`` and
+that run. When the attempt ends: ``mlops_gpu.queue_wait_s`` (admission minus the time the attempt
+joined the queue: the submit, or for a requeued attempt its requeue), ``mlops_gpu.gpu_hours`` and
 ``mlops_gpu.cost_usd`` (GPU-hours, shares by their share, times the type's price), the tag
 ``mlops_gpu.outcome``, and the run's status (FINISHED, FAILED, or KILLED for cancelled and
 preempted attempts).
@@ -16,8 +16,12 @@ Invariants:
   on untracked, and tracking pauses for ``PAUSE_S`` (a server that does not answer would
   otherwise cost a timeout per run).
 - An attempt's MLflow run is remembered in memory and, after a restart, found again by its tags.
-- With a tracking URI that is not an ``http(s)`` server nothing is recorded yet (the local
-  SQLite default needs the ``mlflow`` package in the scheduler; a later slice).
+- The first attempt adopts the MLflow run named by ``MLOPS_GPU_MLFLOW_RUN_ID`` in the submitted
+  environment, if any (tags set on it, never a second run); later attempts get their own.
+- A file or database tracking URI (the local SQLite default) is written through the ``mlflow``
+  package in the scheduler process (``mlflow_local``); jobs get the same URI, so their own
+  ``mlflow`` calls land in the attempt's run. The launcher logs GPU samples only to a server
+  (REST); with a local store the scheduler logs the launcher's ``mean_gpu_utilization``.
 """
 
 from __future__ import annotations
@@ -26,12 +30,16 @@ import logging
 import time
 from collections.abc import Mapping
 
+from mlops_gpu.controller.mlflow_local import MlflowLocal
 from mlops_gpu.model import GpuType, Run
 from mlops_gpu.telemetry.mlflow_rest import MlflowRest, TrackingError, rest_uri
 
 log = logging.getLogger("mlops_gpu.tracking")
 
 PAUSE_S = 60.0
+#: In a run's submitted environment: an MLflow run the submitter created (``mlflow run`` with
+#: the ``mlops-gpu`` project backend), adopted as the first attempt's run instead of a new one.
+ADOPT_ENV = "MLOPS_GPU_MLFLOW_RUN_ID"
 
 STATUS = {
     "succeeded": "FINISHED",
@@ -46,8 +54,14 @@ STATUS = {
 class Tracker:
     def __init__(self, uri: str | None, gpu_types: Mapping[str, GpuType]) -> None:
         base = rest_uri(uri)
-        self.uri = base
-        self.rest = MlflowRest(base) if base else None
+        self.uri = base or uri or None
+        self.rest: MlflowRest | MlflowLocal | None = None
+        if base:
+            self.rest = MlflowRest(base)
+        elif self.uri:  # a file or database store: through the mlflow package, here only
+            self.rest = MlflowLocal(self.uri)
+        #: the job's launcher cannot log to a local store: the summary comes through us
+        self.logs_summary = isinstance(self.rest, MlflowLocal)
         self.gpu_types = gpu_types
         self._ids: dict[tuple[str, int], str] = {}
         self._experiments: dict[str, str] = {}
@@ -88,19 +102,29 @@ class Tracker:
             "mlops_gpu.gpu_uuids": ",".join(d for s in p.slots for d in s.devices),
             "mlops_gpu.attempt": str(run.attempt),
         }
+        adopt = run.spec.env.get(ADOPT_ENV) if run.attempt == 1 else None
         try:
-            exp = self._experiment(run)
-            mlflow_id = self.rest.create_run(exp, f"{run.spec.name} #{run.attempt}", tags)
+            if adopt:  # the submitter made the first attempt's MLflow run (mlflow run)
+                self.rest.set_tags(adopt, tags)
+                mlflow_id, exp = adopt, None
+            else:
+                exp = self._experiment(run)
+                mlflow_id = self.rest.create_run(exp, f"{run.spec.name} #{run.attempt}", tags)
         except TrackingError as e:
             self._fail(e)
             return {}
         self._ids[(run.id, run.attempt)] = mlflow_id
         assert self.uri is not None
-        return {"MLFLOW_TRACKING_URI": self.uri, "MLFLOW_RUN_ID": mlflow_id,
-                "MLFLOW_EXPERIMENT_ID": exp}  # fmt: skip
+        env = {"MLFLOW_TRACKING_URI": self.uri, "MLFLOW_RUN_ID": mlflow_id}
+        if exp is not None:
+            env["MLFLOW_EXPERIMENT_ID"] = exp
+        return env
 
-    def ended(self, run: Run, outcome: str, end: float) -> None:
-        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run."""
+    def ended(
+        self, run: Run, outcome: str, end: float, mean_utilization: float | None = None
+    ) -> None:
+        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run.
+        ``mean_utilization``: the launcher's, logged here when the launcher could not."""
         if not self.active or self.rest is None or run.placement is None:
             return
         if run.admitted_at is None:
@@ -116,10 +140,12 @@ class Tracker:
             hours = p.gpu_amount * max(end - run.admitted_at, 0.0) / 3600
             price = self.gpu_types[p.gpu_type].price_per_hour if p.gpu_type in self.gpu_types else 0
             metrics = [
-                ("mlops_gpu.queue_wait_s", run.admitted_at - run.submitted_at, end, 0),
+                ("mlops_gpu.queue_wait_s", run.queue_wait_s or 0.0, end, 0),
                 ("mlops_gpu.gpu_hours", hours, end, 0),
                 ("mlops_gpu.cost_usd", hours * price, end, 0),
             ]
+            if self.logs_summary and mean_utilization is not None:
+                metrics.append(("mlops_gpu.mean_gpu_utilization", mean_utilization, end, 0))
             self.rest.log_metrics(mlflow_id, metrics)
             self.rest.set_tags(mlflow_id, {"mlops_gpu.outcome": outcome})
             self.rest.finish(mlflow_id, STATUS.get(outcome, "FAILED"), end)

@@ -232,6 +232,16 @@ class Run:
     attained_gpu_s: float = 0.0
     #: A requeued run waits until then (backoff).
     not_before: float | None = None
+    #: When the current attempt joined the queue: the submit, or the requeue that made it.
+    queued_at: float | None = None
+
+    @property
+    def queue_wait_s(self) -> float | None:
+        """The current attempt's wait from joining the queue to admission."""
+        if self.admitted_at is None:
+            return None
+        joined = self.queued_at if self.queued_at is not None else self.submitted_at
+        return max(self.admitted_at - joined, 0.0)  # clocks of two processes may disagree
 
     @property
     def project(self) -> str:

@@ -64,6 +64,8 @@ runs = Table(
     Column("not_before", Float),
     # v3: the store revision of the row's last change (``revision``), for change feeds
     Column("rev", _Id, nullable=False, default=0, server_default="0"),
+    # v4: when the current attempt joined the queue (submit, or the requeue that made it)
+    Column("queued_at", Float),
     Index("ix_runs_phase", "phase"),
     Index("ix_runs_project", "project"),
     Index("ix_runs_rev", "rev"),
@@ -107,6 +109,11 @@ usage = Table(
     Column("end", Float, nullable=False),
     Column("gpu_seconds", Float, nullable=False),
     Column("outcome", String(20), nullable=False),
+    # v4: queue wait, mean GPU utilization (percent, when the launcher sampled a device) and
+    # the seconds the attempt's GPUs sat idle past the idle window (wasted GPU time)
+    Column("queued_at", Float),
+    Column("mean_util", Float),
+    Column("idle_s", Float, nullable=False, default=0.0, server_default="0"),
     Index("ix_usage_project", "project"),
     Index("ix_usage_run", "run_id"),
 )
@@ -151,8 +158,15 @@ def _v3(conn: Connection) -> None:
         conn.execute(revision.insert().values(value=0))
 
 
+def _v4(conn: Connection) -> None:
+    _add_missing_columns(conn, runs, ["queued_at"])
+    _add_missing_columns(conn, usage, ["queued_at", "mean_util", "idle_s"])
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4),
+]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 
 

@@ -55,6 +55,13 @@ class UsageRow:
     end: float
     gpu_seconds: float
     outcome: str
+    #: When the attempt joined the queue (its wait is ``start - queued_at``); None in rows
+    #: written before schema v4.
+    queued_at: float | None = None
+    #: Mean GPU utilization (percent) the launcher sampled; None without a device or NVML.
+    mean_util: float | None = None
+    #: Seconds the attempt's GPUs sat idle past the idle window: ``gpus * idle_s`` is wasted.
+    idle_s: float = 0.0
     #: The ledger row's id: rows are only ever added, with growing ids (not part of equality).
     id: int = field(default=0, compare=False)
 
@@ -123,6 +130,7 @@ def _row_to_run(r: Row[Any], spec: RunSpec | None = None) -> Run:
         last_checkpoint_at=r.last_checkpoint_at,
         attained_gpu_s=r.attained_gpu_s or 0.0,
         not_before=r.not_before,
+        queued_at=r.queued_at,
     )
 
 
@@ -243,6 +251,7 @@ class Store:
                             spec=json.dumps(spec.to_dict()),
                             attempt=1,
                             submitted_at=now,
+                            queued_at=now,
                             cancel_requested=False,
                             preempt_requested=False,
                             rev=self._bump(conn),
@@ -333,7 +342,10 @@ class Store:
                     r.end,
                     r.gpu_seconds,
                     r.outcome,
-                    r.id,
+                    queued_at=r.queued_at,
+                    mean_util=r.mean_util,
+                    idle_s=r.idle_s or 0.0,
+                    id=r.id,
                 )
                 for r in conn.execute(q)
             ]
@@ -434,8 +446,19 @@ class Store:
             )
         return True
 
-    def _usage_row(self, conn: Connection, row: Row[Any], now: float, outcome: str) -> float:
-        """Record the attempt's GPU time in the ledger; returns the GPU-seconds recorded."""
+    def _usage_row(
+        self,
+        conn: Connection,
+        row: Row[Any],
+        now: float,
+        outcome: str,
+        mean_util: float | None = None,
+        idle_s: float = 0.0,
+    ) -> float:
+        """Record the attempt's GPU time in the ledger; returns the GPU-seconds recorded.
+
+        ``idle_s`` is capped at the attempt's held time (a launcher clock ahead of ours must
+        not book more waste than use)."""
         if not row.placement or row.admitted_at is None:
             return 0.0
         p = Placement.from_dict(json.loads(row.placement))
@@ -454,6 +477,9 @@ class Store:
                 end=now,
                 gpu_seconds=gpu_s,
                 outcome=outcome,
+                queued_at=row.queued_at if row.queued_at is not None else row.submitted_at,
+                mean_util=mean_util,
+                idle_s=min(max(idle_s, 0.0), max(now - row.admitted_at, 0.0)),
             )
         )
         return gpu_s
@@ -466,6 +492,8 @@ class Store:
         exit_code: int | None = None,
         now: float | None = None,
         started_at: float | None = None,
+        mean_util: float | None = None,
+        idle_s: float = 0.0,
     ) -> bool:
         """An active run ends (succeeded, failed or cancelled); its usage is recorded once.
 
@@ -477,7 +505,7 @@ class Store:
             row = self._locked(conn, run_id)
             if Phase(row.phase) in TERMINAL_PHASES:
                 return False
-            held = self._usage_row(conn, row, now, phase.value)
+            held = self._usage_row(conn, row, now, phase.value, mean_util, idle_s)
             self._move(
                 conn,
                 row,
@@ -503,6 +531,8 @@ class Store:
         max_attempts: int | None,
         now: float | None = None,
         backoff_s: float = 0.0,
+        mean_util: float | None = None,
+        idle_s: float = 0.0,
     ) -> Phase:
         """A preempted or lost run: pending as attempt + 1 (not admitted again before
         ``backoff_s`` has passed), or failed once retries are spent. The GPU time it held
@@ -513,7 +543,7 @@ class Store:
             row = self._locked(conn, run_id)
             if Phase(row.phase) not in ACTIVE_PHASES:
                 raise ConflictError(f"run {run_id} is {row.phase}; only active runs requeue")
-            held = self._usage_row(conn, row, now, kind)
+            held = self._usage_row(conn, row, now, kind, mean_util, idle_s)
             attained = (row.attained_gpu_s or 0.0) + held
             if row.cancel_requested:
                 self._move(
@@ -558,6 +588,7 @@ class Store:
                 preempt_requested=False,
                 attained_gpu_s=attained,
                 not_before=now + backoff_s if backoff_s > 0 else None,
+                queued_at=now,
                 reason_code=kind,
                 reason=f"{reason}; requeued as attempt {row.attempt + 1}",
             )
@@ -629,6 +660,22 @@ class Store:
             self._event(
                 conn, run_id, now, "checkpoint", None, None, row.attempt, "checkpoint saved"
             )
+
+    def flag(self, run_id: str, kind: str, reason: str, now: float | None = None) -> bool:
+        """Note something about an active run without moving it (e.g. ``idle``): an event,
+        and the run's reason shows it. Returns False when the run is no longer active."""
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = self._locked(conn, run_id)
+            if Phase(row.phase) not in ACTIVE_PHASES:
+                return False
+            conn.execute(
+                runs.update()
+                .where(runs.c.id == run_id)
+                .values(reason_code=kind, reason=reason, rev=self._bump(conn))
+            )
+            self._event(conn, run_id, now, kind, None, None, row.attempt, reason)
+        return True
 
     def set_reasons(self, reasons: Sequence[tuple[str, str, str, float | None]]) -> int:
         """Store (run_id, reason_code, reason, eta) for pending runs whose reason changed: a new

@@ -2,24 +2,42 @@
 
 It starts the child first (before NVML or any network), then, while the child runs, samples the
 run's own GPUs (``sampler``) every ``interval_s`` and logs them to the MLflow run over REST
-(``mlflow_rest``), with MLflow's system-metric names. Signals it receives (SIGTERM, SIGINT,
-SIGHUP, SIGUSR1, SIGUSR2: the checkpoint signal on preemption among them) go to the child. When
-the child ends it logs ``mlops_gpu.mean_gpu_utilization`` and, where NVML counts energy,
-``mlops_gpu.energy_kwh``, and exits with the child's status (128 + N if a signal N killed it).
+(``mlflow_rest``), with MLflow's system-metric names. When the child ends it logs
+``mlops_gpu.mean_gpu_utilization`` and, where NVML counts energy, ``mlops_gpu.energy_kwh``, and
+exits with the child's status (128 + N if a signal N killed it).
 
-Idle runs: when every sample of the last ``idle_after_s`` seconds shows 0% utilization on every
-device, the run is tagged ``mlops_gpu.idle`` (with the time it went idle) and says so on
-stderr, once; with ``stop_idle`` the child then gets SIGTERM, as on a cancel.
+Signals (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2: the checkpoint signal among them) sent to
+the launcher reach the child exactly once:
+- When the launcher leads its process group (the local backend's supervisor, a container's
+  first process), it passes the signal to the whole group, ignoring its own copy, so that a
+  wrapper script's children get it too, as they would without the launcher.
+- Otherwise it passes the signal to the child.
+- In a terminal's foreground group, SIGINT and SIGQUIT from the keyboard already reach every
+  process of the group, so they are not passed on again.
+
+Idle runs: when every sample for ``idle_after_s`` seconds shows every device under
+``idle_below_pct`` utilization, the run is flagged: the tag ``mlops_gpu.idle`` (the time it went
+idle) and a line on stderr, once per idle stretch; with ``stop_idle`` the child then gets SIGTERM,
+as on a cancel. The seconds of such stretches (the window included) are the run's idle time.
+
+``--telemetry-file``: a JSON file (``mean_utilization``, ``idle_since``, ``idle_s``, ``samples``)
+rewritten atomically after each sample and at the end, for the backend to read (samples handed
+to the controller, which books mean utilization and wasted GPU time in the usage ledger).
 
 Invariants:
-- Telemetry never fails the run: without NVML, without an MLflow server, or with the server
-  down, the child runs and its status comes back; each problem is said once on stderr (and, for
-  a missing NVML, as the run's ``mlops_gpu.telemetry`` tag).
+- Telemetry never fails the run: without NVML, without an MLflow server, with the server down,
+  or with an unwritable telemetry file, the child runs and its status comes back; each problem
+  is said once on stderr. A missing NVML is recorded once, as the run's ``mlops_gpu.telemetry``
+  tag and in the telemetry file's ``note`` (on stderr only without a telemetry file, so that a
+  scheduled job's stderr stays the user's own on machines with virtual GPUs).
 - Stdlib only, plus ``pynvml`` when sampling: dozens of these start together on one node.
+  ``python -m mlops_gpu.telemetry.launcher`` is the entry backends use (no CLI imports).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import signal
 import subprocess
@@ -48,11 +66,18 @@ class Launcher:
         clock: Callable[[], float] = time.time,
         idle_after_s: float | None = 1800.0,
         stop_idle: bool = False,
+        idle_below_pct: float = 1.0,
+        telemetry_file: str | None = None,
     ) -> None:
         self.cmd, self.run_id, self.interval_s = cmd, run_id, interval_s
         self.idle_after_s, self.stop_idle = idle_after_s, stop_idle
-        self._busy_at: float | None = None  # the last sample with any utilization
-        self.idle = False
+        self.idle_below_pct = idle_below_pct
+        self.telemetry_file = telemetry_file
+        self._quiet_from: float | None = None  # start of the current stretch of idle samples
+        self._idle_now = False  # the current stretch reached the window
+        self._idle_done_s = 0.0  # seconds of idle stretches that ended
+        self.idle = False  # flagged at least once
+        self.note = ""  # why there is no GPU telemetry, if there is none
         self.tracking_uri, self.nvml, self.err, self.clock = tracking_uri, nvml, err, clock
         self.client = client
         self._said: set[str] = set()
@@ -65,7 +90,23 @@ class Launcher:
 
     def run(self) -> int:
         child = subprocess.Popen(self.cmd)  # first: the job must not wait for telemetry
-        previous = {s: signal.signal(s, lambda n, _f: child.send_signal(n)) for s in FORWARDED}
+        leader = os.getpgrp() == os.getpid()
+
+        def forward(n: int, _frame: object) -> None:
+            if n in (signal.SIGINT, signal.SIGQUIT) and _foreground():
+                return  # the keyboard sent it to the whole group: the child has it
+            if not leader:
+                child.send_signal(n)
+                return
+            own = signal.signal(n, signal.SIG_IGN)  # our copy is dropped, not queued
+            try:
+                os.killpg(os.getpgrp(), n)
+            except ProcessLookupError:
+                pass
+            finally:
+                signal.signal(n, own)
+
+        previous = {s: signal.signal(s, forward) for s in FORWARDED}
         try:
             return self._watch(child)
         finally:
@@ -76,7 +117,9 @@ class Launcher:
         sampler = GpuSampler(visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")), self.nvml)
         rest = self._rest()
         if not sampler.available and sampler.devices:  # (no devices: a CPU-only run, silent)
-            self._say(sampler.note)
+            self.note = sampler.note
+            if not self.telemetry_file:  # a backend's job keeps its stderr for the user's own
+                self._say(sampler.note)
             if rest is not None and self.run_id and sampler.note.startswith("no NVML"):
                 self._send(
                     lambda: rest.set_tags(self.run_id or "", {"mlops_gpu.telemetry": sampler.note})
@@ -92,24 +135,73 @@ class Launcher:
                 samples = sampler.sample()
                 self._record(samples, step, rest)
                 self._check_idle(samples, child, rest)
+                self._write_telemetry()
                 step += 1
+        end = self.clock()
+        if self._idle_now and self._quiet_from is not None:
+            self._idle_done_s += end - self._quiet_from
+            self._idle_now = False
         self._summary(rest)
+        self._write_telemetry(final=True)
         sampler.close()
         return code if code >= 0 else 128 - code
+
+    @property
+    def idle_s(self) -> float:
+        """Seconds of idle stretches so far, the one in progress included."""
+        now_s = 0.0
+        if self._idle_now and self._quiet_from is not None:
+            now_s = self.clock() - self._quiet_from
+        return self._idle_done_s + now_s
+
+    def mean_utilization(self) -> float | None:
+        known = [s.utilization_pct for ss in self.samples for s in ss]
+        vals = [u for u in known if u is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    def _write_telemetry(self, final: bool = False) -> None:
+        if not self.telemetry_file:
+            return
+        data = {
+            "mean_utilization": self.mean_utilization(),
+            "idle_since": self._quiet_from if self._idle_now else None,
+            "idle_s": self.idle_s,
+            "samples": len(self.samples),
+            "note": self.note,
+            "final": final,
+        }
+        tmp = self.telemetry_file + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, self.telemetry_file)
+        except OSError as e:
+            self._say(f"cannot write {self.telemetry_file}: {e}")
 
     def _check_idle(
         self, samples: list[GpuSample], child: subprocess.Popen[bytes], rest: MlflowRest | None
     ) -> None:
         now = self.clock()
-        if self._busy_at is None or any(s.utilization_pct for s in samples):
-            self._busy_at = now  # the first sample starts the clock; any use restarts it
+        busy = any(
+            s.utilization_pct is None or s.utilization_pct >= self.idle_below_pct for s in samples
+        )
+        if self._quiet_from is None or busy:
+            if self._idle_now and self._quiet_from is not None:
+                self._idle_done_s += now - self._quiet_from
+            self._idle_now = False
+            self._quiet_from = None if busy else now  # the first quiet sample starts a stretch
             return
-        if self.idle or self.idle_after_s is None or now - self._busy_at < self.idle_after_s:
+        if self._idle_now or self.idle_after_s is None:
             return
-        self.idle = True
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._busy_at))
+        if now - self._quiet_from < self.idle_after_s:
+            return
+        self._idle_now = self.idle = True
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._quiet_from))
         action = "stopping it" if self.stop_idle else "it goes on"
-        self._say(f"the run's GPUs have been idle (0% utilization) since {since}: {action}")
+        self._say(
+            f"the run's GPUs have been idle (under {self.idle_below_pct:g}% utilization) "
+            f"since {since}: {action}"
+        )
         if rest is not None and self.run_id:
             self._send(lambda: rest.set_tags(self.run_id or "", {"mlops_gpu.idle": since}))
         if self.stop_idle:
@@ -122,10 +214,14 @@ class Launcher:
             return None
         base = rest_uri(self.tracking_uri)
         if base is None:
-            self._say(
+            note = (
                 f"MLFLOW_TRACKING_URI {self.tracking_uri!r} is not an MLflow server (http/https): "
-                "GPU metrics are not logged"
+                "GPU samples are not logged"
             )
+            if self.telemetry_file:  # the scheduler logs the summary to its local store
+                self.note = self.note or note
+            else:
+                self._say(note)
             return None
         return MlflowRest(base)
 
@@ -138,12 +234,11 @@ class Launcher:
         self._send(lambda: rest.log_metrics(self.run_id or "", rows))
 
     def _summary(self, rest: MlflowRest | None) -> None:
-        utils = [s.utilization_pct for ss in self.samples for s in ss]
-        known = [u for u in utils if u is not None]
         rows: list[tuple[str, float, float, int]] = []
         now = self.clock()
-        if known:
-            rows.append(("mlops_gpu.mean_gpu_utilization", sum(known) / len(known), now, 0))
+        mean = self.mean_utilization()
+        if mean is not None:
+            rows.append(("mlops_gpu.mean_gpu_utilization", mean, now, 0))
         if len(self.samples) >= 2:
             first, last = self.samples[0], self.samples[-1]
             pairs = [(a.energy_j, b.energy_j) for a, b in zip(first, last, strict=False)]
@@ -160,12 +255,22 @@ class Launcher:
             self._say(f"MLflow: {e} (the run goes on; later samples are still tried)")
 
 
+def _foreground() -> bool:
+    """True when this process's group is the foreground group of a terminal on stdin."""
+    try:
+        return os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
 def main(
     argv: list[str],
     run_id: str | None,
     interval_s: float,
     idle_after_s: float | None = 1800.0,
     stop_idle: bool = False,
+    idle_below_pct: float = 1.0,
+    telemetry_file: str | None = None,
 ) -> int:
     """The CLI's entry: the tracking URI and run id default to MLflow's own variables."""
     launcher = Launcher(
@@ -175,5 +280,31 @@ def main(
         interval_s=interval_s,
         idle_after_s=idle_after_s,
         stop_idle=stop_idle,
+        idle_below_pct=idle_below_pct,
+        telemetry_file=telemetry_file,
     )
     return launcher.run()
+
+
+def _argv_main(args: list[str]) -> int:
+    """``python -m mlops_gpu.telemetry.launcher``: the options of ``mlops-gpu exec``."""
+    ap = argparse.ArgumentParser(prog="mlops_gpu.telemetry.launcher")
+    ap.add_argument("--run-id", default=None)
+    ap.add_argument("--interval", type=float, default=10.0)
+    ap.add_argument("--idle-after", type=float, default=None)
+    ap.add_argument("--idle-below", type=float, default=1.0)
+    ap.add_argument("--stop-idle", action="store_true")
+    ap.add_argument("--telemetry-file", default=None)
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    ns = ap.parse_args(args)
+    cmd = ns.cmd[1:] if ns.cmd[:1] == ["--"] else ns.cmd
+    if not cmd:
+        ap.error("a command to run is required after --")
+    return main(
+        cmd, ns.run_id, max(ns.interval, 0.1), ns.idle_after, ns.stop_idle, ns.idle_below,
+        ns.telemetry_file,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(_argv_main(sys.argv[1:]))

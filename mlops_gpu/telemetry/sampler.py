@@ -16,6 +16,8 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import importlib
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,23 @@ def visible_devices(value: str | None) -> list[str]:
     return [d.strip() for d in (value or "").split(",") if d.strip()]
 
 
+def _load_nvml() -> Any:
+    """``pynvml``, or the object ``MLOPS_GPU_NVML=module:factory`` names (a seam for tests of
+    jobs that run in their own processes, e.g. ``mlops_gpu.testing.fake_nvml:from_env``)."""
+    seam = os.environ.get("MLOPS_GPU_NVML")
+    if seam:
+        module, _, factory = seam.partition(":")
+        try:
+            return getattr(importlib.import_module(module), factory)()
+        except (ImportError, AttributeError, TypeError) as e:
+            raise ImportError(f"MLOPS_GPU_NVML={seam!r} cannot be loaded: {e}") from e
+    try:
+        import pynvml  # only the launcher samples: imported on use
+    except ImportError:
+        raise ImportError("the nvidia-ml-py package is not installed") from None
+    return pynvml
+
+
 class GpuSampler:
     def __init__(self, devices: list[str], nvml: Any | None = None) -> None:
         self.devices = devices
@@ -63,11 +82,10 @@ class GpuSampler:
             return
         if self._nvml is None:
             try:
-                import pynvml  # only the launcher samples: imported on use
-            except ImportError:
-                self.note = "no NVML: the nvidia-ml-py package is not installed"
+                self._nvml = _load_nvml()
+            except ImportError as e:
+                self.note = f"no NVML: {e}"
                 return
-            self._nvml = pynvml
         try:
             self._nvml.nvmlInit()
         except Exception as e:  # no library, no driver: no NVML on this machine
