@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md and CI run it: install (into .venv), start the real
-# services the tests need (PostgreSQL from Debian's packages), lint, type-check, then pytest.
+# services the tests need (PostgreSQL and a 4-node Slurm cluster from Debian's packages; both
+# stay up for the next run, `scripts/*.sh stop` ends them), lint, type-check, then pytest.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,13 @@ if pg_url=$(bash scripts/postgres.sh start); then
   export MLOPS_GPU_TEST_PG_URL="$pg_url"
 else
   echo "scripts/postgres.sh failed: PostgreSQL tests will skip (CI makes them fail)" >&2
+fi
+
+echo "== starting the local Slurm cluster (scripts/slurm.sh)" >&2
+if slurm_env=$(bash scripts/slurm.sh start); then
+  export "${slurm_env##*$'\n'}"  # SLURM_CONF=...
+else
+  echo "scripts/slurm.sh failed: Slurm tests will skip (CI makes them fail)" >&2
 fi
 
 echo "== ruff" >&2

@@ -26,6 +26,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from mlops_gpu.backends import (
@@ -51,6 +52,9 @@ log = logging.getLogger("mlops_gpu.controller")
 EXPLAIN_EVERY_TICK_UP_TO = 1000
 #: A full re-read of the ledger this often: ids from concurrent writers may commit out of order.
 LEDGER_RELOAD_S = 60.0
+#: Concurrent launches on backends that ask for it (``parallel_launch``): each is a round trip
+#: to a cluster's controller (sbatch, the Kubernetes API), mostly waiting.
+LAUNCH_THREADS = 8
 
 EventSink = Callable[[str, Run | None, str], None]
 
@@ -151,6 +155,9 @@ class Controller:
             else None
         )
         self._flagged_idle: set[tuple[str, int]] = set()
+        #: attempts that ended this tick, their MLflow runs closed at the tick's end
+        self._ended: list[tuple[Run, str, float, float | None]] = []
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -160,6 +167,9 @@ class Controller:
         self._lock = lock
 
     def release(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -205,6 +215,7 @@ class Controller:
             return self._tick()
         except BaseException:
             self.mirror.reset()  # whatever the engine applied may not have reached the store
+            self._flush_tracking()  # what did end is closed in MLflow all the same
             raise
 
     def _tick(self) -> TickReport:
@@ -231,13 +242,16 @@ class Controller:
             self._signal(run, pre.signal, pre.grace_s)
             self._emit("preempting", run, pre.reason)
         launched: dict[str, dict[str, str]] = defaultdict(dict)  # backend -> handle -> run id
-        for adm in decision.admissions:  # 6. admit
-            run = by_id[adm.run_id]
-            if not store.admit(run.id, adm.placement, now=self.clock()):
-                continue  # cancelled meanwhile
-            handle = self._launch(run, adm.placement.backend, rep)
-            if handle is not None:
-                launched[adm.placement.backend][handle] = run.id
+        admitted: list[Run] = []
+        for adm in decision.admissions:  # 6. admit, then launch
+            if store.admit(adm.run_id, adm.placement, now=self.clock()):  # (False: cancelled)
+                got = store.get(adm.run_id)
+                assert got is not None and got.placement is not None
+                admitted.append(got)
+        for run, result in zip(admitted, self._start_jobs(admitted), strict=True):
+            handle = self._launched(run, result, rep)
+            if handle is not None and run.placement is not None:
+                launched[run.placement.backend][handle] = run.id
         for bname, handles in launched.items():  # one batched poll: most starts are immediate
             for st in self.rt.backends[bname].poll(list(handles)).values():
                 if st.state is JobState.RUNNING:
@@ -246,9 +260,17 @@ class Controller:
             self._last_explain = now
             reasons = mirror.explain(now, history, spent)
             store.set_reasons([(p.run_id, p.reason_code.value, p.reason, p.eta) for p in reasons])
+        self._flush_tracking()
         rep.pending = len(pending) - len(decision.admissions)
         rep.active = len(active) + rep.admitted
         return rep
+
+    def _flush_tracking(self) -> None:
+        """Close the MLflow runs of attempts that ended this tick: after the launches, so that
+        the REST calls never delay a run's start."""
+        ended, self._ended = self._ended, []
+        for run, outcome, end, util in ended:
+            self.tracker.ended(run, outcome, end, util)
 
     def _ledger_rows(self, since: float) -> list[UsageRow]:
         """The ledger rows ending at or after ``since``: new rows added to those already read."""
@@ -262,25 +284,52 @@ class Controller:
         self._ledger = [r for r in self._ledger if r.end >= since]
         return self._ledger
 
-    def _launch(self, run: Run, bname: str, rep: TickReport) -> str | None:
+    def _start_jobs(self, runs: list[Run]) -> list[str | Exception]:
+        """Each admitted run's MLflow run and backend job: the handle, or why it failed. Runs on
+        backends whose launches are slow round trips (``parallel_launch``: Slurm, Kubernetes)
+        start concurrently; the others in order."""
+        base = {"MLOPS_GPU_CONFIG": str(self.rt.cfg.source)} if self.rt.cfg.source else {}
+        for run in runs:
+            self.tracker.prepare(run)  # experiments resolved here, not by racing threads
+
+        def start(run: Run) -> str | Exception:
+            assert run.placement is not None
+            env = dict(base)
+            env.update(self.tracker.started(run))  # the attempt's MLflow run, if configured
+            req = LaunchRequest(run.id, run.attempt, run.spec, run.placement, env, self.launcher)
+            try:
+                return self.rt.backends[run.placement.backend].launch(req)
+            except Exception as e:  # any launch failure rolls the admission back
+                return e
+
+        def parallel(run: Run) -> bool:
+            backend = self.rt.backends[run.placement.backend] if run.placement else None
+            return bool(getattr(backend, "parallel_launch", False))
+
+        out: list[str | Exception | None] = [None] * len(runs)
+        fan = [i for i, r in enumerate(runs) if parallel(r)]
+        if len(fan) > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(LAUNCH_THREADS, thread_name_prefix="launch")
+            for i, result in zip(fan, self._pool.map(start, [runs[i] for i in fan]), strict=True):
+                out[i] = result
+        for i, run in enumerate(runs):
+            if out[i] is None:
+                out[i] = start(run)
+        return [r for r in out if r is not None]
+
+    def _launched(self, run: Run, result: str | Exception, rep: TickReport) -> str | None:
+        """Record a launch's outcome: the handle, or a rolled-back admission."""
         store = self.rt.store
-        admitted = store.get(run.id)
-        assert admitted is not None and admitted.placement is not None
-        backend = self.rt.backends[bname]
-        env = {"MLOPS_GPU_CONFIG": str(self.rt.cfg.source)} if self.rt.cfg.source else {}
-        env.update(self.tracker.started(admitted))  # the attempt's MLflow run, if configured
-        req = LaunchRequest(
-            run.id, admitted.attempt, admitted.spec, admitted.placement, env, self.launcher
-        )
-        try:
-            handle = backend.launch(req)
-        except Exception as e:  # any launch failure rolls the admission back
+        assert run.placement is not None
+        bname = run.placement.backend
+        if isinstance(result, Exception):
             rep.launch_failures += 1
             # it never ran: no GPU-hours (the ledger books none either)
-            self.tracker.ended(admitted, "launch_failed", admitted.admitted_at or self.clock())
+            self.tracker.ended(run, "launch_failed", run.admitted_at or self.clock())
             self._launch_failures[run.id] += 1
             n = self._launch_failures[run.id]
-            msg = f"launch on {bname} failed ({n}x): {e}"
+            msg = f"launch on {bname} failed ({n}x): {result}"
             if store.rollback_admission(run.id, msg, now=self.clock()) is Phase.CANCELLED:
                 self._emit("cancelled", run, msg)
             elif n >= self.rt.cfg.retry.max_attempts:
@@ -290,15 +339,15 @@ class Controller:
                 self._emit("launch_failed", run, msg)
             return None
         self._launch_failures.pop(run.id, None)
-        store.set_handle(run.id, handle, Phase.STARTING, now=self.clock())
+        store.set_handle(run.id, result, Phase.STARTING, now=self.clock())
         rep.admitted += 1
         self._emit(
             "started",
-            admitted,
-            f"on {','.join(admitted.placement.node_names)} "
-            f"devices {','.join(d for s in admitted.placement.slots for d in s.devices)}",
+            run,
+            f"on {','.join(run.placement.node_names)} "
+            f"devices {','.join(d for s in run.placement.slots for d in s.devices)}",
         )
-        return handle
+        return result
 
     def _poll(self, active: list[Run], rep: TickReport) -> None:
         by_backend: dict[str, list[Run]] = defaultdict(list)
@@ -343,7 +392,7 @@ class Controller:
                 idle_s=idle_s,
             )
             rep.requeued += 1
-            self.tracker.ended(run, "lost", now, util)
+            self._ended.append((run, "lost", now, util))
             self._emit("lost", run, f"{st.reason}; now {phase}")
             return
         if run.preempt_requested and not run.cancel_requested:
@@ -360,7 +409,7 @@ class Controller:
                 idle_s=idle_s,
             )
             rep.requeued += 1
-            self.tracker.ended(run, "preempted", now, util)
+            self._ended.append((run, "preempted", now, util))
             self._emit("preempted", run, f"now {phase}")
             return
         if run.cancel_requested:
@@ -389,7 +438,7 @@ class Controller:
             idle_s=idle_s,
         ):
             rep.finished += 1
-            self.tracker.ended(run, phase.value, min(end, now), util)
+            self._ended.append((run, phase.value, min(end, now), util))
             self._emit(phase.value, run, why)
 
     def _flag_idle(self, run: Run, since: float, now: float) -> None:

@@ -7,6 +7,7 @@ never do. Invariant: every failure is a ``TrackingError``, as with the REST clie
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -19,16 +20,18 @@ class MlflowLocal:
     def __init__(self, uri: str) -> None:
         self.base = uri
         self._client: Any = None
+        self._lock = threading.Lock()
 
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:
-        try:
-            if self._client is None:
-                from mlflow.tracking import MlflowClient
+        with self._lock:  # one writer: a file store is no place for racing threads
+            try:
+                if self._client is None:
+                    from mlflow.tracking import MlflowClient
 
-                self._client = MlflowClient(self.base)
-            return fn(self._client)
-        except Exception as e:  # mlflow raises MlflowException, SQLAlchemy and OS errors
-            raise TrackingError(f"{what} on {self.base}: {e}") from None
+                    self._client = MlflowClient(self.base)
+                return fn(self._client)
+            except Exception as e:  # mlflow raises MlflowException, SQLAlchemy and OS errors
+                raise TrackingError(f"{what} on {self.base}: {e}") from None
 
     def experiment_id(self, name: str) -> str:
         def get(c: Any) -> str:

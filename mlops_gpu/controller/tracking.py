@@ -86,6 +86,17 @@ class Tracker:
             self._experiments[name] = self.rest.experiment_id(name)
         return self._experiments[name]
 
+    def prepare(self, run: Run) -> None:
+        """Resolve the run's experiment now (launches may then run in threads)."""
+        if not self.active or self.rest is None:
+            return
+        if run.attempt == 1 and run.spec.env.get(ADOPT_ENV):
+            return
+        try:
+            self._experiment(run)
+        except TrackingError as e:
+            self._fail(e)
+
     def started(self, run: Run) -> dict[str, str]:
         """Create the attempt's MLflow run; the environment its job should get."""
         if not self.active or self.rest is None or run.placement is None:

@@ -6,6 +6,18 @@ Invariants:
 - Imports only ``mlops_gpu.model``.
 """
 
-from mlops_gpu.telemetry.nvml import DiscoveredGpu, discover_gpus, gpu_type_name
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["DiscoveredGpu", "discover_gpus", "gpu_type_name"]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: ``python -m mlops_gpu.telemetry.launcher`` imports this package
+    # first, in every job, before its command starts.
+    if name in __all__:
+        from mlops_gpu.telemetry import nvml
+
+        return getattr(nvml, name)
+    raise AttributeError(f"module 'mlops_gpu.telemetry' has no attribute {name!r}")

@@ -22,7 +22,9 @@ as on a cancel. The seconds of such stretches (the window included) are the run'
 
 ``--telemetry-file``: a JSON file (``mean_utilization``, ``idle_since``, ``idle_s``, ``samples``)
 rewritten atomically after each sample and at the end, for the backend to read (samples handed
-to the controller, which books mean utilization and wasted GPU time in the usage ledger).
+to the controller, which books mean utilization and wasted GPU time in the usage ledger). A
+``{node}`` in its name becomes the node's rank in a multi-node job (``SLURM_NODEID``), so each
+node of a gang keeps its own.
 
 Invariants:
 - Telemetry never fails the run: without NVML, without an MLflow server, with the server down,
@@ -36,7 +38,6 @@ Invariants:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -44,10 +45,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from mlops_gpu.telemetry.mlflow_rest import MlflowRest, TrackingError, rest_uri
-from mlops_gpu.telemetry.sampler import GpuSample, GpuSampler, visible_devices
+# The REST client (urllib, http.client, email: ~20 ms) and the sampler are imported once the
+# child runs: on a busy node, every millisecond before the child starts is the job's.
+if TYPE_CHECKING:
+    from mlops_gpu.telemetry.mlflow_rest import MlflowRest
+    from mlops_gpu.telemetry.sampler import GpuSample
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -72,7 +76,9 @@ class Launcher:
         self.cmd, self.run_id, self.interval_s = cmd, run_id, interval_s
         self.idle_after_s, self.stop_idle = idle_after_s, stop_idle
         self.idle_below_pct = idle_below_pct
-        self.telemetry_file = telemetry_file
+        # ``{node}``: this node's rank in a multi-node job (SLURM_NODEID), one file per node
+        node = os.environ.get("SLURM_NODEID", "0")
+        self.telemetry_file = telemetry_file.replace("{node}", node) if telemetry_file else None
         self._quiet_from: float | None = None  # start of the current stretch of idle samples
         self._idle_now = False  # the current stretch reached the window
         self._idle_done_s = 0.0  # seconds of idle stretches that ended
@@ -114,6 +120,8 @@ class Launcher:
                 signal.signal(s, h)
 
     def _watch(self, child: subprocess.Popen[bytes]) -> int:
+        from mlops_gpu.telemetry.sampler import GpuSampler, visible_devices
+
         sampler = GpuSampler(visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")), self.nvml)
         rest = self._rest()
         if not sampler.available and sampler.devices:  # (no devices: a CPU-only run, silent)
@@ -170,7 +178,7 @@ class Launcher:
             "note": self.note,
             "final": final,
         }
-        tmp = self.telemetry_file + ".tmp"
+        tmp = f"{self.telemetry_file}.{os.getpid()}.tmp"
         try:
             with open(tmp, "w") as f:
                 json.dump(data, f)
@@ -212,6 +220,8 @@ class Launcher:
             return self.client
         if not self.run_id:
             return None
+        from mlops_gpu.telemetry.mlflow_rest import MlflowRest, rest_uri
+
         base = rest_uri(self.tracking_uri)
         if base is None:
             note = (
@@ -251,7 +261,7 @@ class Launcher:
     def _send(self, call: Callable[[], None]) -> None:
         try:
             call()
-        except TrackingError as e:
+        except Exception as e:  # TrackingError; never let telemetry end the run
             self._say(f"MLflow: {e} (the run goes on; later samples are still tried)")
 
 
@@ -286,24 +296,44 @@ def main(
     return launcher.run()
 
 
+USAGE = (
+    "usage: python -m mlops_gpu.telemetry.launcher [--run-id ID] [--interval S] "
+    "[--idle-after S] [--idle-below PCT] [--stop-idle] [--telemetry-file F] -- CMD..."
+)
+
+
 def _argv_main(args: list[str]) -> int:
-    """``python -m mlops_gpu.telemetry.launcher``: the options of ``mlops-gpu exec``."""
-    ap = argparse.ArgumentParser(prog="mlops_gpu.telemetry.launcher")
-    ap.add_argument("--run-id", default=None)
-    ap.add_argument("--interval", type=float, default=10.0)
-    ap.add_argument("--idle-after", type=float, default=None)
-    ap.add_argument("--idle-below", type=float, default=1.0)
-    ap.add_argument("--stop-idle", action="store_true")
-    ap.add_argument("--telemetry-file", default=None)
-    ap.add_argument("cmd", nargs=argparse.REMAINDER)
-    ns = ap.parse_args(args)
-    cmd = ns.cmd[1:] if ns.cmd[:1] == ["--"] else ns.cmd
+    """``python -m mlops_gpu.telemetry.launcher``: the options of ``mlops-gpu exec``, parsed by
+    hand (argparse costs milliseconds every job pays before its command starts)."""
+    opts: dict[str, str] = {}
+    flags = {"--stop-idle"}
+    valued = {"--run-id", "--interval", "--idle-after", "--idle-below", "--telemetry-file"}
+    i = 0
+    while i < len(args) and args[i] != "--":
+        a = args[i]
+        if a in flags:
+            opts[a] = "1"
+            i += 1
+        elif a in valued and i + 1 < len(args):
+            opts[a] = args[i + 1]
+            i += 2
+        else:
+            print(f"{USAGE}\nmlops_gpu.telemetry.launcher: bad argument {a!r}", file=sys.stderr)
+            return 2
+    cmd = args[i + 1 :]
     if not cmd:
-        ap.error("a command to run is required after --")
-    return main(
-        cmd, ns.run_id, max(ns.interval, 0.1), ns.idle_after, ns.stop_idle, ns.idle_below,
-        ns.telemetry_file,
-    )  # fmt: skip
+        print(f"{USAGE}\nmlops_gpu.telemetry.launcher: a command is required after --",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        interval = max(float(opts.get("--interval", "10")), 0.1)
+        idle_after = float(opts["--idle-after"]) if "--idle-after" in opts else None
+        idle_below = float(opts.get("--idle-below", "1"))
+    except ValueError as e:
+        print(f"{USAGE}\nmlops_gpu.telemetry.launcher: {e}", file=sys.stderr)
+        return 2
+    return main(cmd, opts.get("--run-id"), interval, idle_after, "--stop-idle" in opts,
+                idle_below, opts.get("--telemetry-file"))  # fmt: skip
 
 
 if __name__ == "__main__":

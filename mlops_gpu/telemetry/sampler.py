@@ -18,12 +18,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+#: Signs of the NVIDIA kernel driver (its procfs folder; its control device, which containers
+#: get): with neither there is no driver to ask. Checked before importing pynvml, ~10 ms that
+#: every job on a driverless node would otherwise pay.
+DRIVER_SIGNS = ("/proc/driver/nvidia", "/dev/nvidiactl")
 
 
-@dataclass(frozen=True)
-class GpuSample:
+class GpuSample(NamedTuple):  # a NamedTuple, not a dataclass: no ``inspect`` import per job
     position: int  # among the run's devices
     device: str  # as CUDA_VISIBLE_DEVICES names it
     utilization_pct: float | None
@@ -64,6 +67,8 @@ def _load_nvml() -> Any:
             return getattr(importlib.import_module(module), factory)()
         except (ImportError, AttributeError, TypeError) as e:
             raise ImportError(f"MLOPS_GPU_NVML={seam!r} cannot be loaded: {e}") from e
+    if os.path.isdir("/proc/self") and not any(os.path.exists(p) for p in DRIVER_SIGNS):
+        raise ImportError(f"no NVIDIA driver loaded (no {' or '.join(DRIVER_SIGNS)})")
     try:
         import pynvml  # only the launcher samples: imported on use
     except ImportError:
