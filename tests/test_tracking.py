@@ -140,6 +140,9 @@ def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path:
     ctl.tick()
     (job,) = fake.jobs.values()
     assert job.req.env["MLFLOW_TRACKING_URI"] == uri and job.req.env["MLFLOW_RUN_ID"]
+    from mlops_gpu.sdk.run import Run as SdkRun
+
+    assert SdkRun(run.id, rt).mlflow_run_id == job.req.env["MLFLOW_RUN_ID"]
     job.telemetry = JobTelemetry(mean_utilization=42.0, idle_s=60.0)
     clock.now += 600
     ctl.tick()

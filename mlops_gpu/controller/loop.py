@@ -284,7 +284,7 @@ class Controller:
         self._ledger = [r for r in self._ledger if r.end >= since]
         return self._ledger
 
-    def _start_jobs(self, runs: list[Run]) -> list[str | Exception]:
+    def _start_jobs(self, runs: list[Run]) -> list[tuple[str | Exception, str | None]]:
         """Each admitted run's MLflow run and backend job: the handle, or why it failed. Runs on
         backends whose launches are slow round trips (``parallel_launch``: Slurm, Kubernetes)
         start concurrently; the others in order."""
@@ -292,21 +292,22 @@ class Controller:
         for run in runs:
             self.tracker.prepare(run)  # experiments resolved here, not by racing threads
 
-        def start(run: Run) -> str | Exception:
+        def start(run: Run) -> tuple[str | Exception, str | None]:
+            """(the handle or the launch's error, the attempt's MLflow run id)."""
             assert run.placement is not None
             env = dict(base)
             env.update(self.tracker.started(run))  # the attempt's MLflow run, if configured
             req = LaunchRequest(run.id, run.attempt, run.spec, run.placement, env, self.launcher)
             try:
-                return self.rt.backends[run.placement.backend].launch(req)
+                return self.rt.backends[run.placement.backend].launch(req), env.get("MLFLOW_RUN_ID")
             except Exception as e:  # any launch failure rolls the admission back
-                return e
+                return e, None
 
         def parallel(run: Run) -> bool:
             backend = self.rt.backends[run.placement.backend] if run.placement else None
             return bool(getattr(backend, "parallel_launch", False))
 
-        out: list[str | Exception | None] = [None] * len(runs)
+        out: list[tuple[str | Exception, str | None] | None] = [None] * len(runs)
         fan = [i for i, r in enumerate(runs) if parallel(r)]
         if len(fan) > 1:
             if self._pool is None:
@@ -318,10 +319,15 @@ class Controller:
                 out[i] = start(run)
         return [r for r in out if r is not None]
 
-    def _launched(self, run: Run, result: str | Exception, rep: TickReport) -> str | None:
+    def _launched(
+        self, run: Run, started: tuple[str | Exception, str | None], rep: TickReport
+    ) -> str | None:
         """Record a launch's outcome: the handle, or a rolled-back admission."""
         store = self.rt.store
         assert run.placement is not None
+        result, mlflow_id = started
+        if mlflow_id is not None:  # Run.mlflow_run_id, the Prefect worker's link
+            store.note(run.id, run.attempt, "mlflow_run", mlflow_id, now=self.clock())
         bname = run.placement.backend
         if isinstance(result, Exception):
             rep.launch_failures += 1

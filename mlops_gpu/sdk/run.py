@@ -176,6 +176,14 @@ class Run:
     def reason(self) -> str | None:
         return self.record.reason
 
+    @property
+    def mlflow_run_id(self) -> str | None:
+        """The MLflow run of the current attempt (None until it starts, or without tracking)."""
+        r = self.record
+        ids = [e.reason for e in self._rt.store.events(self.id)
+               if e.kind == "mlflow_run" and e.attempt == r.attempt]  # fmt: skip
+        return ids[-1] if ids else None
+
     def info(self) -> dict[str, Any]:
         """The run as the CLI's JSON shows it."""
         return run_to_public(self.record)

@@ -677,6 +677,15 @@ class Store:
             self._event(conn, run_id, now, kind, None, None, row.attempt, reason)
         return True
 
+    def note(
+        self, run_id: str, attempt: int, kind: str, text: str, now: float | None = None
+    ) -> None:
+        """Append an event that changes nothing about the run (e.g. ``mlflow_run``: the
+        attempt's MLflow run id), for readers of its history."""
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            self._event(conn, run_id, now, kind, None, None, attempt, text)
+
     def set_reasons(self, reasons: Sequence[tuple[str, str, str, float | None]]) -> int:
         """Store (run_id, reason_code, reason, eta) for pending runs whose reason changed: a new
         code or text, an ETA appearing or going, or an ETA moving by ``ETA_SLACK_S`` or more
