@@ -1,8 +1,8 @@
 """mlops_gpu: a GPU scheduler for ML teams.
 
 ``import mlops_gpu as mg`` stays light: the SDK (``mg.submit``, ``mg.Run``, ``mg.get_run``,
-``mg.checkpoint_saved``) is loaded on first use, and nothing here imports prefect, mlflow,
-kubernetes or pandas.
+``mg.checkpoint_saved``, ``mg.gpus``) is loaded on first use, and nothing here imports prefect,
+mlflow, kubernetes or pandas.
 """
 
 from __future__ import annotations
@@ -11,7 +11,16 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SDK = ("submit", "Run", "get_run", "checkpoint_saved", "RunFailed")
+_SDK = (
+    "submit",
+    "Run",
+    "get_run",
+    "checkpoint_saved",
+    "RunFailed",
+    "gpus",
+    "current_gpus",
+    "LeaseError",
+)
 __all__ = ["__version__", *_SDK]
 
 

@@ -116,3 +116,16 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+def stop_scheduler(cfg: Path) -> None:
+    """The scheduler the SDK started for this config, stopped (its lock file names its pid)."""
+    import contextlib
+    import signal
+
+    from mlops_gpu.config import load_config
+
+    lock = Path(load_config(cfg).store_url.split("///", 1)[1] + ".scheduler.lock")
+    if lock.exists() and lock.read_text().strip():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(lock.read_text()), signal.SIGTERM)

@@ -3,27 +3,16 @@ cancel, bad input, and the embedded default with no config and no daemon started
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import stop_scheduler
 
 import mlops_gpu as mg
 from mlops_gpu.controller import SubmitError
 from mlops_gpu.testing import config_yaml
-
-
-def stop_scheduler(cfg: Path) -> None:
-    from mlops_gpu.config import load_config
-
-    lock = Path(load_config(cfg).store_url.split("///", 1)[1] + ".scheduler.lock")
-    if lock.exists() and lock.read_text().strip():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(lock.read_text()), signal.SIGTERM)
 
 
 @pytest.fixture

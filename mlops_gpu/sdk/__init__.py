@@ -5,6 +5,17 @@ per-user starter is written on first use), and a background scheduler is started
 none runs; it exits by itself after ``scheduler.idle_exit_s`` with nothing to do.
 """
 
+from mlops_gpu.sdk.lease import GpuLease, LeaseError, current_gpus, gpus
 from mlops_gpu.sdk.run import Run, RunFailed, checkpoint_saved, get_run, submit
 
-__all__ = ["Run", "RunFailed", "checkpoint_saved", "get_run", "submit"]
+__all__ = [
+    "GpuLease",
+    "LeaseError",
+    "Run",
+    "RunFailed",
+    "checkpoint_saved",
+    "current_gpus",
+    "get_run",
+    "gpus",
+    "submit",
+]

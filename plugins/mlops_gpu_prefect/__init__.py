@@ -6,6 +6,7 @@ imports only Prefect's worker base classes; mlops_gpu's scheduler is imported wh
 is submitted.
 """
 
+from mlops_gpu_prefect.decorators import gpu_flow, gpu_task
 from mlops_gpu_prefect.worker import (
     MlopsGpuJobConfiguration,
     MlopsGpuVariables,
@@ -18,4 +19,6 @@ __all__ = [
     "MlopsGpuVariables",
     "MlopsGpuWorker",
     "MlopsGpuWorkerResult",
+    "gpu_flow",
+    "gpu_task",
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import _free_port
+from conftest import _free_port, stop_scheduler
 
 from mlops_gpu.testing import config_yaml
 
@@ -135,16 +135,3 @@ class PrefectSetup:
         except subprocess.TimeoutExpired:
             self.worker.kill()
         stop_scheduler(self.cfg)
-
-
-def stop_scheduler(cfg: Path) -> None:
-    """The scheduler the SDK started for this config, stopped (its lock file names its pid)."""
-    import contextlib
-    import signal
-
-    from mlops_gpu.config import load_config
-
-    lock = Path(load_config(cfg).store_url.split("///", 1)[1] + ".scheduler.lock")
-    if lock.exists() and lock.read_text().strip():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(lock.read_text()), signal.SIGTERM)

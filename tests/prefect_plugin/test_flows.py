@@ -1,0 +1,107 @@
+"""The ``flows/`` folder: ``prefect deploy --all`` with its ``prefect.yaml`` against a real
+Prefect server, the training flow run end to end through an ``mlops-gpu`` worker into MLflow,
+and the usage-report flow writing its files and artifact."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mlops_gpu.model import Phase
+from mlops_gpu.testing import make_spec
+from mlops_gpu.testing.builders import placed
+
+from .conftest import PREFECT, mlops_config, prefect_env
+from .test_worker import api_call, flow_run, until
+
+pytestmark = [pytest.mark.prefect_server, pytest.mark.slow]
+FLOWS = Path(__file__).resolve().parents[2] / "flows"
+
+
+@pytest.fixture
+def harness(prefect_api: str) -> Iterator[None]:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
+        yield
+
+
+@pytest.mark.mlflow_server
+def test_prefect_deploy_and_the_training_flow_end_to_end(
+    prefect_api: str, mlflow_server: str, tmp_path: Path
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    flows = tmp_path / "flows"
+    shutil.copytree(FLOWS, flows)
+    cfg = mlops_config(tmp_path, {"vision": (4, 0)}, mlflow={"tracking_uri": mlflow_server})
+    env = prefect_env(prefect_api, tmp_path / "home")
+    env["MLOPS_GPU_FLOWS_DIR"] = str(flows)
+
+    def cli(*args: str) -> str:
+        r = subprocess.run([PREFECT, *args], env=env, cwd=flows, capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    cli("work-pool", "create", "mlops-gpu", "--type", "mlops-gpu", "--overwrite")
+    cli("deploy", "--all")
+    worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "mlops-gpu"], env=env,
+                              cwd=tmp_path, stdout=open(tmp_path / "worker.log", "w"),  # noqa: SIM115
+                              stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        out = cli("deployment", "run", "train/train", "--param", "epochs=5", "--job-variable",
+                  "project=vision", "--job-variable", f"config={cfg}")  # fmt: skip
+        fid = next(w for w in out.split() if len(w) == 36 and w.count("-") == 4)
+        done = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+        until(lambda: flow_run(prefect_api, fid)["state"]["type"] in done, 240, "the flow run")
+        assert flow_run(prefect_api, fid)["state"]["type"] == "COMPLETED"
+        run_id = flow_run(prefect_api, fid)["infrastructure_pid"]
+        client = MlflowClient(mlflow_server)
+        exps = [e.experiment_id for e in client.search_experiments()]
+        (mr,) = client.search_runs(exps, f"tags.`mlops_gpu.run_id` = '{run_id}'")
+        history = client.get_metric_history(mr.info.run_id, "loss")
+        assert [h.step for h in history] == [0, 1, 2, 3, 4]  # the flow's own metrics
+        assert mr.data.params["epochs"] == "5" and mr.data.tags["mlops_gpu.project"] == "vision"
+        deps = api_call(prefect_api, "POST", "/deployments/filter", {})
+        report = [d for d in deps if d["name"] == "usage-report"]
+        assert report and report[0]["schedules"]  # the daily schedule of prefect.yaml
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        from conftest import stop_scheduler
+
+        stop_scheduler(cfg)
+
+
+def test_the_usage_report_flow_writes_files_and_an_artifact(harness: None, tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(FLOWS))
+    try:
+        from usage_report import usage_report
+    finally:
+        sys.path.remove(str(FLOWS))
+    from mlops_gpu.controller import Runtime
+
+    cfg = mlops_config(tmp_path, {"vision": (4, 0)})
+    store = Runtime.load(cfg).store
+    now = time.time()
+    run = store.submit(replace(make_spec("vision", 2), user="ada"), now=now - 7200)
+    assert store.admit(run.id, placed("node-a", ["0", "1"]), now=now - 7200)
+    store.set_handle(run.id, "h", Phase.RUNNING, now=now - 7200)
+    assert store.finish(run.id, Phase.SUCCEEDED, "done", now=now - 3600)
+    out = tmp_path / "reports"
+    rep = usage_report(days=1, out_dir=str(out), config=str(cfg))
+    assert rep["total"]["gpu_hours"] == pytest.approx(2.0) and rep["rows"][0]["key"] == "vision"
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) == 4 and any(f.endswith("by-user.csv") for f in files)
+    by_user = json.loads(next(out.glob("*by-user.json")).read_text())
+    assert by_user["rows"][0]["key"] == "ada"
