@@ -1,8 +1,8 @@
 """mlops_gpu: a GPU scheduler for ML teams.
 
 ``import mlops_gpu as mg`` stays light: the SDK (``mg.submit``, ``mg.Run``, ``mg.get_run``,
-``mg.checkpoint_saved``, ``mg.gpus``) is loaded on first use, and nothing here imports prefect,
-mlflow, kubernetes or pandas.
+``mg.checkpoint_saved``, ``mg.gpus``, ``mg.sweep``) is loaded on first use, and nothing here
+imports prefect, mlflow, kubernetes, optuna or pandas.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ _SDK = (
     "gpus",
     "current_gpus",
     "LeaseError",
+    "sweep",
+    "Sweep",
 )
 __all__ = ["__version__", *_SDK]
 

@@ -18,6 +18,7 @@ Invariants:
 - An attempt's MLflow run is remembered in memory and, after a restart, found again by its tags.
 - The first attempt adopts the MLflow run named by ``MLOPS_GPU_MLFLOW_RUN_ID`` in the submitted
   environment, if any (tags set on it, never a second run); later attempts get their own.
+  ``MLOPS_GPU_MLFLOW_PARENT_RUN_ID`` nests every attempt's run under that run (sweeps).
 - A file or database tracking URI (the local SQLite default) is written through the ``mlflow``
   package in the scheduler process (``mlflow_local``); jobs get the same URI, so their own
   ``mlflow`` calls land in the attempt's run. The launcher logs GPU samples only to a server
@@ -40,6 +41,9 @@ PAUSE_S = 60.0
 #: In a run's submitted environment: an MLflow run the submitter created (``mlflow run`` with
 #: the ``mlops-gpu`` project backend), adopted as the first attempt's run instead of a new one.
 ADOPT_ENV = "MLOPS_GPU_MLFLOW_RUN_ID"
+#: In a run's submitted environment: the MLflow run its attempts' runs nest under (a sweep's
+#: parent run), as MLflow's ``mlflow.parentRunId`` tag.
+PARENT_ENV = "MLOPS_GPU_MLFLOW_PARENT_RUN_ID"
 
 STATUS = {
     "succeeded": "FINISHED",
@@ -113,6 +117,8 @@ class Tracker:
             "mlops_gpu.gpu_uuids": ",".join(d for s in p.slots for d in s.devices),
             "mlops_gpu.attempt": str(run.attempt),
         }
+        if run.spec.env.get(PARENT_ENV):
+            tags["mlflow.parentRunId"] = run.spec.env[PARENT_ENV]
         adopt = run.spec.env.get(ADOPT_ENV) if run.attempt == 1 else None
         try:
             if adopt:  # the submitter made the first attempt's MLflow run (mlflow run)

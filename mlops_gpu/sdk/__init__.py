@@ -7,15 +7,18 @@ none runs; it exits by itself after ``scheduler.idle_exit_s`` with nothing to do
 
 from mlops_gpu.sdk.lease import GpuLease, LeaseError, current_gpus, gpus
 from mlops_gpu.sdk.run import Run, RunFailed, checkpoint_saved, get_run, submit
+from mlops_gpu.sdk.sweep import Sweep, sweep
 
 __all__ = [
     "GpuLease",
     "LeaseError",
     "Run",
     "RunFailed",
+    "Sweep",
     "checkpoint_saved",
     "current_gpus",
     "get_run",
     "gpus",
     "submit",
+    "sweep",
 ]

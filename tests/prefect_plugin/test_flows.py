@@ -105,3 +105,49 @@ def test_the_usage_report_flow_writes_files_and_an_artifact(harness: None, tmp_p
     assert len(files) == 4 and any(f.endswith("by-user.csv") for f in files)
     by_user = json.loads(next(out.glob("*by-user.json")).read_text())
     assert by_user["rows"][0]["key"] == "ada"
+
+
+@pytest.mark.mlflow_server
+def test_the_sweep_flow_runs_eight_trials_on_four_gpus(
+    harness: None, tmp_path: Path, mlflow_server: str
+) -> None:
+    import importlib.util
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    from mlops_gpu.controller import Runtime
+    from mlops_gpu.model import ACTIVE_PHASES
+
+    spec = importlib.util.spec_from_file_location("flows_sweep_under_test", FLOWS / "sweep.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # as Prefect loads it: a module no job can import
+    cfg = mlops_config(tmp_path, {"tune": (4, 0)}, mlflow={"tracking_uri": mlflow_server})
+    rt = Runtime.load(cfg)
+    most, stop = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            held = sum(r.placement.gpu_amount for r in rt.store.list_runs(ACTIVE_PHASES)
+                       if r.placement)  # fmt: skip
+            most[0] = max(most[0], held)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
+    try:
+        out = module.sweep(trials=8, project="tune", config=str(cfg))
+    finally:
+        stop.set()
+        watcher.join()
+        from conftest import stop_scheduler
+
+        stop_scheduler(cfg)
+    assert most[0] <= 4 and out["best_value"] < 1.0
+    client = MlflowClient(mlflow_server)
+    exp = client.get_experiment_by_name("tune")
+    runs = client.search_runs([exp.experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{out['parent_run_id']}'")  # fmt: skip
+    assert len(runs) == 8 and all(r.info.status == "FINISHED" for r in runs)
+    assert all({"loss", "train_loss"} <= set(r.data.metrics) for r in runs)
