@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_local_backend import wait_done
 
 from mlops_gpu.backends import JobState, LauncherSettings, LaunchRequest
 from mlops_gpu.backends.local import LocalBackend
@@ -49,16 +50,6 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLOPS_GPU_FAKE_UTIL", "40")
 
 
-def wait_done(b: LocalBackend, handle: str, timeout: float = 30) -> object:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        st = b.poll([handle])[handle]
-        if st.state not in (JobState.RUNNING, JobState.STARTING):
-            return st
-        time.sleep(0.05)
-    raise AssertionError(f"{handle} still running after {timeout}s")
-
-
 def test_the_checkpoint_signal_reaches_each_process_once(tmp_path: Path) -> None:
     b = LocalBackend("local", [make_node("n1", 4)], tmp_path / "state", host="h")
     out = str(tmp_path / "count")
@@ -73,7 +64,7 @@ def test_the_checkpoint_signal_reaches_each_process_once(tmp_path: Path) -> None
             time.sleep(0.05)
     b.cancel(h, "SIGUSR1", 20)
     st = wait_done(b, h)
-    assert st.state is JobState.SUCCEEDED  # type: ignore[attr-defined]
+    assert st.state is JobState.SUCCEEDED
     assert Path(f"{out}.parent").read_text() == "1" and Path(f"{out}.child").read_text() == "1"
 
 
@@ -82,8 +73,8 @@ def test_telemetry_comes_back_in_the_status(tmp_path: Path) -> None:
     spec = make_spec(command=(PY, "-c", "import time; time.sleep(0.6)"))
     h = b.launch(LaunchRequest("r1", 1, spec, placed("n1", ["1", "2"]), launcher=FAST))
     st = wait_done(b, h)
-    tel = st.telemetry  # type: ignore[attr-defined]
-    assert st.state is JobState.SUCCEEDED and tel is not None  # type: ignore[attr-defined]
+    tel = st.telemetry
+    assert st.state is JobState.SUCCEEDED and tel is not None
     assert tel.mean_utilization == 40.0 and tel.idle_s == 0.0
 
 

@@ -32,7 +32,7 @@ from prefect.workers.base import (
     BaseWorker,
     BaseWorkerResult,
 )
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 #: How often the worker looks at the scheduled run it waits for.
 POLL_S = 1.0
@@ -50,7 +50,10 @@ _DESCRIPTIONS = {
 }
 
 
-class MlopsGpuJobConfiguration(BaseJobConfiguration):
+class GpuRequestFields(BaseModel):
+    """The GPU request of a flow run: both the work pool's variables (with the descriptions its
+    form shows) and the job configuration they fill."""
+
     project: str = Field(description=_DESCRIPTIONS["project"])
     gpus: int = Field(default=1, ge=0, description=_DESCRIPTIONS["gpus"])
     gpu_type: str | None = Field(default=None, description=_DESCRIPTIONS["gpu_type"])
@@ -62,16 +65,12 @@ class MlopsGpuJobConfiguration(BaseJobConfiguration):
     config: str | None = Field(default=None, description=_DESCRIPTIONS["config"])
 
 
-class MlopsGpuVariables(BaseVariables):
-    project: str = Field(description=_DESCRIPTIONS["project"])
-    gpus: int = Field(default=1, ge=0, description=_DESCRIPTIONS["gpus"])
-    gpu_type: str | None = Field(default=None, description=_DESCRIPTIONS["gpu_type"])
-    priority: str | None = Field(default=None, description=_DESCRIPTIONS["priority"])
-    max_runtime: float | None = Field(default=None, gt=0, description=_DESCRIPTIONS["max_runtime"])
-    nodes: int = Field(default=1, ge=1, description=_DESCRIPTIONS["nodes"])
-    backend: str | None = Field(default=None, description=_DESCRIPTIONS["backend"])
-    experiment: str | None = Field(default=None, description=_DESCRIPTIONS["experiment"])
-    config: str | None = Field(default=None, description=_DESCRIPTIONS["config"])
+class MlopsGpuJobConfiguration(GpuRequestFields, BaseJobConfiguration):
+    """What ``run()`` gets: Prefect's command, environment and name, and the GPU request."""
+
+
+class MlopsGpuVariables(GpuRequestFields, BaseVariables):
+    """The work pool's job variables."""
 
 
 class MlopsGpuWorkerResult(BaseWorkerResult):
