@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md and CI run it: install (into .venv), start the real
-# services the tests need (PostgreSQL and a 4-node Slurm cluster from Debian's packages; both
-# stay up for the next run, `scripts/*.sh stop` ends them), lint, type-check, then pytest.
+# services the tests need (PostgreSQL and a 4-node Slurm cluster from Debian's packages, a
+# Kubernetes control plane with 100 kwok GPU nodes built from Go modules; they stay up for the
+# next run, `scripts/*.sh stop` ends them), lint, type-check, then pytest.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,13 @@ if slurm_env=$(bash scripts/slurm.sh start); then
   export "${slurm_env##*$'\n'}"  # SLURM_CONF=...
 else
   echo "scripts/slurm.sh failed: Slurm tests will skip (CI makes them fail)" >&2
+fi
+
+echo "== starting the local Kubernetes control plane (scripts/k8s.sh; built from Go modules once)" >&2
+if k8s_env=$(bash scripts/k8s.sh start); then
+  export "${k8s_env##*$'\n'}"  # KUBECONFIG=...
+else
+  echo "scripts/k8s.sh failed: Kubernetes tests will skip (CI makes them fail)" >&2
 fi
 
 echo "== ruff" >&2

@@ -269,3 +269,34 @@ def test_telemetry_file_has_the_summary(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert code == 0 and data["final"] and data["samples"] == len(launcher.samples) >= 3
     assert data["mean_utilization"] == 0.0 and data["idle_s"] >= 0.2
     assert data["idle_since"] is None  # the stretch closed when the child ended
+
+
+@pytest.mark.parametrize("entry", ["cli", "launcher"])
+def test_a_sigterm_is_passed_on_as_the_term_signal(tmp_path: Path, entry: str) -> None:
+    """Kubernetes stops a pod with SIGTERM; the run gets its checkpoint signal instead."""
+    ready = tmp_path / "ready"
+    child = (
+        "import signal, sys, time, pathlib\n"
+        "signal.signal(signal.SIGUSR1, lambda *a: sys.exit(42))\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(15))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(30)\n"
+    )
+    head = (
+        [*CLI, "exec"] if entry == "cli" else [sys.executable, "-m", "mlops_gpu.telemetry.launcher"]
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.Popen([*head, "--term-signal", "USR1", "--", sys.executable, "-c", child],
+                         env=env, start_new_session=True)  # fmt: skip
+    deadline = time.time() + 20
+    while not ready.exists():
+        assert time.time() < deadline and p.poll() is None
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 42
+
+
+def test_an_unknown_term_signal_is_refused() -> None:
+    r = subprocess.run([*CLI, "exec", "--term-signal", "SIGNOPE", "--", "true"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "unknown signal" in r.stderr

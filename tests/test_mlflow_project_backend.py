@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,13 @@ def test_mlflow_run_queues_runs_and_logs_through_the_scheduler(
     assert scheduled.wait(timeout=180) == "succeeded", scheduled.logs()
     client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("mlflow-project-test")
-    (run,) = client.search_runs([exp.experiment_id])  # one run: the scheduler adopted it
+    # the scheduler closes the attempt in MLflow at the end of the tick that saw it end
+    deadline = time.time() + 30
+    while True:
+        (run,) = client.search_runs([exp.experiment_id])  # one run: the scheduler adopted it
+        if "mlops_gpu.outcome" in run.data.tags or time.time() > deadline:
+            break
+        time.sleep(0.5)
     assert run.info.status == "FINISHED"
     assert run.data.tags["mlops_gpu.run_id"] == scheduled.id
     assert run.data.params["epochs"] == "4"  # the project's parameters, as MLflow logs them

@@ -63,6 +63,8 @@ class LauncherSettings:
     #: Seconds of idle samples before the run is flagged; None: never.
     idle_after_s: float | None = 1800.0
     stop_idle: bool = False
+    #: Pass a SIGTERM on to the command as this signal (Kubernetes: the checkpoint signal).
+    term_signal: str | None = None
 
     def argv(self, python: str, command: Sequence[str], telemetry_file: str | None) -> list[str]:
         """``python -m mlops_gpu.telemetry.launcher ... -- command``: the light entry point,
@@ -75,6 +77,8 @@ class LauncherSettings:
             out.append("--stop-idle")
         if telemetry_file:
             out += ["--telemetry-file", telemetry_file]
+        if self.term_signal:
+            out += ["--term-signal", self.term_signal]
         return [*out, "--", *command]
 
 

@@ -138,7 +138,13 @@ class SlurmBackend:
         if now - self._inventory_at < self.inventory_s:
             return list(self._inventory)
         nodes = []
-        for n in parse_sinfo(self._json(["sinfo", "--json"])):
+        try:
+            listed = parse_sinfo(self._json(["sinfo", "--json"]))
+        except SlurmError:
+            if self._inventory_at == float("-inf"):
+                raise
+            return list(self._inventory)  # slurmctld is away: the last nodes seen stand
+        for n in listed:
             for gres_type, count in sorted(n.gres.items()):
                 gpu_type = self._gpu_type_of.get(gres_type, gres_type)
                 nodes.append(

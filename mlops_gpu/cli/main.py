@@ -464,6 +464,11 @@ _register()
     default=None,
     help="Keep a JSON summary (mean utilization, idle time) here for the scheduler.",
 )
+@click.option(
+    "--term-signal",
+    default=None,
+    help="Pass a SIGTERM on to COMMAND as this signal (e.g. USR1: its checkpoint signal).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(
     run_id: str | None,
@@ -472,14 +477,22 @@ def exec_(
     idle_below: float,
     stop_idle: bool,
     telemetry_file: str | None,
+    term_signal: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (after --), sample its GPUs (CUDA_VISIBLE_DEVICES) into its MLflow run
     ($MLFLOW_TRACKING_URI), forward signals to it, and exit with its status."""
     from mlops_gpu.telemetry.launcher import main as launch
+    from mlops_gpu.telemetry.launcher import signal_number
 
+    if term_signal is not None:
+        try:
+            signal_number(term_signal)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--term-signal") from None
     cmd = list(command)
-    sys.exit(launch(cmd, run_id, interval, idle_after, stop_idle, idle_below, telemetry_file))
+    sys.exit(launch(cmd, run_id, interval, idle_after, stop_idle, idle_below, telemetry_file,
+                    term_signal))  # fmt: skip
 
 
 def main() -> None:

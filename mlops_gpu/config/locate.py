@@ -67,7 +67,11 @@ def _loc(loc: tuple[Any, ...]) -> str:
     # pydantic puts the backend's discriminator tag after its name (backends.NAME.TAG.key):
     # drop the tag, which is not a key of the file.
     parts = [str(p) for p in loc]
-    if len(parts) > 2 and parts[0] == "backends" and parts[2] in ("local", "fake", "slurm"):
+    if (
+        len(parts) > 2
+        and parts[0] == "backends"
+        and parts[2] in ("local", "fake", "slurm", "kubernetes")
+    ):
         del parts[2]
     return ".".join(parts) or "(top level)"
 

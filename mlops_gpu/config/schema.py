@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
@@ -139,8 +139,37 @@ class SlurmBackendConfig(_Strict):
         return []  # from sinfo, at run time
 
 
+class KubernetesBackendConfig(_Strict):
+    """A Kubernetes cluster reached with the official client; nodes come from the API."""
+
+    type: Literal["kubernetes"]
+    #: Kubeconfig file and context (default: the client's own lookup and current context).
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str = "default"
+    #: The image runs' pods start (it needs Python and mlops-gpu for the launcher).
+    image: str = "python:3.11-slim"
+    python: str = "python3"
+    service_account: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    #: Kubernetes ``volumes`` and container ``volumeMounts``, passed through as given.
+    volumes: list[dict[str, Any]] = Field(default_factory=list)
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    #: Node label ``nvidia.com/gpu.product`` value -> our GPU type.
+    gpu_models: dict[str, str] = Field(default_factory=dict)
+    inventory_s: float = Field(10.0, ge=0)
+    #: Where runs' pods see their checkpoint folder (mount shared storage there).
+    checkpoint_dir: str = "/tmp/mlops-gpu-checkpoints"
+
+    @property
+    def nodes(self) -> list[NodeConfig]:
+        return []  # from the API, at run time
+
+
 BackendConfig = Annotated[
-    LocalBackendConfig | FakeBackendConfig | SlurmBackendConfig, Field(discriminator="type")
+    LocalBackendConfig | FakeBackendConfig | SlurmBackendConfig | KubernetesBackendConfig,
+    Field(discriminator="type"),
 ]
 
 

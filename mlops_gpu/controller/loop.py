@@ -158,6 +158,7 @@ class Controller:
         #: attempts that ended this tick, their MLflow runs closed at the tick's end
         self._ended: list[tuple[Run, str, float, float | None]] = []
         self._pool: ThreadPoolExecutor | None = None
+        self._said: set[str] = set()
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -364,7 +365,11 @@ class Controller:
             backend = self.rt.backends.get(bname)
             if backend is None:
                 continue
-            statuses = backend.poll([r.handle for r in runs if r.handle])
+            try:
+                statuses = backend.poll([r.handle for r in runs if r.handle])
+            except Exception as e:  # a cluster that does not answer: its runs stay as they are
+                self._say_once(f"backend {bname}: poll failed ({e}); its runs are unchanged")
+                continue
             for run in runs:
                 st = statuses.get(run.handle or "")
                 if st is not None:
@@ -386,7 +391,10 @@ class Controller:
         max_attempts = run.spec.max_attempts or self.rt.cfg.retry.max_attempts
         # what the launcher measured goes into the usage ledger with the attempt
         util, idle_s = (tel.mean_utilization, tel.idle_s) if tel else (None, 0.0)
-        if st.state is JobState.LOST:
+        # a job we were stopping may simply be gone (a deleted Kubernetes Job): that is the
+        # stop we asked for, not a loss
+        stopping = run.preempt_requested or run.cancel_requested
+        if st.state is JobState.LOST and not stopping:
             phase = store.requeue(
                 run.id,
                 "lost",
@@ -446,6 +454,13 @@ class Controller:
             rep.finished += 1
             self._ended.append((run, phase.value, min(end, now), util))
             self._emit(phase.value, run, why)
+
+    def _say_once(self, msg: str) -> None:
+        """A warning logged once per distinct message (a cluster down for an hour would
+        otherwise log every tick)."""
+        if msg not in self._said:
+            self._said.add(msg)
+            log.warning("%s", msg)
 
     def _flag_idle(self, run: Run, since: float, now: float) -> None:
         key = (run.id, run.attempt)

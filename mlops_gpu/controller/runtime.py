@@ -16,6 +16,7 @@ from mlops_gpu.backends.local import LocalBackend
 from mlops_gpu.config import (
     Config,
     FakeBackendConfig,
+    KubernetesBackendConfig,
     LocalBackendConfig,
     SlurmBackendConfig,
     load_config,
@@ -52,6 +53,29 @@ def build_backend(cfg: Config, name: str) -> Backend:
             inventory_s=b.inventory_s,
             timeout_s=b.command_timeout_s,
             labels=b.labels,
+        )
+    if isinstance(b, KubernetesBackendConfig):
+        from mlops_gpu.backends.k8s import KubernetesBackend
+        from mlops_gpu.backends.k8s_manifest import PodSettings
+
+        pod = PodSettings(
+            namespace=b.namespace,
+            image=b.image,
+            python=b.python,
+            service_account=b.service_account,
+            env=b.env,
+            volumes=tuple(b.volumes),
+            volume_mounts=tuple(b.volume_mounts),
+            annotations=b.pod_annotations,
+        )
+        return KubernetesBackend(
+            name,
+            kubeconfig=str(cfg.resolve_path(b.kubeconfig)) if b.kubeconfig else None,
+            context=b.context,
+            pod=pod,
+            gpu_models=b.gpu_models,
+            inventory_s=b.inventory_s,
+            checkpoint_dir=b.checkpoint_dir,
         )
     raise AssertionError(f"unhandled backend type {type(b).__name__}")  # pragma: no cover
 

@@ -15,6 +15,8 @@ Invariants:
 - Tracking never stops scheduling: an MLflow failure is logged (once per message), the run goes
   on untracked, and tracking pauses for ``PAUSE_S`` (a server that does not answer would
   otherwise cost a timeout per run).
+- The controller closes an attempt's MLflow run at the end of the tick that saw it end (after
+  that tick's launches), so MLflow may show it running a moment after the store says it ended.
 - An attempt's MLflow run is remembered in memory and, after a restart, found again by its tags.
 - The first attempt adopts the MLflow run named by ``MLOPS_GPU_MLFLOW_RUN_ID`` in the submitted
   environment, if any (tags set on it, never a second run); later attempts get their own.

@@ -14,6 +14,9 @@ the launcher reach the child exactly once:
 - Otherwise it passes the signal to the child.
 - In a terminal's foreground group, SIGINT and SIGQUIT from the keyboard already reach every
   process of the group, so they are not passed on again.
+- ``--term-signal SIG``: a SIGTERM is passed on as SIG. Kubernetes stops a pod with SIGTERM
+  (then SIGKILL after ``terminationGracePeriodSeconds``); this turns it into the run's
+  checkpoint signal.
 
 Idle runs: when every sample for ``idle_after_s`` seconds shows every device under
 ``idle_below_pct`` utilization, the run is flagged: the tag ``mlops_gpu.idle`` (the time it went
@@ -72,8 +75,12 @@ class Launcher:
         stop_idle: bool = False,
         idle_below_pct: float = 1.0,
         telemetry_file: str | None = None,
+        term_signal: int | None = None,
     ) -> None:
         self.cmd, self.run_id, self.interval_s = cmd, run_id, interval_s
+        #: pass a SIGTERM on as this signal (Kubernetes stops a pod with SIGTERM; the run's
+        #: checkpoint signal may be another)
+        self.term_signal = term_signal
         self.idle_after_s, self.stop_idle = idle_after_s, stop_idle
         self.idle_below_pct = idle_below_pct
         # ``{node}``: this node's rank in a multi-node job (SLURM_NODEID), one file per node
@@ -101,6 +108,8 @@ class Launcher:
         def forward(n: int, _frame: object) -> None:
             if n in (signal.SIGINT, signal.SIGQUIT) and _foreground():
                 return  # the keyboard sent it to the whole group: the child has it
+            if n == signal.SIGTERM and self.term_signal is not None:
+                n = self.term_signal
             if not leader:
                 child.send_signal(n)
                 return
@@ -281,6 +290,7 @@ def main(
     stop_idle: bool = False,
     idle_below_pct: float = 1.0,
     telemetry_file: str | None = None,
+    term_signal: str | None = None,
 ) -> int:
     """The CLI's entry: the tracking URI and run id default to MLflow's own variables."""
     launcher = Launcher(
@@ -292,13 +302,26 @@ def main(
         stop_idle=stop_idle,
         idle_below_pct=idle_below_pct,
         telemetry_file=telemetry_file,
+        term_signal=signal_number(term_signal) if term_signal else None,
     )
     return launcher.run()
 
 
+def signal_number(name: str) -> int:
+    """``"USR1"``, ``"SIGUSR1"`` or ``"10"`` -> 10; ValueError for anything else."""
+    if name.isdigit():
+        return int(name)
+    sig = getattr(signal, name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper(),
+                  None)  # fmt: skip
+    if not isinstance(sig, signal.Signals):
+        raise ValueError(f"unknown signal {name!r}")
+    return int(sig)
+
+
 USAGE = (
     "usage: python -m mlops_gpu.telemetry.launcher [--run-id ID] [--interval S] "
-    "[--idle-after S] [--idle-below PCT] [--stop-idle] [--telemetry-file F] -- CMD..."
+    "[--idle-after S] [--idle-below PCT] [--stop-idle] [--telemetry-file F] "
+    "[--term-signal SIG] -- CMD..."
 )
 
 
@@ -307,7 +330,8 @@ def _argv_main(args: list[str]) -> int:
     hand (argparse costs milliseconds every job pays before its command starts)."""
     opts: dict[str, str] = {}
     flags = {"--stop-idle"}
-    valued = {"--run-id", "--interval", "--idle-after", "--idle-below", "--telemetry-file"}
+    valued = {"--run-id", "--interval", "--idle-after", "--idle-below", "--telemetry-file",
+              "--term-signal"}  # fmt: skip
     i = 0
     while i < len(args) and args[i] != "--":
         a = args[i]
@@ -329,11 +353,14 @@ def _argv_main(args: list[str]) -> int:
         interval = max(float(opts.get("--interval", "10")), 0.1)
         idle_after = float(opts["--idle-after"]) if "--idle-after" in opts else None
         idle_below = float(opts.get("--idle-below", "1"))
+        term = opts.get("--term-signal")
+        if term is not None:
+            signal_number(term)
     except ValueError as e:
         print(f"{USAGE}\nmlops_gpu.telemetry.launcher: {e}", file=sys.stderr)
         return 2
     return main(cmd, opts.get("--run-id"), interval, idle_after, "--stop-idle" in opts,
-                idle_below, opts.get("--telemetry-file"))  # fmt: skip
+                idle_below, opts.get("--telemetry-file"), term)  # fmt: skip
 
 
 if __name__ == "__main__":

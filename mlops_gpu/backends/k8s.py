@@ -1,0 +1,328 @@
+"""The ``kubernetes`` backend: runs as ``batch/v1`` Jobs pinned to the core's placement, through
+the official ``kubernetes`` client (imported on first use).
+
+- Inventory: Nodes with allocatable ``nvidia.com/gpu`` (or ``nvidia.com/mig-<profile>``), the GPU
+  model from the ``nvidia.com/gpu.product`` label mapped to our GPU type (``gpu_models``);
+  cordoned or NotReady nodes are listed unschedulable. Cached ``inventory_s``.
+- Launch: one Job per attempt (``k8s_manifest``): ``nodeName`` for one node; for a gang an
+  Indexed Job with ``schedulerName: mlops-gpu`` whose pod ``i`` this backend binds to the
+  placement's node ``i`` (the Binding subresource) when it polls.
+- Status: one list of our Jobs and one of our pods per poll (label selector), whatever the
+  number of runs. A Job that is gone, or whose pod sits on a node that no longer exists, is
+  ``lost``.
+- Stop: the Job is deleted (foreground propagation, so it lasts until its pods are gone and the
+  run holds its GPUs through the grace) and its pods with the grace period of the stop; the
+  kubelet sends SIGTERM, which the launcher passes on as the run's checkpoint signal, then
+  SIGKILL after the grace. ``deletionGracePeriodSeconds`` on the pod shows it.
+- A cluster that does not answer: the inventory keeps the last nodes seen, and the controller
+  leaves the runs as they are until it answers again.
+- Handles: ``k8s:<context>:<namespace>:<job name>``; before deleting, the handle must be this
+  backend's and the Job must carry our labels.
+
+Reconcile after a restart: ``find`` looks the Job up by its name (run id and attempt).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mlops_gpu.backends.base import (
+    HandleError,
+    JobState,
+    JobStatus,
+    LaunchError,
+    LaunchRequest,
+    job_env,
+)
+from mlops_gpu.backends.k8s_manifest import (
+    GPU_RESOURCE,
+    MANAGED_BY,
+    SCHEDULER_NAME,
+    PodSettings,
+    job_manifest,
+    job_name,
+)
+from mlops_gpu.model import BackendCapabilities, Node
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+
+
+class KubernetesBackend:
+    kind = "kubernetes"
+    capabilities = BackendCapabilities(
+        multi_node=True, mig=True, shared_gpus=False, checkpoint_signal=True
+    )
+    #: Each launch is an API round trip: the controller starts several at once.
+    parallel_launch = True
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        pod: PodSettings | None = None,
+        gpu_models: Mapping[str, str] | None = None,
+        inventory_s: float = 10.0,
+        checkpoint_dir: str = "/tmp/mlops-gpu-checkpoints",
+    ) -> None:
+        self.name = name
+        self.kubeconfig, self.context = kubeconfig, context
+        self.pod = pod or PodSettings()
+        self.gpu_models = dict(gpu_models or {})
+        self.inventory_s = inventory_s
+        self.checkpoint_dir = checkpoint_dir
+        self._api: Any = None
+        self._inventory: list[Node] = []
+        self._inventory_at = float("-inf")
+        self._node_names: set[str] = set()
+
+    # -- the client -----------------------------------------------------------------------
+    def _clients(self) -> Any:
+        if self._api is None:
+            from kubernetes import client, config
+
+            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=self.kubeconfig, context=self.context
+            )
+            if self.context is None:
+                _, active = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+                    config_file=self.kubeconfig
+                )
+                self.context = active["name"]
+            self._api = (client.CoreV1Api(api_client), client.BatchV1Api(api_client), client)
+        return self._api
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, **kwargs)
+        except ApiException as e:
+            raise _ApiError(what, e.status, str(e.reason)) from None
+        except (HTTPError, OSError) as e:
+            raise _ApiError(what, 0, str(e)) from None
+
+    # -- interface ------------------------------------------------------------------------
+    def inventory(self) -> list[Node]:
+        now = time.monotonic()
+        if now - self._inventory_at < self.inventory_s:
+            return list(self._inventory)
+        core, _, _ = self._clients()
+        nodes = []
+        names = set()
+        try:
+            listed = self._call("list nodes", core.list_node).items
+        except _ApiError:
+            if self._inventory_at == float("-inf"):
+                raise
+            return list(self._inventory)  # the API is away: the last nodes seen stand
+        for n in listed:
+            names.add(n.metadata.name)
+            alloc = n.status.allocatable or {}
+            labels = dict(n.metadata.labels or {})
+            model = labels.get(PRODUCT_LABEL, "")
+            gpu_type = self.gpu_models.get(model, model)
+            whole = int(alloc.get(GPU_RESOURCE, "0") or 0)
+            mig = {
+                k.removeprefix("nvidia.com/mig-"): tuple(
+                    f"{k.removeprefix('nvidia.com/mig-')}-{i}" for i in range(int(v))
+                )
+                for k, v in alloc.items()
+                if k.startswith("nvidia.com/mig-") and int(v or 0) > 0
+            }
+            if not whole and not mig:
+                continue
+            ready = any(c.type == "Ready" and c.status == "True"
+                        for c in (n.status.conditions or []))  # fmt: skip
+            cordoned = bool(n.spec.unschedulable)
+            why = "cordoned" if cordoned else ("" if ready else "NotReady")
+            nodes.append(
+                Node(
+                    name=n.metadata.name,
+                    backend=self.name,
+                    gpu_type=gpu_type or "gpu",
+                    devices=tuple(str(i) for i in range(whole)),
+                    labels=labels,
+                    schedulable=ready and not cordoned,
+                    state_reason=why,
+                    mig=mig,
+                )
+            )
+        self._inventory, self._inventory_at, self._node_names = nodes, now, names
+        return list(nodes)
+
+    def launch(self, req: LaunchRequest) -> str:
+        _, batch, _ = self._clients()
+        env = job_env(req, f"{self.checkpoint_dir}/{req.run_id}")
+        manifest = job_manifest(req, self.pod, env)
+        try:
+            self._call("create job", batch.create_namespaced_job, self.pod.namespace, manifest)
+        except _ApiError as e:
+            if e.status != 409:  # 409: it exists already (a retried launch): adopt it
+                raise LaunchError(str(e)) from None
+        return self._handle(manifest["metadata"]["name"])
+
+    def poll(self, handles: Sequence[str]) -> dict[str, JobStatus]:
+        if not handles:
+            return {}
+        core, batch, _ = self._clients()
+        names = {self._parse(h): h for h in handles}
+        jobs = {j.metadata.name: j for j in self._call(
+            "list jobs", batch.list_namespaced_job, self.pod.namespace, label_selector=SELECTOR
+        ).items if j.metadata.name in names}  # fmt: skip
+        pods: dict[str, list[Any]] = {}
+        for p in self._call("list pods", core.list_namespaced_pod, self.pod.namespace,
+                            label_selector=SELECTOR).items:  # fmt: skip
+            owner = (p.metadata.labels or {}).get("job-name", "")
+            if owner in names:
+                pods.setdefault(owner, []).append(p)
+        self.inventory()  # the node names, for pods on nodes that vanished
+        out = {}
+        for name, handle in names.items():
+            job = jobs.get(name)
+            out[handle] = self._status(handle, job, pods.get(name, []))
+        return out
+
+    def cancel(self, handle: str, signal: str, grace_s: float) -> None:
+        name = self._parse(handle)
+        _, batch, client = self._clients()
+        try:
+            job = self._call("read job", batch.read_namespaced_job, name, self.pod.namespace)
+        except _ApiError as e:
+            if e.status == 404:
+                return  # already gone
+            raise HandleError(f"{handle}: {e}") from None
+        if (job.metadata.labels or {}).get("app.kubernetes.io/managed-by") != MANAGED_BY:
+            raise HandleError(f"{handle}: Job {name} is not one of mlops-gpu's")
+        # Foreground: the Job stays (being deleted) until its pods are gone, so the run holds
+        # its GPUs through the grace period, as the node does
+        body = client.V1DeleteOptions(propagation_policy="Foreground",
+                                      grace_period_seconds=max(int(grace_s), 0))  # fmt: skip
+        try:
+            self._call("delete job", batch.delete_namespaced_job, name, self.pod.namespace,
+                       body=body)  # fmt: skip
+            # the pods carry the grace period (the Job's deletion alone would not stop them
+            # with it): delete them too, each with the run's grace
+            core, _, _ = self._clients()
+            self._call("delete pods", core.delete_collection_namespaced_pod, self.pod.namespace,
+                       label_selector=f"job-name={name}",
+                       grace_period_seconds=max(int(grace_s), 0))  # fmt: skip
+        except _ApiError as e:
+            if e.status != 404:
+                raise HandleError(f"{handle}: {e}") from None
+
+    def find(self, run_id: str, attempt: int) -> str | None:
+        _, batch, _ = self._clients()
+        name = job_name(run_id, attempt)
+        try:
+            self._call("read job", batch.read_namespaced_job, name, self.pod.namespace)
+        except _ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+        return self._handle(name)
+
+    def log_files(self, run_id: str, attempt: int) -> list[Path]:
+        return []  # the pods' logs live in the cluster (kubectl logs job/<name>)
+
+    # -- helpers --------------------------------------------------------------------------
+    def _handle(self, name: str) -> str:
+        self._clients()
+        return f"k8s:{self.context}:{self.pod.namespace}:{name}"
+
+    def _parse(self, handle: str) -> str:
+        parts = handle.split(":")
+        if len(parts) != 4 or parts[0] != "k8s":
+            raise HandleError(f"{handle!r} is not a Kubernetes backend handle")
+        self._clients()
+        if parts[1] != self.context or parts[2] != self.pod.namespace:
+            raise HandleError(f"{handle!r} belongs to {parts[1]}/{parts[2]}, not "
+                              f"{self.context}/{self.pod.namespace}")  # fmt: skip
+        return parts[3]
+
+    def _status(self, handle: str, job: Any, pods: list[Any]) -> JobStatus:
+        if job is None:
+            return JobStatus(handle, JobState.LOST, reason="its Job was deleted")
+        if job.metadata.deletion_timestamp is not None:  # being stopped: until its pods end
+            live = [p for p in pods if (p.status.phase or "") in ("Pending", "Running")]
+            if live:
+                return JobStatus(handle, JobState.RUNNING)
+            return JobStatus(handle, JobState.FAILED, reason="stopped")
+        st = job.status
+        for c in st.conditions or []:
+            if c.status != "True":
+                continue
+            end = c.last_transition_time.timestamp() if c.last_transition_time else None
+            start = st.start_time.timestamp() if st.start_time else None
+            if c.type == "Complete":
+                return JobStatus(handle, JobState.SUCCEEDED, 0, start, end, "exited")
+            if c.type == "Failed":
+                if c.reason == "DeadlineExceeded":
+                    return JobStatus(handle, JobState.FAILED, None, start, end, "max_runtime")
+                code = _exit_code(pods)
+                return JobStatus(handle, JobState.FAILED, code, start, end,
+                                 c.message or c.reason or "failed")  # fmt: skip
+        gone = [p for p in pods if p.spec.node_name and p.spec.node_name not in self._node_names]
+        if gone:
+            # the Job controller would wait forever for a pod pinned to a missing node
+            self._delete_quietly(job.metadata.name)
+            return JobStatus(handle, JobState.LOST,
+                             reason=f"its node {gone[0].spec.node_name} is gone")  # fmt: skip
+        self._bind(job, pods)
+        running = [p for p in pods if (p.status.phase or "") == "Running"]
+        want = job.spec.parallelism or 1
+        if len(running) >= want:
+            start = st.start_time.timestamp() if st.start_time else None
+            return JobStatus(handle, JobState.RUNNING, started_at=start)
+        return JobStatus(handle, JobState.STARTING)
+
+    def _delete_quietly(self, name: str) -> None:
+        _, batch, client = self._clients()
+        body = client.V1DeleteOptions(propagation_policy="Background", grace_period_seconds=0)
+        with contextlib.suppress(_ApiError):  # gone already, or the next poll tries again
+            self._call("delete job", batch.delete_namespaced_job, name, self.pod.namespace,
+                       body=body)  # fmt: skip
+
+    def _bind(self, job: Any, pods: list[Any]) -> None:
+        """Bind a gang's waiting pods, pod ``i`` to the placement's node ``i``."""
+        nodes = ((job.metadata.annotations or {}).get("mlops-gpu/nodes") or "").split(",")
+        core, _, client = self._clients()
+        for p in pods:
+            if p.spec.node_name or p.spec.scheduler_name != SCHEDULER_NAME:
+                continue
+            idx = (p.metadata.annotations or {}).get(INDEX_ANNOTATION)
+            if idx is None or not idx.isdigit() or int(idx) >= len(nodes):
+                continue
+            target = client.V1ObjectReference(kind="Node", api_version="v1", name=nodes[int(idx)])
+            body = client.V1Binding(metadata=client.V1ObjectMeta(name=p.metadata.name),
+                                    target=target)  # fmt: skip
+            try:
+                # _preload_content=False: the client cannot parse Binding's empty answer
+                self._call("bind pod", core.create_namespaced_pod_binding, p.metadata.name,
+                           self.pod.namespace, body, _preload_content=False)  # fmt: skip
+            except _ApiError as e:
+                if e.status != 409:  # 409: bound meanwhile
+                    raise
+
+
+def _exit_code(pods: list[Any]) -> int | None:
+    for p in pods:
+        for cs in p.status.container_statuses or []:
+            t = cs.state.terminated if cs.state else None
+            if t is not None and t.exit_code:
+                return int(t.exit_code)
+    return None
+
+
+class _ApiError(RuntimeError):
+    def __init__(self, what: str, status: int, reason: str) -> None:
+        super().__init__(f"Kubernetes {what}: {status or ''} {reason}".strip())
+        self.status = status
