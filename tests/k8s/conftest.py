@@ -25,3 +25,7 @@ def kubeconfig() -> str:
             pytest.fail(msg)
         pytest.skip(msg)
     return lines[-1].split("=", 1)[1]
+
+
+# the Slurm cluster's fixture too, for the test that spans all three backends
+from slurm.conftest import slurm_conf  # noqa: E402, F401

@@ -280,3 +280,41 @@ def test_restarting_the_api_server_mid_run_loses_nothing(
                    capture_output=True, timeout=600)  # fmt: skip
     drive(rt, ctl, lambda: all(get(rt, r).phase in TERMINAL_PHASES for r in runs), 180)
     assert all(get(rt, r).phase is Phase.SUCCEEDED and get(rt, r).attempt == 1 for r in runs)
+
+
+@pytest.mark.slurm
+def test_one_quota_domain_across_local_slurm_and_kubernetes(
+    tmp_path: Path, kubeconfig: str, slurm_conf: str, clean: None
+) -> None:
+    """A project with 8 a100 and no borrowing, with a100 capacity on all three backends, never
+    holds more than 8 across them while 24 runs of 2 GPUs go through (8 pinned to each)."""
+    rt = k8s_runtime(tmp_path, kubeconfig, projects={"p": (8, 0)}, backends_extra={
+        "pod_annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "2s"}})  # fmt: skip
+    data = yaml.safe_load(Path(str(rt.cfg.source)).read_text())
+    data["backends"]["hpc"] = {
+        "type": "slurm",
+        "slurm_conf": slurm_conf,
+        "inventory_s": 0,
+        "gres_types": {"a100-80gb": "a100", "h100-80gb": "h100"},
+    }
+    data["backends"]["local"] = {"type": "local", "nodes": [
+        {"name": "virt", "gpu_type": "a100-80gb", "gpus": 8}]}  # fmt: skip
+    Path(str(rt.cfg.source)).write_text(yaml.safe_dump(data))
+    rt = Runtime.load(rt.cfg.source)
+    want = ResourceRequest(gpus=2, gpu_types=("a100-80gb",))
+    pins = ("local", "hpc", "k8s")
+    runs = [rt.submit(rt.spec(("sleep", "2"), project="p", request=want, backend=pins[i % 3]))
+            for i in range(24)]  # fmt: skip
+    held: list[float] = []
+    seen: set[str] = set()
+    ctl = Controller(rt)
+    deadline = time.time() + 300
+    while not all(get(rt, r).phase in TERMINAL_PHASES for r in runs):
+        assert time.time() < deadline, "the runs did not finish"
+        ctl.tick()
+        active = [r for r in rt.store.list_runs(ACTIVE_PHASES) if r.placement]
+        held.append(sum(r.placement.gpu_amount for r in active if r.placement))
+        seen.update(r.placement.backend for r in active if r.placement)
+        time.sleep(0.2)
+    assert {get(rt, r).phase for r in runs} == {Phase.SUCCEEDED}
+    assert max(held) == 8 and seen == {"local", "hpc", "k8s"}

@@ -247,7 +247,8 @@ def test_a_node_going_down_loses_the_run_and_requeues_it(tmp_path: Path, slurm_c
     assert "lost" in kinds
     again = rt.store.get(run.id)
     assert again is not None and again.phase in (Phase.PENDING, *ACTIVE_PHASES)
-    assert again.placement is None or node not in again.placement.node_names
+    # (the node may already be back: the test cluster returns DOWN nodes to service when their
+    # slurmd registers again, so where attempt 2 lands is not asserted)
     rt.store.request_cancel(run.id)
     drive(rt, ctl, all_ended(rt, [run]))
 
