@@ -26,9 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlops_gpu.controller.tracking import PARENT_ENV
 from mlops_gpu.sdk.run import Run, RunFailed, _runtime, submit
-
-PARENT_ENV = "MLOPS_GPU_MLFLOW_PARENT_RUN_ID"  # as controller.tracking reads it
 
 
 def distributions(space: Mapping[str, Any]) -> dict[str, Any]:

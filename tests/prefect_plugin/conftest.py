@@ -54,6 +54,15 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log.close()
 
 
+@pytest.fixture
+def harness(prefect_api: str) -> Iterator[None]:
+    """This process's Prefect client pointed at the session's real server."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
+        yield
+
+
 def prefect_env(api: str, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLOPS_GPU_"))}
     env.update(PREFECT_API_URL=api, PREFECT_HOME=str(home), PREFECT_WORKER_QUERY_SECONDS="1",

@@ -5,7 +5,6 @@ its GPUs for its body under the project's quota; ``@gpu_flow`` binds a flow's de
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +14,6 @@ from conftest import stop_scheduler
 from .conftest import mlops_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect_server]
-
-
-@pytest.fixture
-def harness(prefect_api: str) -> Iterator[None]:
-    """This process's Prefect client pointed at the session's real server."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
-        yield
 
 
 def test_gpu_tasks_hold_their_gpus_under_the_quota(harness: None, tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,14 +22,6 @@ from .test_worker import api_call, flow_run, until
 
 pytestmark = [pytest.mark.prefect_server, pytest.mark.slow]
 FLOWS = Path(__file__).resolve().parents[2] / "flows"
-
-
-@pytest.fixture
-def harness(prefect_api: str) -> Iterator[None]:
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
-        yield
 
 
 @pytest.mark.mlflow_server
