@@ -135,6 +135,34 @@ def test_admit_stores_the_placement_and_names_the_node(store: Store) -> None:
     assert "node-a" in last.reason
 
 
+def test_admit_many_is_one_revision_with_an_event_each_and_skips_cancelled(store: Store) -> None:
+    ids = [submit(store, "job0"), new_run(store, "pending+cancel", "job1"), submit(store, "job2")]
+    rev = store.revision()
+    assert store.admit_many([(i, PL) for i in ids], now=T0 + 10) == [True, False, True]
+    assert store.revision() == rev + 1  # one bump for the batch
+    assert [get(store, i).phase for i in ids] == [Phase.ADMITTED, Phase.PENDING, Phase.ADMITTED]
+    assert get(store, ids[2]).placement == PL
+    changed, _ = store.changed_since(rev)
+    assert {r.id for r in changed} == {ids[0], ids[2]}
+    for i in (ids[0], ids[2]):
+        assert [e.kind for e in store.events(i)].count("admitted") == 1
+    store.set_handles([(ids[0], "h0"), (ids[2], "h2")], Phase.STARTING, now=T0 + 11)
+    assert [attrs(get(store, i), "phase handle") for i in (ids[0], ids[2])] == [
+        (Phase.STARTING, "h0"), (Phase.STARTING, "h2")]  # fmt: skip
+
+
+def test_a_batch_with_an_illegal_move_writes_nothing(store: Store) -> None:
+    ok, done = submit(store, "ok"), submit(store, "done")
+    drive(store, done, Phase.SUCCEEDED)
+    assert store.admit(ok, PL, now=T0 + 10)
+    before = snapshot(store, ok)
+    with pytest.raises(ConflictError):  # a finished run cannot start
+        store.set_handles([(ok, "h"), (done, "h2")], Phase.STARTING, now=T0 + 11)
+    assert snapshot(store, ok) == before
+    with pytest.raises(KeyError, match="nope"):
+        store.admit_many([("nope", PL)])
+
+
 # -- start, finish and usage -------------------------------------------------------------------
 @pytest.mark.parametrize("end", [Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED])
 def test_finish_writes_exactly_one_usage_row(store: Store, end: Phase) -> None:

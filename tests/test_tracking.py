@@ -30,10 +30,10 @@ class Clock:
         return self.now
 
 
-def runtime(tmp_path: Path, server: str, clock: Clock) -> Runtime:
+def runtime(tmp_path: Path, server: str, clock: Clock, *, enabled: bool = True) -> Runtime:
     data = yaml.safe_load(config_yaml(nodes=[("node-a", 4)], projects={"vision": (4, 0)}))
     data["backends"] = {"fake": {"type": "fake", "nodes": data["backends"]["local"]["nodes"]}}
-    data["mlflow"] = {"tracking_uri": server}
+    data["mlflow"] = {"tracking_uri": server, "enabled": enabled}
     rt = Runtime(parse_config(data, str(tmp_path / "mlops-gpu.yaml"), tmp_path))
     rt.__dict__["backends"] = {"fake": FakeBackend("fake", rt.cfg.model_nodes("fake"), clock=clock)}
     return rt
@@ -155,6 +155,24 @@ def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path:
     (row,) = rt.store.usage()
     assert (row.mean_util, row.idle_s) == (42.0, 60.0)
     assert MlflowClient(uri).get_experiment_by_name("vision") is not None
+
+
+def test_mlflow_disabled_creates_no_runs_and_no_store(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    clock = Clock()
+    rt = runtime(tmp_path, uri, clock, enabled=False)
+    fake = rt.backends["fake"]
+    assert isinstance(fake, FakeBackend)
+    rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                      env={"FAKE_DURATION_S": "60"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    ctl.tick()
+    (job,) = fake.jobs.values()
+    assert "MLFLOW_RUN_ID" not in job.req.env and "MLFLOW_TRACKING_URI" not in job.req.env
+    clock.now += 60
+    ctl.tick()
+    assert {r.phase.value for r in rt.store.list_runs()} == {"succeeded"}
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 def test_an_unusable_local_store_pauses_tracking_and_runs_go_on(tmp_path: Path) -> None:

@@ -7,15 +7,19 @@ the official ``kubernetes`` client (imported on first use).
 - Launch: one Job per attempt (``k8s_manifest``): ``nodeName`` for one node; for a gang an
   Indexed Job with ``schedulerName: mlops-gpu`` whose pod ``i`` this backend binds to the
   placement's node ``i`` (the Binding subresource) when it polls.
-- Status: one list of our Jobs and one of our pods per poll (label selector), whatever the
-  number of runs. A Job that is gone, or whose pod sits on a node that no longer exists, is
-  ``lost``.
+- Status: our Jobs from a list-and-watch cache (``k8s_watch``; one list per poll while it is
+  not synced), whatever the number of runs; a Job runs when its ``status.ready`` reaches its
+  parallelism. Pods are listed only for the Jobs that
+  need them (being stopped, failed: the exit code, gangs to bind), in the same poll. A Job that
+  is gone, or placed on a node that no longer exists, is ``lost``.
 - Stop: the Job is deleted (foreground propagation, so it lasts until its pods are gone and the
   run holds its GPUs through the grace) and its pods with the grace period of the stop; the
   kubelet sends SIGTERM, which the launcher passes on as the run's checkpoint signal, then
   SIGKILL after the grace. ``deletionGracePeriodSeconds`` on the pod shows it.
 - A cluster that does not answer: the inventory keeps the last nodes seen, and the controller
   leaves the runs as they are until it answers again.
+- Every API call takes a token from a bucket of ``api_qps``/``api_burst`` (as client-go's
+  clients do), so the backend's load on the API server is bounded and comparable.
 - Handles: ``k8s:<context>:<namespace>:<job name>``; before deleting, the handle must be this
   backend's and the Job must carry our labels.
 
@@ -25,8 +29,10 @@ Reconcile after a restart: ``find`` looks the Job up by its name (run id and att
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +52,8 @@ from mlops_gpu.backends.k8s_manifest import (
     job_manifest,
     job_name,
 )
+from mlops_gpu.backends.k8s_watch import JobCache
+from mlops_gpu.backends.rate_limit import TokenBucket
 from mlops_gpu.model import BackendCapabilities, Node
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -60,6 +68,8 @@ class KubernetesBackend:
     )
     #: Each launch is an API round trip: the controller starts several at once.
     parallel_launch = True
+    #: A pod takes seconds to start: polling right after the launches finds none running.
+    poll_after_launch = False
 
     def __init__(
         self,
@@ -71,6 +81,8 @@ class KubernetesBackend:
         gpu_models: Mapping[str, str] | None = None,
         inventory_s: float = 10.0,
         checkpoint_dir: str = "/tmp/mlops-gpu-checkpoints",
+        api_qps: float = 50.0,
+        api_burst: int = 100,
     ) -> None:
         self.name = name
         self.kubeconfig, self.context = kubeconfig, context
@@ -82,6 +94,8 @@ class KubernetesBackend:
         self._inventory: list[Node] = []
         self._inventory_at = float("-inf")
         self._node_names: set[str] = set()
+        self._bucket = TokenBucket(api_qps, api_burst)
+        self._cache: JobCache | None = None
 
     # -- the client -----------------------------------------------------------------------
     def _clients(self) -> Any:
@@ -103,12 +117,25 @@ class KubernetesBackend:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        self._bucket.take()
         try:
             return fn(*args, **kwargs)
         except ApiException as e:
             raise _ApiError(what, e.status, str(e.reason)) from None
         except (HTTPError, OSError) as e:
             raise _ApiError(what, 0, str(e)) from None
+
+    def _get(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """A read as plain JSON: the client's model classes cost more CPU to build than the
+        call takes (0.5 s for a list of 800 pods), and every poll lists every run's pods."""
+        resp = self._call(what, fn, *args, _preload_content=False, **kwargs)
+        try:
+            out: dict[str, Any] = json.loads(resp.data)
+        except ValueError as e:
+            raise _ApiError(what, 0, f"not JSON: {e}") from None
+        finally:
+            resp.release_conn()  # unread answers keep their connection out of the pool
+        return out
 
     # -- interface ------------------------------------------------------------------------
     def inventory(self) -> list[Node]:
@@ -119,15 +146,16 @@ class KubernetesBackend:
         nodes = []
         names = set()
         try:
-            listed = self._call("list nodes", core.list_node).items
+            listed = self._get("list nodes", core.list_node)["items"]
         except _ApiError:
             if self._inventory_at == float("-inf"):
                 raise
             return list(self._inventory)  # the API is away: the last nodes seen stand
         for n in listed:
-            names.add(n.metadata.name)
-            alloc = n.status.allocatable or {}
-            labels = dict(n.metadata.labels or {})
+            meta, status = n["metadata"], n.get("status") or {}
+            names.add(meta["name"])
+            alloc = status.get("allocatable") or {}
+            labels = dict(meta.get("labels") or {})
             model = labels.get(PRODUCT_LABEL, "")
             gpu_type = self.gpu_models.get(model, model)
             whole = int(alloc.get(GPU_RESOURCE, "0") or 0)
@@ -140,13 +168,13 @@ class KubernetesBackend:
             }
             if not whole and not mig:
                 continue
-            ready = any(c.type == "Ready" and c.status == "True"
-                        for c in (n.status.conditions or []))  # fmt: skip
-            cordoned = bool(n.spec.unschedulable)
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (status.get("conditions") or []))  # fmt: skip
+            cordoned = bool((n.get("spec") or {}).get("unschedulable"))
             why = "cordoned" if cordoned else ("" if ready else "NotReady")
             nodes.append(
                 Node(
-                    name=n.metadata.name,
+                    name=meta["name"],
                     backend=self.name,
                     gpu_type=gpu_type or "gpu",
                     devices=tuple(str(i) for i in range(whole)),
@@ -164,7 +192,14 @@ class KubernetesBackend:
         env = job_env(req, f"{self.checkpoint_dir}/{req.run_id}")
         manifest = job_manifest(req, self.pod, env)
         try:
-            self._call("create job", batch.create_namespaced_job, self.pod.namespace, manifest)
+            # _preload_content=False: the answer is not needed, and parsing it into a V1Job
+            # costs more CPU than the call itself
+            resp = self._call("create job", batch.create_namespaced_job, self.pod.namespace,
+                              manifest, _preload_content=False)  # fmt: skip
+            # back to the pool: an unreleased connection makes the next call open a new
+            # one (a TLS handshake per launch)
+            resp.drain_conn()
+            resp.release_conn()
         except _ApiError as e:
             if e.status != 409:  # 409: it exists already (a retried launch): adopt it
                 raise LaunchError(str(e)) from None
@@ -175,15 +210,16 @@ class KubernetesBackend:
             return {}
         core, batch, _ = self._clients()
         names = {self._parse(h): h for h in handles}
-        jobs = {j.metadata.name: j for j in self._call(
-            "list jobs", batch.list_namespaced_job, self.pod.namespace, label_selector=SELECTOR
-        ).items if j.metadata.name in names}  # fmt: skip
+        jobs = self._jobs(batch, names)
         pods: dict[str, list[Any]] = {}
-        for p in self._call("list pods", core.list_namespaced_pod, self.pod.namespace,
-                            label_selector=SELECTOR).items:  # fmt: skip
-            owner = (p.metadata.labels or {}).get("job-name", "")
-            if owner in names:
-                pods.setdefault(owner, []).append(p)
+        want = sorted(n for n, j in jobs.items() if _needs_pods(j))
+        if want:  # most polls need none: a running Job's own status says it runs
+            sel = SELECTOR + (f",job-name in ({','.join(want)})" if len(want) <= 50 else "")
+            for p in self._get("list pods", core.list_namespaced_pod, self.pod.namespace,
+                               label_selector=sel)["items"]:  # fmt: skip
+                owner = (p["metadata"].get("labels") or {}).get("job-name", "")
+                if owner in names:
+                    pods.setdefault(owner, []).append(p)
         self.inventory()  # the node names, for pods on nodes that vanished
         out = {}
         for name, handle in names.items():
@@ -191,16 +227,37 @@ class KubernetesBackend:
             out[handle] = self._status(handle, job, pods.get(name, []))
         return out
 
+    def _jobs(self, batch: Any, names: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+        """Our Jobs among ``names``: from the watch cache when it is synced (a Job it lacks is
+        read directly: its creation may not have reached the cache yet), else one list."""
+        if self._cache is None:
+            self._cache = JobCache(self._call, batch, self.pod.namespace, SELECTOR)
+        cached = self._cache.jobs()
+        if cached is None:
+            listed = self._get("list jobs", batch.list_namespaced_job, self.pod.namespace,
+                               label_selector=SELECTOR)["items"]  # fmt: skip
+            return {j["metadata"]["name"]: j for j in listed if j["metadata"]["name"] in names}
+        jobs = {n: cached[n] for n in names if n in cached}
+        for name in names:
+            if name not in jobs:
+                try:
+                    jobs[name] = self._get("read job", batch.read_namespaced_job, name,
+                                           self.pod.namespace)  # fmt: skip
+                except _ApiError as e:
+                    if e.status != 404:
+                        raise
+        return jobs
+
     def cancel(self, handle: str, signal: str, grace_s: float) -> None:
         name = self._parse(handle)
         _, batch, client = self._clients()
         try:
-            job = self._call("read job", batch.read_namespaced_job, name, self.pod.namespace)
+            job = self._get("read job", batch.read_namespaced_job, name, self.pod.namespace)
         except _ApiError as e:
             if e.status == 404:
                 return  # already gone
             raise HandleError(f"{handle}: {e}") from None
-        if (job.metadata.labels or {}).get("app.kubernetes.io/managed-by") != MANAGED_BY:
+        if (job["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != MANAGED_BY:
             raise HandleError(f"{handle}: Job {name} is not one of mlops-gpu's")
         # Foreground: the Job stays (being deleted) until its pods are gone, so the run holds
         # its GPUs through the grace period, as the node does
@@ -223,7 +280,7 @@ class KubernetesBackend:
         _, batch, _ = self._clients()
         name = job_name(run_id, attempt)
         try:
-            self._call("read job", batch.read_namespaced_job, name, self.pod.namespace)
+            self._get("read job", batch.read_namespaced_job, name, self.pod.namespace)
         except _ApiError as e:
             if e.status == 404:
                 return None
@@ -248,39 +305,38 @@ class KubernetesBackend:
                               f"{self.context}/{self.pod.namespace}")  # fmt: skip
         return parts[3]
 
-    def _status(self, handle: str, job: Any, pods: list[Any]) -> JobStatus:
+    def _status(
+        self, handle: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]
+    ) -> JobStatus:
         if job is None:
             return JobStatus(handle, JobState.LOST, reason="its Job was deleted")
-        if job.metadata.deletion_timestamp is not None:  # being stopped: until its pods end
-            live = [p for p in pods if (p.status.phase or "") in ("Pending", "Running")]
+        if job["metadata"].get("deletionTimestamp"):  # being stopped: until its pods end
+            live = [p for p in pods if _phase(p) in ("Pending", "Running")]
             if live:
                 return JobStatus(handle, JobState.RUNNING)
             return JobStatus(handle, JobState.FAILED, reason="stopped")
-        st = job.status
-        for c in st.conditions or []:
-            if c.status != "True":
+        st = job.get("status") or {}
+        start = _ts(st.get("startTime"))
+        for c in st.get("conditions") or []:
+            if c.get("status") != "True":
                 continue
-            end = c.last_transition_time.timestamp() if c.last_transition_time else None
-            start = st.start_time.timestamp() if st.start_time else None
-            if c.type == "Complete":
+            end = _ts(c.get("lastTransitionTime"))
+            if c.get("type") == "Complete":
                 return JobStatus(handle, JobState.SUCCEEDED, 0, start, end, "exited")
-            if c.type == "Failed":
-                if c.reason == "DeadlineExceeded":
+            if c.get("type") == "Failed":
+                if c.get("reason") == "DeadlineExceeded":
                     return JobStatus(handle, JobState.FAILED, None, start, end, "max_runtime")
                 code = _exit_code(pods)
                 return JobStatus(handle, JobState.FAILED, code, start, end,
-                                 c.message or c.reason or "failed")  # fmt: skip
-        gone = [p for p in pods if p.spec.node_name and p.spec.node_name not in self._node_names]
+                                 c.get("message") or c.get("reason") or "failed")  # fmt: skip
+        gone = [n for n in _nodes(job) if n not in self._node_names]
         if gone:
             # the Job controller would wait forever for a pod pinned to a missing node
-            self._delete_quietly(job.metadata.name)
-            return JobStatus(handle, JobState.LOST,
-                             reason=f"its node {gone[0].spec.node_name} is gone")  # fmt: skip
+            self._delete_quietly(job["metadata"]["name"])
+            return JobStatus(handle, JobState.LOST, reason=f"its node {gone[0]} is gone")
         self._bind(job, pods)
-        running = [p for p in pods if (p.status.phase or "") == "Running"]
-        want = job.spec.parallelism or 1
-        if len(running) >= want:
-            start = st.start_time.timestamp() if st.start_time else None
+        running = max(st.get("ready") or 0, sum(_phase(p) == "Running" for p in pods))
+        if running >= ((job.get("spec") or {}).get("parallelism") or 1):
             return JobStatus(handle, JobState.RUNNING, started_at=start)
         return JobStatus(handle, JobState.STARTING)
 
@@ -291,35 +347,69 @@ class KubernetesBackend:
             self._call("delete job", batch.delete_namespaced_job, name, self.pod.namespace,
                        body=body)  # fmt: skip
 
-    def _bind(self, job: Any, pods: list[Any]) -> None:
+    def _bind(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         """Bind a gang's waiting pods, pod ``i`` to the placement's node ``i``."""
-        nodes = ((job.metadata.annotations or {}).get("mlops-gpu/nodes") or "").split(",")
+        nodes = _nodes(job)
         core, _, client = self._clients()
         for p in pods:
-            if p.spec.node_name or p.spec.scheduler_name != SCHEDULER_NAME:
+            spec, meta = p.get("spec") or {}, p["metadata"]
+            if spec.get("nodeName") or spec.get("schedulerName") != SCHEDULER_NAME:
                 continue
-            idx = (p.metadata.annotations or {}).get(INDEX_ANNOTATION)
+            idx = (meta.get("annotations") or {}).get(INDEX_ANNOTATION)
             if idx is None or not idx.isdigit() or int(idx) >= len(nodes):
                 continue
             target = client.V1ObjectReference(kind="Node", api_version="v1", name=nodes[int(idx)])
-            body = client.V1Binding(metadata=client.V1ObjectMeta(name=p.metadata.name),
+            body = client.V1Binding(metadata=client.V1ObjectMeta(name=meta["name"]),
                                     target=target)  # fmt: skip
             try:
                 # _preload_content=False: the client cannot parse Binding's empty answer
-                self._call("bind pod", core.create_namespaced_pod_binding, p.metadata.name,
-                           self.pod.namespace, body, _preload_content=False)  # fmt: skip
+                resp = self._call("bind pod", core.create_namespaced_pod_binding, meta["name"],
+                                  self.pod.namespace, body, _preload_content=False)  # fmt: skip
+                resp.drain_conn()
+                resp.release_conn()
             except _ApiError as e:
                 if e.status != 409:  # 409: bound meanwhile
                     raise
 
 
-def _exit_code(pods: list[Any]) -> int | None:
+def _exit_code(pods: list[dict[str, Any]]) -> int | None:
     for p in pods:
-        for cs in p.status.container_statuses or []:
-            t = cs.state.terminated if cs.state else None
-            if t is not None and t.exit_code:
-                return int(t.exit_code)
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            t = (cs.get("state") or {}).get("terminated")
+            if t and t.get("exitCode"):
+                return int(t["exitCode"])
     return None
+
+
+def _nodes(job: dict[str, Any]) -> list[str]:
+    """The placement's nodes, pod ``i`` on node ``i`` (the Job's ``mlops-gpu/nodes``)."""
+    text = (job["metadata"].get("annotations") or {}).get("mlops-gpu/nodes") or ""
+    return [n for n in text.split(",") if n]
+
+
+def _needs_pods(job: dict[str, Any]) -> bool:
+    """Whether the Job's status needs its pods: a stop (are they gone?), a failure (the exit
+    code), a gang not yet running (pods to bind)."""
+    if job["metadata"].get("deletionTimestamp"):
+        return True
+    st = job.get("status") or {}
+    for c in st.get("conditions") or []:
+        if c.get("status") == "True" and c.get("type") in ("Complete", "Failed"):
+            return bool(c.get("type") == "Failed")
+    spec = job.get("spec") or {}
+    gang = (spec.get("template") or {}).get("spec", {}).get("schedulerName") == SCHEDULER_NAME
+    return gang and (st.get("ready") or 0) < (spec.get("parallelism") or 1)
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
+def _ts(text: str | None) -> float | None:
+    """An RFC 3339 time from the API (``2026-11-30T13:01:54Z``) as epoch seconds."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text).timestamp()
 
 
 class _ApiError(RuntimeError):

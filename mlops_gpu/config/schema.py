@@ -159,6 +159,10 @@ class KubernetesBackendConfig(_Strict):
     #: Node label ``nvidia.com/gpu.product`` value -> our GPU type.
     gpu_models: dict[str, str] = Field(default_factory=dict)
     inventory_s: float = Field(10.0, ge=0)
+    #: The API client's rate limit, as client-go's ``--kube-api-qps``/``--kube-api-burst``
+    #: (the defaults are kube-scheduler's).
+    api_qps: float = Field(50.0, gt=0)
+    api_burst: int = Field(100, ge=1)
     #: Where runs' pods see their checkpoint folder (mount shared storage there).
     checkpoint_dir: str = "/tmp/mlops-gpu-checkpoints"
 
@@ -175,6 +179,9 @@ BackendConfig = Annotated[
 
 class MlflowConfig(_Strict):
     tracking_uri: str | None = None
+    #: false: the scheduler creates no MLflow runs (jobs get no MLFLOW_RUN_ID); for clusters
+    #: that do not use MLflow, and for measuring the scheduler alone.
+    enabled: bool = True
 
 
 class TelemetryConfig(_Strict):
@@ -226,6 +233,9 @@ class RetryConfig(_Strict):
 
 class SchedulerConfig(_Strict):
     tick_s: float = Field(1.0, gt=0, le=60)
+    #: Between ticks the daemon checks the store revision this often and ticks at once when a
+    #: run was submitted or cancelled, so a submit does not wait for the next tick (0: off).
+    wake_s: float = Field(0.05, ge=0, le=60)
     #: Reasons and ETAs of a queue over 1,000 pending runs are recomputed and stored at most
     #: this often (a full pass over the queue; admission does not wait for it). Shorter queues
     #: are explained every tick.

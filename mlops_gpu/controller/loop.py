@@ -147,7 +147,8 @@ class Controller:
         self._ledger_id = 0
         self._ledger_read_at = float("-inf")
         self.mirror = Mirror(rt.store)
-        self.tracker = Tracker(rt.cfg.tracking_uri(dict(os.environ)), rt.cfg.model_gpu_types())
+        uri = rt.cfg.tracking_uri(dict(os.environ)) if rt.cfg.mlflow.enabled else None
+        self.tracker = Tracker(uri, rt.cfg.model_gpu_types())
         t = rt.cfg.telemetry
         self.launcher = (
             LauncherSettings(t.interval_s, t.idle_below_pct, t.idle_after_s, t.stop_idle)
@@ -159,6 +160,11 @@ class Controller:
         self._ended: list[tuple[Run, str, float, float | None]] = []
         self._pool: ThreadPoolExecutor | None = None
         self._said: set[str] = set()
+        #: Ticks poll the backends only if this long passed since the last poll: the daemon
+        #: sets half its tick, so ticks woken early by a submit admit without listing every
+        #: job again; 0 (a bare ``tick()``): every tick polls.
+        self.min_poll_gap_s = 0.0
+        self._polled_at = float("-inf")
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -224,8 +230,10 @@ class Controller:
         store, mirror = self.rt.store, self.mirror
         tmpl = template(self.rt, self.clock())
         mirror.refresh(tmpl)
-        self._poll(mirror.active(), rep)  # 1. poll
-        mirror.refresh(tmpl)
+        if time.monotonic() - self._polled_at >= self.min_poll_gap_s:  # 1. poll
+            self._polled_at = time.monotonic()
+            self._poll(mirror.active(), rep)
+            mirror.refresh(tmpl)
         active = mirror.active()
         self._stop_cancelled(active)  # 2. stop
         pending = mirror.pending()
@@ -236,7 +244,9 @@ class Controller:
             or now - self._last_explain >= self.rt.cfg.scheduler.explain_s
         )
         by_id = dict(mirror.runs)
+        t_decide = time.monotonic()
         decision = mirror.cycle(now, history, spent)  # 4. decide
+        t_admit = time.monotonic()
         for pre in decision.preemptions:  # 5. preempt
             run = by_id[pre.run_id]
             store.mark_preempting(run.id, pre.reason, now=self.clock())
@@ -244,19 +254,33 @@ class Controller:
             self._emit("preempting", run, pre.reason)
         launched: dict[str, dict[str, str]] = defaultdict(dict)  # backend -> handle -> run id
         admitted: list[Run] = []
-        for adm in decision.admissions:  # 6. admit, then launch
-            if store.admit(adm.run_id, adm.placement, now=self.clock()):  # (False: cancelled)
+        adms = decision.admissions  # 6. admit (one transaction), then launch
+        oks = store.admit_many([(a.run_id, a.placement) for a in adms], now=self.clock())
+        for adm, ok in zip(adms, oks, strict=True):
+            if ok:  # (False: cancelled meanwhile)
                 got = store.get(adm.run_id)
                 assert got is not None and got.placement is not None
                 admitted.append(got)
+        handles: list[tuple[str, str]] = []
+        t_launch = time.monotonic()
         for run, result in zip(admitted, self._start_jobs(admitted), strict=True):
             handle = self._launched(run, result, rep)
             if handle is not None and run.placement is not None:
                 launched[run.placement.backend][handle] = run.id
-        for bname, handles in launched.items():  # one batched poll: most starts are immediate
-            for st in self.rt.backends[bname].poll(list(handles)).values():
+                handles.append((run.id, handle))
+        store.set_handles(handles, Phase.STARTING, now=self.clock())
+        if admitted:  # where a busy tick's time goes (ms)
+            t_end = time.monotonic()
+            log.info("tick: %d admitted of %d pending; decide %.0f, admit %.0f, launch %.0f ms",
+                     len(admitted), len(pending), 1000 * (t_admit - t_decide),
+                     1000 * (t_launch - t_admit), 1000 * (t_end - t_launch))  # fmt: skip
+        for bname, by_handle in launched.items():  # one batched poll: most starts are immediate
+            backend = self.rt.backends[bname]
+            if not getattr(backend, "poll_after_launch", True):
+                continue  # (its jobs take seconds to start: the next tick's poll sees them)
+            for st in backend.poll(list(by_handle)).values():
                 if st.state is JobState.RUNNING:
-                    store.mark_running(handles[st.handle], now=self.clock())
+                    store.mark_running(by_handle[st.handle], now=self.clock())
         if explain:  # 7. explain
             self._last_explain = now
             reasons = mirror.explain(now, history, spent)
@@ -323,7 +347,7 @@ class Controller:
     def _launched(
         self, run: Run, started: tuple[str | Exception, str | None], rep: TickReport
     ) -> str | None:
-        """Record a launch's outcome: the handle, or a rolled-back admission."""
+        """A launch's outcome: the handle to store, or None after rolling the admission back."""
         store = self.rt.store
         assert run.placement is not None
         result, mlflow_id = started
@@ -345,8 +369,7 @@ class Controller:
             else:
                 self._emit("launch_failed", run, msg)
             return None
-        self._launch_failures.pop(run.id, None)
-        store.set_handle(run.id, result, Phase.STARTING, now=self.clock())
+        self._launch_failures.pop(run.id, None)  # (the caller stores the handle)
         rep.admitted += 1
         self._emit(
             "started",
@@ -500,6 +523,8 @@ class Controller:
     ) -> None:
         """Reconcile, then tick until ``should_stop`` or (if set) idle for ``idle_exit_s``."""
         tick_s = tick_s or self.rt.cfg.scheduler.tick_s
+        wake_s = self.rt.cfg.scheduler.wake_s
+        self.min_poll_gap_s = tick_s / 2 if wake_s > 0 else 0.0
         self.reconcile()
         idle_since: float | None = None
         while not should_stop():
@@ -516,4 +541,16 @@ class Controller:
                 if time.monotonic() - idle_since >= idle_exit_s:
                     log.info("idle for %.0fs: exiting", idle_exit_s)
                     return
-            time.sleep(max(0.0, tick_s - (time.monotonic() - t0)))
+            self._wait(t0 + tick_s, wake_s, should_stop)
+
+    def _wait(self, until: float, wake_s: float, should_stop: Callable[[], bool]) -> None:
+        """Sleep until ``until``, or less: until the store revision moves past the one this tick
+        left (a submit or a cancel from another process), checked every ``wake_s``."""
+        if wake_s <= 0:
+            time.sleep(max(0.0, until - time.monotonic()))
+            return
+        rev = self.rt.store.revision()
+        while (left := until - time.monotonic()) > 0 and not should_stop():
+            time.sleep(min(wake_s, left))
+            if self.rt.store.revision() != rev:
+                return

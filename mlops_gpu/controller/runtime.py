@@ -76,6 +76,8 @@ def build_backend(cfg: Config, name: str) -> Backend:
             gpu_models=b.gpu_models,
             inventory_s=b.inventory_s,
             checkpoint_dir=b.checkpoint_dir,
+            api_qps=b.api_qps,
+            api_burst=b.api_burst,
         )
     raise AssertionError(f"unhandled backend type {type(b).__name__}")  # pragma: no cover
 

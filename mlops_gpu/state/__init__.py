@@ -7,7 +7,8 @@ Invariants:
 - Imports only ``mlops_gpu.model`` (and SQLAlchemy).
 """
 
+from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.lock import LeaderLock
-from mlops_gpu.state.store import ConflictError, Event, Store, UsageRow, open_store
+from mlops_gpu.state.store import Event, Store, UsageRow, open_store
 
 __all__ = ["ConflictError", "Event", "LeaderLock", "Store", "UsageRow", "open_store"]

@@ -24,11 +24,9 @@ from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
 from mlops_gpu.model.phase import can_transition
+from mlops_gpu.state.bulk import Move, locked_rows, move_many
+from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.schema import events, migrate, revision, runs, usage
-
-
-class ConflictError(RuntimeError):
-    """The run is not in a phase that allows the requested change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +297,11 @@ class Store:
             rows = conn.execute(select(runs).where(runs.c.phase.in_(live)).order_by(runs.c.seq))
             return [self._run(r) for r in rows], rev
 
+    def revision(self) -> int:
+        """The store revision: it rises with every change to a run (submit, cancel, move)."""
+        with self._ro() as conn:
+            return int(conn.execute(select(revision.c.value)).scalar_one())
+
     def changed_since(self, rev: int) -> tuple[list[Run], int]:
         """(the runs changed after revision ``rev``, in revision order; the latest revision
         among them, or ``rev``). Reason-only writes (``set_reasons``) are not changes."""
@@ -353,29 +356,39 @@ class Store:
     # -- scheduler transitions ------------------------------------------------------------
     def admit(self, run_id: str, placement: Placement, now: float | None = None) -> bool:
         """pending -> admitted with its placement, before any launch. False if not pending."""
+        return self.admit_many([(run_id, placement)], now)[0]
+
+    def admit_many(
+        self, items: Sequence[tuple[str, Placement]], now: float | None = None
+    ) -> list[bool]:
+        """``admit`` for each (run id, placement), in one transaction of a few statements (a
+        cycle's admissions; ``bulk``)."""
         now = time.time() if now is None else now
+        out: list[bool] = []
+        moves: list[Move] = []
         with self._tx() as conn:
-            row = self._locked(conn, run_id)
-            if row.phase != Phase.PENDING.value or row.cancel_requested:
-                return False
-            nodes = ",".join(placement.node_names)
-            self._move(
-                conn,
-                row,
-                Phase.ADMITTED,
-                now,
-                "admitted",
-                f"placed on {nodes} ({placement.total_gpus} {placement.gpu_type})",
-                admitted_at=now,
-                placement=json.dumps(placement.to_dict()),
-                gpu_type=placement.gpu_type,
-                backend=placement.backend,
-                reason_code=None,
-                reason=None,
-                eta=None,
-                handle=None,
-            )
-        return True
+            rows = locked_rows(conn, [run_id for run_id, _ in items])
+            for run_id, placement in items:
+                row = rows[run_id]
+                ok = row.phase == Phase.PENDING.value and not row.cancel_requested
+                out.append(ok)
+                if not ok:
+                    continue
+                nodes = ",".join(placement.node_names)
+                why = f"placed on {nodes} ({placement.total_gpus} {placement.gpu_type})"
+                values = {
+                    "admitted_at": now,
+                    "placement": json.dumps(placement.to_dict()),
+                    "gpu_type": placement.gpu_type,
+                    "backend": placement.backend,
+                    "reason_code": None,
+                    "reason": None,
+                    "eta": None,
+                    "handle": None,
+                }
+                moves.append(Move(row, Phase.ADMITTED, "admitted", why, values))
+            move_many(conn, moves, now)
+        return out
 
     def rollback_admission(self, run_id: str, reason: str, now: float | None = None) -> Phase:
         """admitted -> pending after a failed launch; the GPUs are free again. A run whose cancel
@@ -417,17 +430,27 @@ class Store:
 
     def set_handle(self, run_id: str, handle: str, phase: Phase, now: float | None = None) -> None:
         """admitted -> starting/running once the backend accepted the launch."""
+        self.set_handles([(run_id, handle)], phase, now)
+
+    def set_handles(
+        self, items: Sequence[tuple[str, str]], phase: Phase, now: float | None = None
+    ) -> None:
+        """``set_handle`` for each (run id, handle), in one transaction (``bulk``)."""
         now = time.time() if now is None else now
+        moves: list[Move] = []
         with self._tx() as conn:
-            row = self._locked(conn, run_id)
-            values: dict[str, Any] = {"handle": handle}
-            if phase is Phase.RUNNING:
-                values["started_at"] = row.started_at if row.started_at is not None else now
-            if row.phase == phase.value:
-                values["rev"] = self._bump(conn)
-                conn.execute(runs.update().where(runs.c.id == run_id).values(**values))
-                return
-            self._move(conn, row, phase, now, str(phase), f"backend handle {handle}", **values)
+            rows = locked_rows(conn, [run_id for run_id, _ in items])
+            for run_id, handle in items:
+                row = rows[run_id]
+                values: dict[str, Any] = {"handle": handle}
+                if phase is Phase.RUNNING:
+                    values["started_at"] = row.started_at if row.started_at is not None else now
+                if row.phase == phase.value:  # a new handle only (a reconciled job)
+                    values["rev"] = self._bump(conn)
+                    conn.execute(runs.update().where(runs.c.id == run_id).values(**values))
+                    continue
+                moves.append(Move(row, phase, str(phase), f"backend handle {handle}", values))
+            move_many(conn, moves, now)
 
     def mark_running(self, run_id: str, now: float | None = None) -> bool:
         now = time.time() if now is None else now

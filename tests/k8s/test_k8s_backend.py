@@ -328,3 +328,43 @@ def test_one_quota_domain_across_local_slurm_and_kubernetes(
         time.sleep(0.2)
     assert {get(rt, r).phase for r in runs} == {Phase.SUCCEEDED}
     assert max(held) == 8 and seen == {"local", "hpc", "k8s"}
+
+
+def test_the_job_cache_follows_creations_changes_and_deletions(
+    kubeconfig: str, clean: None
+) -> None:
+    """The watch cache behind poll: synced after its first list, then each Job created, changed
+    or deleted elsewhere shows within seconds, without a list per read."""
+    from kubernetes import client
+
+    from mlops_gpu.backends.k8s import SELECTOR, KubernetesBackend
+
+    backend = KubernetesBackend("k8s", kubeconfig=kubeconfig)
+    _, batch, _ = backend._clients()
+    assert backend._jobs(batch, {}) == {}  # the first read lists and starts the watch
+    cache = backend._cache
+    assert cache is not None
+
+    def until(cond: Callable[[dict[str, Any]], bool]) -> None:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            jobs = cache.jobs()
+            if jobs is not None and cond(jobs):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the cache did not follow: {sorted(cache.jobs() or {})}")
+
+    until(lambda jobs: True)  # synced
+    labels = dict(s.split("=") for s in SELECTOR.split(","))
+    body = {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "cache-probe", "labels": labels},
+            "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "x"}]}}}}  # fmt: skip
+    batch.create_namespaced_job("default", body)
+    until(lambda jobs: "cache-probe" in jobs)
+    batch.patch_namespaced_job("cache-probe", "default", {"metadata": {"annotations": {"x": "1"}}})
+    until(lambda jobs: (jobs.get("cache-probe", {})["metadata"].get("annotations") or {}).get("x")
+          == "1")  # fmt: skip
+    bg = client.V1DeleteOptions(propagation_policy="Background")
+    batch.delete_namespaced_job("cache-probe", "default", body=bg)
+    until(lambda jobs: "cache-probe" not in jobs)
