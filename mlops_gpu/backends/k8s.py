@@ -64,12 +64,13 @@ SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
 class KubernetesBackend:
     kind = "kubernetes"
     capabilities = BackendCapabilities(
-        multi_node=True, mig=True, shared_gpus=False, checkpoint_signal=True
+        multi_node=True,
+        mig=True,
+        shared_gpus=False,
+        checkpoint_signal=True,
+        parallel_launch=True,  # each launch is an API round trip
+        starts_at_once=False,  # a pod takes seconds to start
     )
-    #: Each launch is an API round trip: the controller starts several at once.
-    parallel_launch = True
-    #: A pod takes seconds to start: polling right after the launches finds none running.
-    poll_after_launch = False
 
     def __init__(
         self,

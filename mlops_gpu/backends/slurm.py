@@ -70,10 +70,12 @@ class SlurmBackend:
     kind = "slurm"
     # Gangs as one multi-node job; no MIG or shared GPUs through GRES (yet).
     capabilities = BackendCapabilities(
-        multi_node=True, mig=False, shared_gpus=False, checkpoint_signal=True
+        multi_node=True,
+        mig=False,
+        shared_gpus=False,
+        checkpoint_signal=True,
+        parallel_launch=True,  # each launch is an sbatch round trip
     )
-    #: Each launch is an ``sbatch`` round trip: the controller starts several at once.
-    parallel_launch = True
 
     def __init__(
         self,

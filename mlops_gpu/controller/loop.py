@@ -276,7 +276,7 @@ class Controller:
                      1000 * (t_launch - t_admit), 1000 * (t_end - t_launch))  # fmt: skip
         for bname, by_handle in launched.items():  # one batched poll: most starts are immediate
             backend = self.rt.backends[bname]
-            if not getattr(backend, "poll_after_launch", True):
+            if not backend.capabilities.starts_at_once:
                 continue  # (its jobs take seconds to start: the next tick's poll sees them)
             for st in backend.poll(list(by_handle)).values():
                 if st.state is JobState.RUNNING:
@@ -311,8 +311,8 @@ class Controller:
 
     def _start_jobs(self, runs: list[Run]) -> list[tuple[str | Exception, str | None]]:
         """Each admitted run's MLflow run and backend job: the handle, or why it failed. Runs on
-        backends whose launches are slow round trips (``parallel_launch``: Slurm, Kubernetes)
-        start concurrently; the others in order."""
+        backends whose launches are slow round trips (capability ``parallel_launch``: Slurm,
+        Kubernetes) start concurrently; the others in order."""
         base = {"MLOPS_GPU_CONFIG": str(self.rt.cfg.source)} if self.rt.cfg.source else {}
         for run in runs:
             self.tracker.prepare(run)  # experiments resolved here, not by racing threads
@@ -330,7 +330,7 @@ class Controller:
 
         def parallel(run: Run) -> bool:
             backend = self.rt.backends[run.placement.backend] if run.placement else None
-            return bool(getattr(backend, "parallel_launch", False))
+            return backend is not None and backend.capabilities.parallel_launch
 
         out: list[tuple[str | Exception, str | None] | None] = [None] * len(runs)
         fan = [i for i, r in enumerate(runs) if parallel(r)]

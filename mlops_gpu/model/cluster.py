@@ -145,3 +145,10 @@ class BackendCapabilities:
     mig: bool = False
     shared_gpus: bool = False
     checkpoint_signal: bool = True
+    #: For the controller, not the core. Each launch is a slow round trip to a cluster's
+    #: controller (sbatch, the Kubernetes API): a tick's launches run several at once.
+    parallel_launch: bool = False
+    #: A launched job usually runs at once (a local process): the controller polls right after
+    #: launching, so the run shows running in the same tick. False where starting takes
+    #: seconds (a pod): the next tick's poll sees it.
+    starts_at_once: bool = True
