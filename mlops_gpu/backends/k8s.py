@@ -59,6 +59,9 @@ from mlops_gpu.model import BackendCapabilities, Node
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+#: How long a Job this backend created may be missing from the watch cache before a poll
+#: reads it directly (and calls it lost if it is gone).
+UNSEEN_GRACE_S = 30.0
 
 
 class KubernetesBackend:
@@ -97,6 +100,9 @@ class KubernetesBackend:
         self._node_names: set[str] = set()
         self._bucket = TokenBucket(api_qps, api_burst)
         self._cache: JobCache | None = None
+        #: Job name -> when this backend created it, until the cache has it.
+        self._created: dict[str, float] = {}
+        self._unseen: set[str] = set()
 
     # -- the client -----------------------------------------------------------------------
     def _clients(self) -> Any:
@@ -201,6 +207,7 @@ class KubernetesBackend:
             # one (a TLS handshake per launch)
             resp.drain_conn()
             resp.release_conn()
+            self._created[manifest["metadata"]["name"]] = time.monotonic()
         except _ApiError as e:
             if e.status != 409:  # 409: it exists already (a retried launch): adopt it
                 raise LaunchError(str(e)) from None
@@ -225,12 +232,16 @@ class KubernetesBackend:
         out = {}
         for name, handle in names.items():
             job = jobs.get(name)
+            if job is None and name in self._unseen:
+                out[handle] = JobStatus(handle, JobState.STARTING)  # created, not yet in cache
+                continue
             out[handle] = self._status(handle, job, pods.get(name, []))
         return out
 
     def _jobs(self, batch: Any, names: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-        """Our Jobs among ``names``: from the watch cache when it is synced (a Job it lacks is
-        read directly: its creation may not have reached the cache yet), else one list."""
+        """Our Jobs among ``names``: from the watch cache when it is synced, else one list. A Job
+        the cache lacks is read directly, unless this backend created it less than
+        ``UNSEEN_GRACE_S`` ago (``_unseen``: it is starting)."""
         if self._cache is None:
             self._cache = JobCache(self._call, batch, self.pod.namespace, SELECTOR)
         cached = self._cache.jobs()
@@ -239,8 +250,19 @@ class KubernetesBackend:
                                label_selector=SELECTOR)["items"]  # fmt: skip
             return {j["metadata"]["name"]: j for j in listed if j["metadata"]["name"] in names}
         jobs = {n: cached[n] for n in names if n in cached}
+        now = time.monotonic()
+        self._unseen.clear()
+        for name, at in list(self._created.items()):
+            if now - at >= UNSEEN_GRACE_S:
+                del self._created[name]  # (never seen: read directly from now on)
         for name in names:
-            if name not in jobs:
+            if name in jobs:
+                self._created.pop(name, None)
+            elif now - self._created.get(name, float("-inf")) < UNSEEN_GRACE_S:
+                # created by us a moment ago: its watch event is on its way (under load the
+                # API server sends it seconds late); a read per such Job would add to the load
+                self._unseen.add(name)
+            else:
                 try:
                     jobs[name] = self._get("read job", batch.read_namespaced_job, name,
                                            self.pod.namespace)  # fmt: skip

@@ -55,3 +55,35 @@ def test_placement_nodes_and_api_times() -> None:
     assert _nodes({"metadata": {}}) == []
     assert _ts("1970-01-01T00:01:40Z") == 100.0
     assert _ts(None) is None
+
+
+class _NoApi:
+    """Any API call fails the test: what is asserted must come from memory."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"unexpected API call {name}")
+
+
+class _EmptyCache:
+    def jobs(self) -> dict[str, Any]:
+        return {}
+
+
+def test_a_job_created_a_moment_ago_is_starting_without_a_read() -> None:
+    """Under load the watch event of a new Job comes seconds late: within the grace, a poll
+    says starting instead of reading each such Job (or calling it lost)."""
+    import time
+
+    from mlops_gpu.backends.base import JobState
+    from mlops_gpu.backends.k8s import KubernetesBackend
+
+    b = KubernetesBackend("k8s", context="ctx", inventory_s=3600)
+    b._api = (_NoApi(), _NoApi(), _NoApi())
+    b._cache = _EmptyCache()  # type: ignore[assignment]
+    b._inventory_at = time.monotonic()  # the inventory is fresh: no node list either
+    b._created["mlops-gpu-r1-1"] = time.monotonic()
+    handle = "k8s:ctx:default:mlops-gpu-r1-1"
+    assert b.poll([handle])[handle].state is JobState.STARTING
+    b._created["mlops-gpu-r1-1"] -= 3600  # long ago: now it is read directly
+    with pytest.raises(AssertionError, match="unexpected API call read_namespaced_job"):
+        b.poll([handle])
