@@ -9,9 +9,10 @@ the official ``kubernetes`` client (imported on first use).
   placement's node ``i`` (the Binding subresource) when it polls.
 - Status: our Jobs from a list-and-watch cache (``k8s_watch``; one list per poll while it is
   not synced), whatever the number of runs; a Job runs when its ``status.ready`` reaches its
-  parallelism. Pods are listed only for the Jobs that
-  need them (being stopped, failed: the exit code, gangs to bind), in the same poll. A Job that
-  is gone, or placed on a node that no longer exists, is ``lost``.
+  parallelism. Pods are listed only for the Jobs that need them (being stopped, failed: the
+  exit code, gangs to bind), in the same poll. A Job that is gone, or placed on a node that no
+  longer exists, is ``lost``; one this backend created under ``UNSEEN_GRACE_S`` ago and not
+  yet in the cache is starting.
 - Stop: the Job is deleted (foreground propagation, so it lasts until its pods are gone and the
   run holds its GPUs through the grace) and its pods with the grace period of the stop; the
   kubelet sends SIGTERM, which the launcher passes on as the run's checkpoint signal, then
