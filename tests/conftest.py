@@ -43,6 +43,26 @@ def run_cli(
     )
 
 
+def start_service(
+    script: str, what: str, require_env: str, timeout: float, key: str | None = None
+) -> str:
+    """Start a real service with the repo's ``scripts/<script> start`` (idempotent: one already
+    up, as ``.ci/run`` leaves it, is reused) and return what it prints last: the value of its
+    last ``KEY=value`` line, or without ``key`` its last line. Where it cannot start, the test
+    skips, unless ``require_env`` is set (CI), where it fails: a skip would hide the breakage."""
+    proc = subprocess.run(["bash", str(REPO / "scripts" / script), "start"],
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    lines = proc.stdout.strip().splitlines()
+    if key is not None:
+        lines = [x.split("=", 1)[1] for x in lines if x.startswith(f"{key}=")]
+    if proc.returncode != 0 or not lines:
+        msg = f"scripts/{script} could not start {what}: {(proc.stderr or proc.stdout)[-800:]}"
+        if os.environ.get(require_env):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return lines[-1]
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A real PostgreSQL (Debian's) started by scripts/postgres.sh; skips where it can't run.
@@ -53,18 +73,7 @@ def postgres_url() -> Iterator[str]:
     if not url:
         if shutil.which("bash") is None:
             pytest.skip("no bash to run scripts/postgres.sh")
-        proc = subprocess.run(
-            ["bash", str(REPO / "scripts" / "postgres.sh"), "start"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if proc.returncode != 0:
-            msg = f"scripts/postgres.sh could not start PostgreSQL: {proc.stderr[-500:]}"
-            if os.environ.get("MLOPS_GPU_REQUIRE_POSTGRES"):  # CI: a skip would hide this
-                pytest.fail(msg)
-            pytest.skip(msg)
-        url = proc.stdout.strip().splitlines()[-1]
+        url = start_service("postgres.sh", "PostgreSQL", "MLOPS_GPU_REQUIRE_POSTGRES", 600)
     yield url
 
 

@@ -5,26 +5,17 @@ from Go modules; idempotent). Where it cannot start, the tests skip, unless
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import start_service
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> str:
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "k8s.sh"), "start"],
-                          capture_output=True, text=True, timeout=3600)  # fmt: skip
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("KUBECONFIG=")]
-    if proc.returncode != 0 or not lines:
-        msg = f"scripts/k8s.sh could not start Kubernetes: {(proc.stderr or proc.stdout)[-800:]}"
-        if os.environ.get("MLOPS_GPU_REQUIRE_K8S"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return lines[-1].split("=", 1)[1]
+    return start_service("k8s.sh", "Kubernetes", "MLOPS_GPU_REQUIRE_K8S", 3600, key="KUBECONFIG")
 
 
 # the Slurm cluster's fixture too, for the test that spans all three backends

@@ -5,28 +5,18 @@ unless ``MLOPS_GPU_REQUIRE_SLURM`` is set (CI), where they fail."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import start_service
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def slurm_conf() -> Iterator[str]:
-    proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "slurm.sh"), "start"],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("SLURM_CONF=")]
-    if proc.returncode != 0 or not lines:
-        msg = f"scripts/slurm.sh could not start Slurm: {(proc.stderr or proc.stdout)[-800:]}"
-        if os.environ.get("MLOPS_GPU_REQUIRE_SLURM"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    conf = lines[-1].split("=", 1)[1]
+    conf = start_service("slurm.sh", "Slurm", "MLOPS_GPU_REQUIRE_SLURM", 900, key="SLURM_CONF")
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf  # for the tests' own sinfo/scontrol calls
     yield conf
