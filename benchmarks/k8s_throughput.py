@@ -47,9 +47,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from scheduler_daemon import SchedulerDaemon
 
 from mlops_gpu.backends.base import LaunchRequest
 from mlops_gpu.backends.k8s_manifest import MANAGED_BY, PodSettings, job_manifest
+from mlops_gpu.backends.k8s_watch import watch_events
 from mlops_gpu.backends.rate_limit import TokenBucket
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.model import NodeSlot, Placement, ResourceRequest
@@ -131,21 +133,13 @@ class RunningWatch(threading.Thread):
             self.error = e
 
     def _follow(self, resp: Any, rv: str) -> str:
-        """Read one watch's JSON lines; the resourceVersion to go on from."""
-        buf = b""
-        for chunk in resp.stream(1 << 16):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            now = time.time()
-            for line in lines:
-                if not line.strip():
-                    continue
-                ev = json.loads(line)
-                if ev["type"] == "ERROR":  # 410 Gone: list again
-                    return self._list()
-                obj = ev["object"]
-                rv = obj["metadata"]["resourceVersion"]
-                self._seen(obj, now)
+        """Read one watch's events; the resourceVersion to go on from."""
+        for ev in watch_events(resp):
+            if ev["type"] == "ERROR":  # 410 Gone: list again
+                return self._list()
+            obj = ev["object"]
+            rv = obj["metadata"]["resourceVersion"]
+            self._seen(obj, time.time())
         return rv
 
     def wait_running(self, ids: set[str], timeout: float) -> float:
@@ -248,22 +242,13 @@ class Ours:
     qps: int
     burst: int
     rt: Runtime = field(init=False)
-    daemon: subprocess.Popen[bytes] = field(init=False)
+    daemon: SchedulerDaemon = field(init=False)
 
     def __enter__(self) -> Ours:
         self.rt = runtime(self.d, self.kubeconfig, self.qps, self.burst)
-        cfg = self.rt.cfg.source
-        log = self.d / "scheduler.log"
-        self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "mlops_gpu.cli.main", "--config", str(cfg), "scheduler"],
-            stdout=open(log, "w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.time() + 120
-        while "scheduler started" not in log.read_text():  # up before the first submit
-            if self.daemon.poll() is not None or time.time() > deadline:
-                raise RuntimeError(log.read_text()[-2000:])
-            time.sleep(0.1)
-        self.cpu0 = _cpu_s(self.daemon.pid)
+        assert self.rt.cfg.source is not None
+        self.daemon = SchedulerDaemon(Path(self.rt.cfg.source), self.d / "scheduler.log")
+        self.daemon.__enter__()  # up before the first submit
         return self
 
     def submit(self) -> str:
@@ -271,17 +256,10 @@ class Ours:
         return self.rt.submit(spec).id
 
     def cpu_s(self) -> float:
-        return _cpu_s(self.daemon.pid) - self.cpu0
+        return self.daemon.cpu_s()
 
     def __exit__(self, *exc: object) -> None:
-        self.daemon.terminate()
-        self.daemon.wait(timeout=60)
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        self.daemon.__exit__(*exc)
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from scheduler_daemon import SchedulerDaemon
 
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.model import TERMINAL_PHASES, ResourceRequest
@@ -114,18 +115,8 @@ def ours(n: int, sleep_s: float, d: Path, conf: str, tracking: str) -> float:
     cfg = d / "mlops-gpu.yaml"
     cfg.write_text(yaml.safe_dump(data))
     rt = Runtime.load(cfg)
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "mlops_gpu.cli.main", "--config", str(cfg), "scheduler"],
-        stdout=open(d / "scheduler.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-    )  # fmt: skip
-    try:
-        # in production the scheduler is already running when runs arrive: wait until it is up
-        deadline = time.time() + 120
-        while "scheduler started" not in (d / "scheduler.log").read_text():
-            if daemon.poll() is not None or time.time() > deadline:
-                raise RuntimeError((d / "scheduler.log").read_text()[-2000:])
-            time.sleep(0.1)
-        cpu0 = _cpu_s(daemon.pid)
+    # in production the scheduler is already running when runs arrive: it is up before t0
+    with SchedulerDaemon(cfg, d / "scheduler.log") as daemon:
         t0 = time.time()
         runs = [rt.submit(rt.spec(("sleep", f"{sleep_s:g}"), project="bench",
                                   request=ResourceRequest(gpus=1))) for _ in range(n)]  # fmt: skip
@@ -138,20 +129,11 @@ def ours(n: int, sleep_s: float, d: Path, conf: str, tracking: str) -> float:
                 if bad:
                     raise RuntimeError(f"{len(bad)} runs did not succeed: {bad[0].reason}")
                 wall = max(r.finished_at or t0 for r in done) - t0
-                print(f"scheduler CPU: {_cpu_s(daemon.pid) - cpu0:.1f} s over {wall:.1f} s",
+                print(f"scheduler CPU: {daemon.cpu_s():.1f} s over {wall:.1f} s",
                       file=sys.stderr)  # fmt: skip
                 return wall
-            if daemon.poll() is not None:
+            if not daemon.alive():
                 raise RuntimeError((d / "scheduler.log").read_text()[-2000:])
-    finally:
-        daemon.terminate()
-        daemon.wait(timeout=60)
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
