@@ -145,6 +145,14 @@ class KubernetesBackend:
             resp.release_conn()  # unread answers keep their connection out of the pool
         return out
 
+    def _send(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        """A write whose answer is not needed: it is not parsed (a V1Job costs more CPU to
+        build than the call takes; Binding's empty answer does not parse at all), and its
+        connection goes back to the pool (else the next call opens one: a TLS handshake)."""
+        resp = self._call(what, fn, *args, _preload_content=False, **kwargs)
+        resp.drain_conn()
+        resp.release_conn()
+
     # -- interface ------------------------------------------------------------------------
     def inventory(self) -> list[Node]:
         now = time.monotonic()
@@ -200,14 +208,7 @@ class KubernetesBackend:
         env = job_env(req, f"{self.checkpoint_dir}/{req.run_id}")
         manifest = job_manifest(req, self.pod, env)
         try:
-            # _preload_content=False: the answer is not needed, and parsing it into a V1Job
-            # costs more CPU than the call itself
-            resp = self._call("create job", batch.create_namespaced_job, self.pod.namespace,
-                              manifest, _preload_content=False)  # fmt: skip
-            # back to the pool: an unreleased connection makes the next call open a new
-            # one (a TLS handshake per launch)
-            resp.drain_conn()
-            resp.release_conn()
+            self._send("create job", batch.create_namespaced_job, self.pod.namespace, manifest)
             self._created[manifest["metadata"]["name"]] = time.monotonic()
         except _ApiError as e:
             if e.status != 409:  # 409: it exists already (a retried launch): adopt it
@@ -386,11 +387,8 @@ class KubernetesBackend:
             body = client.V1Binding(metadata=client.V1ObjectMeta(name=meta["name"]),
                                     target=target)  # fmt: skip
             try:
-                # _preload_content=False: the client cannot parse Binding's empty answer
-                resp = self._call("bind pod", core.create_namespaced_pod_binding, meta["name"],
-                                  self.pod.namespace, body, _preload_content=False)  # fmt: skip
-                resp.drain_conn()
-                resp.release_conn()
+                self._send("bind pod", core.create_namespaced_pod_binding, meta["name"],
+                           self.pod.namespace, body)  # fmt: skip
             except _ApiError as e:
                 if e.status != 409:  # 409: bound meanwhile
                     raise

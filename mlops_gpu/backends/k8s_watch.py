@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 log = logging.getLogger("mlops_gpu.backends.k8s")
@@ -88,17 +88,10 @@ class JobCache:
             allow_watch_bookmarks=True, timeout_seconds=WATCH_S, _preload_content=False,
             _request_timeout=(10, WATCH_S + 30),
         )  # fmt: skip
-        buf = b""
         try:
-            for chunk in resp.stream(1 << 16):
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        rv = self._apply(json.loads(line), rv)
-                        if not rv:
-                            return None
-                if self._idle():
+            for event in watch_events(resp):
+                rv = self._apply(event, rv)
+                if not rv or self._idle():
                     return None
         finally:
             resp.release_conn()
@@ -114,3 +107,15 @@ class JobCache:
         elif kind == "DELETED":
             self._jobs.pop(meta["name"], None)
         return str(meta.get("resourceVersion") or rv)
+
+
+def watch_events(resp: Any) -> Iterator[dict[str, Any]]:
+    """The events of a watch answer read with ``_preload_content=False``: one JSON object per
+    line, decoded as plain dicts (the client's own ``Watch`` builds model objects)."""
+    buf = b""
+    for chunk in resp.stream(1 << 16):
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
