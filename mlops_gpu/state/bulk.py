@@ -48,15 +48,22 @@ def locked_rows(conn: Connection, run_ids: Sequence[str]) -> dict[str, Row[Any]]
     return out
 
 
+def bump(conn: Connection) -> int:
+    """Raise the store revision (``schema.revision``) in this transaction; the new value."""
+    stmt = revision.update().values(value=revision.c.value + 1).returning(revision.c.value)
+    return int(conn.execute(stmt).scalar_one())
+
+
 def move_many(conn: Connection, moves: Sequence[Move], now: float) -> None:
+    """Each move compare-and-set: the row's phase to ``dst`` plus its values, and its event
+    (``Store._move`` is this with one move)."""
     if not moves:
         return
     for m in moves:
         src = Phase(m.row.phase)
         if not can_transition(src, m.dst):
             raise ConflictError(f"run {m.row.id} is {src}; it cannot become {m.dst}")
-    stmt = revision.update().values(value=revision.c.value + 1).returning(revision.c.value)
-    rev = int(conn.execute(stmt).scalar_one())
+    rev = bump(conn)
     shapes: dict[tuple[str, ...], list[Move]] = defaultdict(list)
     for m in moves:
         shapes[tuple(sorted(m.values))].append(m)

@@ -23,8 +23,7 @@ from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event,
 from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
-from mlops_gpu.model.phase import can_transition
-from mlops_gpu.state.bulk import Move, locked_rows, move_many
+from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.schema import events, migrate, revision, runs, usage
 
@@ -171,8 +170,7 @@ class Store:
     @staticmethod
     def _bump(conn: Connection) -> int:
         """Raise the store revision (``schema.revision``) in this transaction; the new value."""
-        stmt = revision.update().values(value=revision.c.value + 1).returning(revision.c.value)
-        return int(conn.execute(stmt).scalar_one())
+        return bump(conn)
 
     @contextmanager
     def _ro(self) -> Iterator[Connection]:
@@ -219,17 +217,7 @@ class Store:
         **values: Any,
     ) -> None:
         """Compare-and-set ``row``'s phase to ``dst`` (plus ``values``) with its event."""
-        src = Phase(row.phase)
-        if not can_transition(src, dst):
-            raise ConflictError(f"run {row.id} is {src}; it cannot become {dst}")
-        conn.execute(
-            runs.update()
-            .where(runs.c.id == row.id)
-            .values(phase=dst.value, rev=self._bump(conn), **values)
-        )
-        self._event(
-            conn, row.id, now, kind, src.value, dst.value, values.get("attempt", row.attempt), why
-        )
+        move_many(conn, [Move(row, dst, kind, why, values)], now)
 
     # -- submit and read ------------------------------------------------------------------
     def submit(self, spec: RunSpec, now: float | None = None) -> Run:
