@@ -28,6 +28,8 @@ class Capacity:
     def __init__(self, snap: Snapshot) -> None:
         self.nodes: dict[str, Node] = {n.name: n for n in snap.nodes}
         self.used: dict[tuple[str, str], float] = defaultdict(float)
+        #: GPU amount held per type, all projects together (``free_by_type``).
+        self.type_used: dict[str, float] = defaultdict(float)
         self.free: dict[str, list[str]] = {n.name: list(n.devices) for n in snap.nodes}
         self.shared: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
         self.mig_free: dict[str, dict[str, list[str]]] = {
@@ -42,6 +44,7 @@ class Capacity:
             n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in snap.nodes
         )
         self.mix = Mix()
+        self._type_capacity: dict[str, float] | None = None
         self._sigs: dict[str, Sig] = {}
         self._positions: dict[str, dict[str, int]] = {}
         for n in sorted(snap.nodes, key=lambda n: n.name):
@@ -56,10 +59,19 @@ class Capacity:
 
     @property
     def capacity_by_type(self) -> dict[str, float]:
-        out: dict[str, float] = defaultdict(float)
-        for n in self.nodes.values():
-            out[n.gpu_type] += n.capacity + sum(len(ids) * mig_share(p) for p, ids in n.mig.items())
-        return out
+        if self._type_capacity is None:
+            out: dict[str, float] = defaultdict(float)
+            for n in self.nodes.values():
+                out[n.gpu_type] += n.capacity + sum(
+                    len(ids) * mig_share(p) for p, ids in n.mig.items()
+                )
+            self._type_capacity = dict(out)
+        return self._type_capacity
+
+    def free_by_type(self, gpu_type: str) -> float:
+        """GPU amount of ``gpu_type`` no active run holds (cordoned nodes included: this is a
+        measure of the type's supply, not a promise of placement)."""
+        return self.capacity_by_type.get(gpu_type, 0.0) - self.type_used[gpu_type]
 
     def take(self, project: str, placement: Placement, accepts: tuple[str, ...] = ()) -> None:
         """Book ``placement``; ``accepts``: the GPU types its run accepted (for ``mix``)."""
@@ -84,6 +96,7 @@ class Capacity:
                     )
                     self._take_device(node, dev)
         self.used[(project, placement.gpu_type)] += placement.gpu_amount
+        self.type_used[placement.gpu_type] += placement.gpu_amount
 
     def release(self, project: str, placement: Placement, accepts: tuple[str, ...] = ()) -> None:
         """Give back what ``take`` booked (with the same ``accepts``)."""
@@ -109,6 +122,7 @@ class Capacity:
                     else:
                         self.shared[slot.node][dev] = (frac, mem)
         self.used[(project, placement.gpu_type)] -= placement.gpu_amount
+        self.type_used[placement.gpu_type] -= placement.gpu_amount
 
     def _host(self, slot: NodeSlot, sign: int, accepts: tuple[str, ...]) -> None:
         """Book (``sign`` -1) or give back (+1) a slot's host resources and mix shape."""

@@ -20,6 +20,7 @@ Invariants:
   1/``QUANTUM``: small changes in the counts leave the weights, and so the memo of node
   fragmentation by ``Sig``, unchanged.
 - A shape carries the GPU types its run accepted (empty: any), as its placer books it.
+  ``restricted`` is worked out from the exact counts (not the rounded weights), once per change.
 """
 
 from __future__ import annotations
@@ -62,16 +63,36 @@ class Mix:
         self._cpu_per_gpu: float | None = None
         self._stale = True
         self._memo: dict[Sig, float] = {}
+        self._restricted: dict[str, float] | None = None
 
     def add(self, shape: Shape) -> None:
         self.counts[shape] += 1
         self._stale = True
+        if shape[4]:
+            self._restricted = None
 
     def remove(self, shape: Shape) -> None:
         self.counts[shape] -= 1
         if self.counts[shape] <= 0:
             del self.counts[shape]
         self._stale = True
+        if shape[4]:
+            self._restricted = None
+
+    def restricted(self) -> dict[str, float]:
+        """GPUs held per type by runs that accept only some types: a run accepting k types
+        counts 1/k of its GPU share on each (rounded to 1e-6, so the same counts always give
+        the same figures)."""
+        if self._restricted is None:
+            out: dict[str, float] = {}
+            for (gpus, share, _, _, accepts), n in sorted(self.counts.items()):
+                if not accepts:
+                    continue
+                distinct = set(accepts)
+                for t in distinct:
+                    out[t] = out.get(t, 0.0) + n * gpus * share / len(distinct)
+            self._restricted = {t: round(v, 6) for t, v in out.items()}
+        return self._restricted
 
     def weights(self) -> tuple[tuple[Shape, float], ...]:
         if self._stale:

@@ -48,7 +48,6 @@ from typing import Any
 
 from mlops_gpu.core import parking
 from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, quota_eta, reserve
-from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.explain import shape_text
 from mlops_gpu.core.fairshare import (
@@ -57,10 +56,11 @@ from mlops_gpu.core.fairshare import (
     budget_exceeded,
     las_level,
 )
-from mlops_gpu.core.placement import fragment_growth, place, request_amount
+from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
+from mlops_gpu.core.type_choice import order_types
 from mlops_gpu.model import Placement, Run
 
 
@@ -298,9 +298,10 @@ class Cycle:
             and self.snap.policy.placement == "fragmentation"
             and self.cap.fragmentable
         ):
-            # Any of several types: the one whose placement fragments least comes first.
+            # Any of several types: headroom left by restricted runs, then the placement
+            # that fragments least (``type_choice``).
             placed = {t: place(self.snap, self.cap, run, t, flt) for t in types}
-            types = sorted(types, key=lambda t: _growth_key(self.cap, placed[t], types.index(t)))
+            types = order_types(self.cap, types, placed, run.request.shape != "cpu")
         for t in types:
             placement = placed[t] if t in placed else place(self.snap, self.cap, run, t, flt)
             if placement is None and flt is not None:
@@ -737,11 +738,3 @@ def decide(snap: Snapshot, explain: bool = True) -> Decision:
 def explain_all(snap: Snapshot) -> tuple[PendingReason, ...]:
     """A reason (and ETA where one can be computed) for every pending run of ``snap``."""
     return decide(snap).pending
-
-
-def _growth_key(
-    cap: Capacity, placement: Placement | None, index: int
-) -> tuple[int, tuple[float, float, float], int]:
-    if placement is None:
-        return (1, (0.0, 0.0, 0.0), index)
-    return (0, fragment_growth(cap, placement), index)
