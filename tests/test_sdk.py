@@ -91,3 +91,17 @@ def test_embedded_default_without_any_config(
         assert time.time() - t0 < 60
     finally:
         stop_scheduler(user_cfg)
+
+
+def test_submit_many_queues_all_or_none(cfg: Path) -> None:
+    from mlops_gpu.controller import Runtime
+    from mlops_gpu.model import ResourceRequest
+
+    rt = Runtime.load(cfg)
+    ok = rt.spec(("true",), project="p", request=ResourceRequest(gpus=1))
+    bad = rt.spec(("true",), project="nope", name="stray", request=ResourceRequest(gpus=1))
+    with pytest.raises(SubmitError, match=r"1 of 3 runs rejected, none queued: run 1 \(stray\)"):
+        rt.submit_many([ok, bad, ok])
+    assert rt.store.count() == 0
+    runs = rt.submit_many([ok, ok])
+    assert rt.store.count() == 2 and [r.phase.value for r in runs] == ["pending", "pending"]

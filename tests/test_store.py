@@ -135,6 +135,19 @@ def test_admit_stores_the_placement_and_names_the_node(store: Store) -> None:
     assert "node-a" in last.reason
 
 
+def test_submit_many_is_one_revision_with_an_event_each(store: Store) -> None:
+    rev = store.revision()
+    specs = [make_spec("p", 2, name=f"job{i}") for i in range(3)]
+    runs = store.submit_many(specs, now=T0)
+    assert store.revision() == rev + 1  # one bump for the batch
+    assert [r.spec.name for r in runs] == ["job0", "job1", "job2"]
+    assert len({r.id for r in runs}) == 3 and {r.phase for r in runs} == {Phase.PENDING}
+    for r in runs:
+        assert [(e.kind, e.phase_to) for e in store.events(r.id)] == [("submitted", "pending")]
+        assert get(store, r.id) == r
+    assert store.submit_many([], now=T0) == [] and store.revision() == rev + 1
+
+
 def test_admit_many_is_one_revision_with_an_event_each_and_skips_cancelled(store: Store) -> None:
     ids = [submit(store, "job0"), new_run(store, "pending+cancel", "job1"), submit(store, "job2")]
     rev = store.revision()

@@ -104,13 +104,15 @@ class Runtime:
     def nodes(self) -> list[Node]:
         return [n for b in self.backends.values() for n in b.inventory()]
 
-    def problems(self, spec: RunSpec) -> list[str]:
+    def problems(self, spec: RunSpec, nodes: list[Node] | None = None) -> list[str]:
+        """What is wrong with ``spec`` for this config and inventory (``nodes``: the
+        inventory, when the caller has read it already)."""
         return request_problems(
             spec,
             projects=self.cfg.model_projects(),
             gpu_types=self.cfg.model_gpu_types(),
             priority_classes=self.cfg.priority_classes,
-            nodes=self.nodes(),
+            nodes=self.nodes() if nodes is None else nodes,
             backends=self.cfg.backends,
             capabilities={n: b.capabilities for n, b in self.backends.items()},
         )
@@ -143,6 +145,21 @@ class Runtime:
         if problems:
             raise SubmitError("; ".join(problems))
         return self.store.submit(spec)
+
+    def submit_many(self, specs: list[RunSpec]) -> list[Run]:
+        """Validate every spec, then queue them all in one store transaction, or none: the
+        SubmitError names each bad spec by its position and name."""
+        nodes = self.nodes()
+        bad = []
+        for i, spec in enumerate(specs):
+            problems = self.problems(spec, nodes)
+            if problems:
+                bad.append(f"run {i} ({spec.name}): " + "; ".join(problems))
+        if bad:
+            raise SubmitError(
+                f"{len(bad)} of {len(specs)} runs rejected, none queued: " + " | ".join(bad)
+            )
+        return self.store.submit_many(specs)
 
     def close(self) -> None:
         if "store" in self.__dict__:

@@ -37,11 +37,16 @@ class Move:
 def locked_rows(conn: Connection, run_ids: Sequence[str]) -> dict[str, Row[Any]]:
     """The rows of ``run_ids``, locked for update where the database locks; KeyError names the
     first id that is not in the store."""
+    return rows_of(conn, run_ids, lock=True)
+
+
+def rows_of(conn: Connection, run_ids: Sequence[str], lock: bool = False) -> dict[str, Row[Any]]:
+    """The rows of ``run_ids`` (locked for update with ``lock``), read in chunks; KeyError
+    names the first id that is not in the store."""
     out: dict[str, Row[Any]] = {}
     for i in range(0, len(run_ids), _CHUNK):
-        chunk = list(run_ids[i : i + _CHUNK])
-        q = select(runs).where(runs.c.id.in_(chunk)).with_for_update()
-        out.update((r.id, r) for r in conn.execute(q))
+        q = select(runs).where(runs.c.id.in_(list(run_ids[i : i + _CHUNK])))
+        out.update((r.id, r) for r in conn.execute(q.with_for_update() if lock else q))
     for run_id in run_ids:
         if run_id not in out:
             raise KeyError(run_id)

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event,
 from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
-from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many
+from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many, rows_of
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.schema import events, migrate, revision, runs, usage
 
@@ -221,37 +221,66 @@ class Store:
 
     # -- submit and read ------------------------------------------------------------------
     def submit(self, spec: RunSpec, now: float | None = None) -> Run:
+        return self.submit_many([spec], now)[0]
+
+    def submit_many(self, specs: Sequence[RunSpec], now: float | None = None) -> list[Run]:
+        """Queue ``specs`` in one transaction (one revision): all of them or, on an error,
+        none. A scheduler sees them in the same tick (a sweep, a burst of runs), and the
+        store commits once instead of once per run."""
+        if not specs:
+            return []
         now = time.time() if now is None else now
         for _ in range(5):
-            run_id = new_run_id()
+            ids = [new_run_id() for _ in specs]
+            if len(set(ids)) < len(ids):
+                continue
             try:
                 with self._tx() as conn:
+                    rev = self._bump(conn)
                     conn.execute(
-                        runs.insert().values(
-                            id=run_id,
-                            name=spec.name,
-                            project=spec.project,
-                            user=spec.user,
-                            priority=spec.priority,
-                            phase=Phase.PENDING.value,
-                            spec=json.dumps(spec.to_dict()),
-                            attempt=1,
-                            submitted_at=now,
-                            queued_at=now,
-                            cancel_requested=False,
-                            preempt_requested=False,
-                            rev=self._bump(conn),
-                        )
+                        runs.insert(),
+                        [
+                            {
+                                "id": run_id,
+                                "name": spec.name,
+                                "project": spec.project,
+                                "user": spec.user,
+                                "priority": spec.priority,
+                                "phase": Phase.PENDING.value,
+                                "spec": json.dumps(spec.to_dict()),
+                                "attempt": 1,
+                                "submitted_at": now,
+                                "queued_at": now,
+                                "cancel_requested": False,
+                                "preempt_requested": False,
+                                "rev": rev,
+                            }
+                            for run_id, spec in zip(ids, specs, strict=True)
+                        ],
                     )
-                    self._event(conn, run_id, now, "submitted", None, "pending", 1, "submitted")
+                    conn.execute(
+                        events.insert(),
+                        [
+                            {
+                                "run_id": run_id,
+                                "time": now,
+                                "kind": "submitted",
+                                "phase_from": None,
+                                "phase_to": Phase.PENDING.value,
+                                "attempt": 1,
+                                "reason": "submitted",
+                            }
+                            for run_id in ids
+                        ],
+                    )
                 break
-            except IntegrityError:  # id collision: draw another
+            except IntegrityError:  # an id collision: draw them all again
                 continue
         else:  # pragma: no cover - 40 random bits colliding five times in a row
-            raise RuntimeError("could not allocate a unique run id")
-        run = self.get(run_id)
-        assert run is not None
-        return run
+            raise RuntimeError("could not allocate unique run ids")
+        with self._ro() as conn:
+            rows = rows_of(conn, ids)
+        return [self._run(rows[run_id]) for run_id in ids]
 
     def get(self, run_id: str) -> Run | None:
         with self._ro() as conn:
