@@ -27,6 +27,10 @@ from mlops_gpu.model.cluster import mig_share
 class Capacity:
     def __init__(self, snap: Snapshot) -> None:
         self.nodes: dict[str, Node] = {n.name: n for n in snap.nodes}
+        #: The nodes of each GPU type, in ``nodes``' order (placement looks at one type).
+        self.of_type: dict[str, list[Node]] = defaultdict(list)
+        for n in snap.nodes:
+            self.of_type[n.gpu_type].append(n)
         self.used: dict[tuple[str, str], float] = defaultdict(float)
         #: GPU amount held per type, all projects together (``free_by_type``).
         self.type_used: dict[str, float] = defaultdict(float)

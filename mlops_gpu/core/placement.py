@@ -39,8 +39,8 @@ def eligible_nodes(snap: Snapshot, cap: Capacity, run: Run, gpu_type: str) -> li
     req, pinned = run.request, run.spec.backend
     shape = req.shape
     out = []
-    for node in cap.nodes.values():
-        if node.gpu_type != gpu_type or not node.schedulable:
+    for node in cap.of_type.get(gpu_type, ()):
+        if not node.schedulable:
             continue
         if pinned is not None and node.backend != pinned:
             continue

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mlops_gpu.core.capacity import Capacity
-from mlops_gpu.core.placement import eligible_nodes, place
+from mlops_gpu.core.placement import eligible_nodes, indexed_buckets, place
 from mlops_gpu.core.quota import QuotaBook
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import Node, Placement, Run
+from mlops_gpu.model import Placement, Run
 
 #: How many anchor nodes the search tries per GPU type (the most promising first).
 MAX_ANCHORS = 12
@@ -116,13 +116,14 @@ def _plan_for_type(
     ]
     if not pool:
         return None
-    eligible = eligible_nodes(snap, cap, run, t)
     whole = run.request.shape == "whole"
-    if whole and not _could_fit_without_all(cap, run, eligible, pool):
+    if whole and not _could_fit_without_all(snap, cap, run, t, pool):
         return None  # not even with every run of the pool gone: skip the per-victim rules
     cands = [a for a in pool if may_preempt(run, a)]
     if not cands:
         return None
+    if whole and len(cands) < len(pool) and not _could_fit_without_all(snap, cap, run, t, cands):
+        return None  # every greedy order ends with all candidates gone: none would succeed
     cost = {a.id: lost_gpu_s(snap, a) for a in cands}
     cands.sort(key=lambda a: (cost[a.id], snap.priority_of(a), -(a.admitted_at or 0.0), a.id))
     on_node: dict[str, list[Run]] = {}
@@ -133,8 +134,7 @@ def _plan_for_type(
     def room(name: str) -> int:  # free now plus what its candidates hold
         return len(cap.free[name]) + sum(_placement(a).total_gpus for a in on_node[name])
 
-    if whole and len(cands) < len(pool) and not _could_fit_without_all(cap, run, eligible, cands):
-        return None  # every greedy order ends with all candidates gone: none would succeed
+    eligible = eligible_nodes(snap, cap, run, t)
     nodes = [n for n in eligible if n.name in on_node]
     nodes.sort(key=lambda n: (-room(n.name), n.name))
     orders = []
@@ -153,18 +153,34 @@ def _plan_for_type(
     return best
 
 
-def _could_fit_without_all(cap: Capacity, run: Run, eligible: list[Node], cands: list[Run]) -> bool:
-    """Whether a whole-GPU ``run`` might fit with every candidate gone: per backend, enough
-    nodes whose free devices plus the candidates' devices on them reach ``gpus`` (an upper
-    bound on what releasing them frees, so False is certain)."""
+def _could_fit_without_all(
+    snap: Snapshot, cap: Capacity, run: Run, t: str, cands: list[Run]
+) -> bool:
+    """Whether a whole-GPU ``run`` might fit on ``t`` with every candidate gone: per backend,
+    the nodes with ``gpus`` free now (the free-count index) plus the nodes that reach it with
+    the candidates' devices back, at least ``nodes`` of them. Only nodes the candidates hold
+    are looked at, so the test costs what the pool holds, not the cluster's size. An upper
+    bound (host resources are not checked), so False is certain."""
+    req, pinned = run.request, run.spec.backend
+    count: dict[str, int] = defaultdict(int)
+    for backend, buckets in indexed_buckets(snap, cap, t, pinned, req.nodes):
+        count[backend] = sum(len(names) for names in buckets[req.gpus :])
+        if count[backend] >= req.nodes:
+            return True
     freed: dict[str, int] = defaultdict(int)
     for a in cands:
         for slot in _placement(a).slots:
             freed[slot.node] += len(slot.devices)
-    req = run.request
-    count: dict[str, int] = defaultdict(int)
-    for node in eligible:
-        if len(cap.free[node.name]) + freed.get(node.name, 0) >= req.gpus:
+    for name, back in freed.items():
+        node = cap.nodes.get(name)
+        if node is None or node.gpu_type != t or not node.schedulable:
+            continue
+        if (pinned is not None and node.backend != pinned) or (
+            req.nodes > 1 and not snap.caps(node.backend).multi_node
+        ):
+            continue
+        free = len(cap.free[name])
+        if free < req.gpus <= free + back:
             count[node.backend] += 1
             if count[node.backend] >= req.nodes:
                 return True
