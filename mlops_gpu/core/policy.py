@@ -58,6 +58,7 @@ from mlops_gpu.core.fairshare import (
 )
 from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan
+from mlops_gpu.core.search_memo import Key
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
 from mlops_gpu.core.type_choice import order_types
@@ -466,6 +467,19 @@ class Cycle:
             if m != run.project and self._borrowed_at_start(m, gpu_type):
                 yield from running.get((m, gpu_type), {}).values()
 
+    def _memo_key(self, run: Run, types: list[str]) -> Key:
+        """What decides ``run``'s possible victims besides releases (``search_memo``): per
+        type, the projects whose runs are in its pool and whether it stays within nominal."""
+        root = self.quota.root.get(run.project)
+        members = self.quota.members[root] if root is not None else ()
+        amount = request_amount(run)
+        out = []
+        for t in types:
+            lenders = (m for m in members if m != run.project and self._borrowed_at_start(m, t))
+            within = root is not None and self.quota.within_nominal(run.project, t, amount)
+            out.append((t, (run.project, *sorted(lenders)), within))
+        return tuple(out)
+
     def _borrowed_at_start(self, project: str, gpu_type: str) -> bool:
         """Whether the project borrowed ``gpu_type`` when the cycle began: only such borrowing
         is reclaimed (a project that borrows because of this cycle's own admissions does not
@@ -502,6 +516,18 @@ class Cycle:
 
     def _preempt(self, run: Run, types: list[str], search: bool) -> bool:
         snap = self.snap
+        memo, key = None, None
+        if (
+            search
+            and self.park
+            and not self.going
+            and snap.policy.order != "las"
+            and run.request.shape == "whole"
+        ):
+            memo, key = self.state.memo, self._memo_key(run, types)
+            if memo.fails(run, key, snap.now, self.cap.free):
+                return False
+        ruled_out: set[str] = set()
         plan = find_plan(
             snap,
             self.cap,
@@ -513,7 +539,10 @@ class Cycle:
             search,
             pool=lambda t: self._victim_pool(run, t),
             active=self.state.active,
+            ruled_out=ruled_out,
         )
+        if plan is None and memo is not None and key is not None and ruled_out == set(types):
+            memo.remember(run, key, snap.now)
         if plan is None or not self._keeps_what_it_frees(run, plan.victims, plan.placement):
             return False
         if not plan.victims:

@@ -34,6 +34,13 @@ class Plan:
     lost_gpu_s: float
 
 
+class _NoRoom:
+    """A search that failed for want of capacity, whatever the victims (see ``find_plan``)."""
+
+
+_NO_ROOM = _NoRoom()
+
+
 def lost_gpu_s(snap: Snapshot, run: Run) -> float:
     """GPU-seconds of work a victim loses: since its last checkpoint, else since it started."""
     assert run.placement is not None
@@ -54,12 +61,15 @@ def find_plan(
     search: bool,
     pool: Callable[[str], Iterable[Run]],
     active: dict[str, Run],
+    ruled_out: set[str] | None = None,
 ) -> Plan | None:
     """The cheapest sufficient set of victims for ``run``, or None. Runs in ``going_ids``
     (being preempted) count as gone. Without ``search``, only whether the run fits once they
     are gone (a plan without victims). ``cap`` and ``quota`` are restored before returning.
     ``pool(gpu_type)`` yields a superset of the possible victims on that type (an index,
-    instead of scanning every active run); ``active`` maps id -> active run."""
+    instead of scanning every active run); ``active`` maps id -> active run. ``ruled_out``, when
+    given, gets the types on which the run could not fit even with every possible victim gone
+    (a certain answer, which ``search_memo`` may keep)."""
     going = [active[i] for i in sorted(going_ids) if i in active]
     going = [a for a in going if a.placement is not None]
     for a in going:
@@ -70,6 +80,10 @@ def find_plan(
             plan = _plan_for_type(
                 snap, cap, quota, run, t, may_preempt, bool(going), search, pool(t)
             )
+            if isinstance(plan, _NoRoom):
+                if ruled_out is not None:
+                    ruled_out.add(t)
+                plan = None
             if plan is not None and (
                 best is None
                 or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
@@ -103,7 +117,7 @@ def _plan_for_type(
     going: bool,
     search: bool,
     source: Iterable[Run],
-) -> Plan | None:
+) -> Plan | _NoRoom | None:
     placed = _fits(snap, cap, quota, run, t) if going else None
     if placed is not None:
         return Plan((), placed, 0.0)  # it fits once the runs being preempted are gone
@@ -118,12 +132,12 @@ def _plan_for_type(
         return None
     whole = run.request.shape == "whole"
     if whole and not _could_fit_without_all(snap, cap, run, t, pool):
-        return None  # not even with every run of the pool gone: skip the per-victim rules
+        return _NO_ROOM  # not even with every run of the pool gone: skip the per-victim rules
     cands = [a for a in pool if may_preempt(run, a)]
     if not cands:
         return None
     if whole and len(cands) < len(pool) and not _could_fit_without_all(snap, cap, run, t, cands):
-        return None  # every greedy order ends with all candidates gone: none would succeed
+        return _NO_ROOM  # every greedy order ends with all candidates gone: none would succeed
     cost = {a.id: lost_gpu_s(snap, a) for a in cands}
     cands.sort(key=lambda a: (cost[a.id], snap.priority_of(a), -(a.admitted_at or 0.0), a.id))
     on_node: dict[str, list[Run]] = {}

@@ -36,6 +36,7 @@ from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.fairshare import las_level
 from mlops_gpu.core.placement import could_ever_fit
 from mlops_gpu.core.quota import QuotaBook
+from mlops_gpu.core.search_memo import SearchMemo
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Phase, Placement, Run
 
@@ -94,6 +95,8 @@ class State:
         #: who could be a victim, without scanning the active runs.
         self.victims: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
         self.running: dict[tuple[str, str], dict[str, Run]] = defaultdict(dict)
+        #: Preemption searches that failed for want of capacity (``search_memo``).
+        self.memo = SearchMemo()
         self.victim_ends: dict[tuple[str, str, int], list[float]] = defaultdict(list)
         #: signature -> project -> shape keys of its non-empty queues with that signature
         self.by_signature: dict[Signature, dict[str, set[ShapeKey]]] = defaultdict(
@@ -154,6 +157,7 @@ class State:
 
     def remove_pending(self, run_id: str) -> Run:
         run = self.pending.pop(run_id)
+        self.memo.forget(run_id)
         if self.invalid.pop(run_id, None) is not None:
             return run
         subqueues = self.queues.get(run.project, {})
@@ -216,6 +220,7 @@ class State:
         # bound, which is all its users need
         end = math.inf if mr is None or start is None else start + mr
         ends = self.victim_ends[(run.project, run.placement.gpu_type, value)]
+        self.memo.hold(run, delta)
         if delta > 0:
             self.running[key][run.id] = run
             insort(ends, end)
@@ -277,6 +282,7 @@ class State:
         run = self.active.pop(run_id)
         assert run.placement is not None
         self.cap.release(run.project, run.placement, run.request.gpu_types)
+        self.memo.released(run.placement.gpu_type, run.placement.node_names)
         self._timeline(run, add=False)
         if run_id in self.going:
             self.going.discard(run_id)

@@ -89,6 +89,62 @@ def test_incremental_decides_as_from_scratch(
     scenario: tuple[object, list[tuple[object, ...]]],
 ) -> None:
     template, events = scenario
+    replay(template, events)
+
+
+@st.composite
+def contended(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
+    """A full cluster under ``order: shortest`` with preemption: large whole-GPU runs and gangs
+    whose preemption search fails for want of capacity cycle after cycle, so failures are
+    remembered (``search_memo``) and recalled while runs finish around them."""
+    nodes = [make_node(f"n{i}", 8, TYPES[i % 2]) for i in range(draw(st.integers(2, 6)))]
+    projects = [
+        make_project(
+            f"p{i}",
+            cohort="org",
+            quotas={t: Quota(draw(st.integers(4, 16)), None) for t in TYPES},
+        )
+        for i in range(3)
+    ]
+    template = make_snapshot(
+        nodes, projects, now=0.0, order="shortest", backfill=draw(st.booleans())
+    )
+    events: list[tuple[object, ...]] = []
+    for i in range(draw(st.integers(20, 60))):
+        kind = draw(st.sampled_from(["submit", "submit", "cycle", "cycle", "finish"]))
+        if kind == "submit":
+            gpus, width = draw(st.sampled_from([(1, 1), (2, 1), (4, 1), (8, 1), (4, 2)]))
+            run = make_run(
+                f"r{i}",
+                draw(st.sampled_from(projects)).name,
+                gpus=gpus,
+                nodes=width,
+                seq=i,
+                priority=draw(st.sampled_from(PRIOS[:2])),
+                gpu_types=draw(st.sampled_from([TYPES[:1], TYPES[1:], []])),
+                max_runtime_s=draw(st.sampled_from([2.0, 5.0, 50.0, 400.0])),
+            )
+            events.append(("submit", run))
+        elif kind == "finish":
+            events.append(("finish", draw(st.integers(0, 50))))
+        else:
+            events.append(("cycle",))
+    events.append(("cycle",))
+    return template, events
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(contended())
+def test_remembered_search_failures_decide_as_from_scratch(
+    scenario: tuple[object, list[tuple[object, ...]]],
+) -> None:
+    template, events = scenario
+    replay(template, events)
+
+
+def replay(template: object, events: list[tuple[object, ...]]) -> None:
+    """Drive the incremental engine through ``events``; at every cycle its decision (and its
+    indexes) must equal a from-scratch recomputation's."""
     eng = Incremental(template)  # type: ignore[arg-type]
     now = 0.0
     cycles_with_admissions = 0
@@ -126,6 +182,8 @@ def test_incremental_decides_as_from_scratch(
             assert {k: v for k, v in eng.state.victim_ends.items() if v} == {
                 k: v for k, v in fresh.victim_ends.items() if v
             }
+            held = {n: dict(on) for n, on in eng.state.memo.held.items() if on}
+            assert held == {n: dict(on) for n, on in fresh.memo.held.items() if on}
             ref = decide(snap)
             explained = {p.run_id: (p.reason_code, p.eta) for p in eng.explain_all(now)}
             assert explained == {p.run_id: (p.reason_code, p.eta) for p in ref.pending}

@@ -1,0 +1,110 @@
+"""Preemption searches that failed for want of capacity, remembered across cycles.
+
+A search for run R fails *for want of capacity* when, on every type R accepts, no node set
+could take R even with every possible victim gone (``preempt._could_fit_without_all``, an upper
+bound: its "no" is certain). Such a failure stays true, and the next cycle may skip the search,
+until one of these happens:
+- a finished run gives back GPUs of one of R's types, or a run becomes a possible victim, on
+  a node where the free whole devices plus what R's pool holds (R's project and the cohort
+  members borrowing that type at the cycle's start) now reach R's GPUs per node. Nothing else
+  raises that room: an admission takes free devices, and a run admitted by a cycle joins the
+  pools only after that cycle (then it is logged: within the cycle it held devices that were
+  counted neither free nor in a pool);
+- who borrows R's types at the cycle's start, or whether R stays within its nominal quota,
+  changes (``key``: they decide who may be a victim);
+- the clock goes back.
+It is not consulted, nor written, while runs are being preempted (the search counts them as
+gone), under ``order: las`` (attained service makes new victims as time passes; under
+``shortest`` victims only drop out with time), for other than whole-GPU requests, or outside
+the incremental engine's cycles (explain passes book and give back without going through
+``released``). It lives in ``State``, so a rebuild (capacity changed) starts it empty.
+
+Invariant: a remembered failure is one the search would find again now; the differential
+test (incremental engine against from-scratch cycles, which never use the memo) holds it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mlops_gpu.model import Run
+
+#: Releases kept before the log (and every remembered failure with it) is dropped.
+MAX_LOG = 20_000
+
+Key = tuple[tuple[str, tuple[str, ...], bool], ...]  # per type: (type, pool projects, within)
+
+
+@dataclass(frozen=True)
+class Entry:
+    attempt: int
+    key: Key
+    pos: int
+    now: float
+
+
+class SearchMemo:
+    def __init__(self) -> None:
+        self.log: list[tuple[str, tuple[str, ...]]] = []  # (GPU type, nodes) per release
+        self.base = 0  # absolute position of log[0]
+        #: node -> project -> whole devices held there by possible victims (preemptible
+        #: active runs not being preempted), as ``State.running`` counts them.
+        self.held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.entries: dict[str, Entry] = {}
+
+    def hold(self, run: Run, sign: int) -> None:
+        """``run`` became (+1) or stopped being (-1) a possible victim. Becoming one raises
+        the room on its nodes when its devices were taken before (a run admitted by a cycle
+        holds its GPUs in that cycle, and joins the pools only after it), so it is logged like
+        a release."""
+        assert run.placement is not None
+        for slot in run.placement.slots:
+            on = self.held[slot.node]
+            on[run.project] += sign * len(slot.devices)
+            if not on[run.project]:
+                del on[run.project]
+        if sign > 0:
+            self.released(run.placement.gpu_type, run.placement.node_names)
+
+    def released(self, gpu_type: str, nodes: tuple[str, ...]) -> None:
+        if not self.entries:
+            self.base += len(self.log)
+            self.log.clear()  # nothing to check against: keep the log short
+            return
+        self.log.append((gpu_type, nodes))
+        if len(self.log) > MAX_LOG:
+            self.base += len(self.log)
+            self.log.clear()
+            self.entries.clear()
+
+    def forget(self, run_id: str) -> None:
+        self.entries.pop(run_id, None)
+
+    def remember(self, run: Run, key: Key, now: float) -> None:
+        self.entries[run.id] = Entry(run.attempt, key, self.base + len(self.log), now)
+
+    def fails(self, run: Run, key: Key, now: float, free: Mapping[str, list[str]]) -> bool:
+        """Whether the search for ``run`` surely fails again (``free``: each node's free whole
+        devices now)."""
+        e = self.entries.get(run.id)
+        if e is None:
+            return False
+        if e.attempt != run.attempt or e.key != key or now < e.now or e.pos < self.base:
+            del self.entries[run.id]
+            return False
+        need = run.request.gpus
+        pools = {t: projects for t, projects, _ in key}
+        for gpu_type, nodes in self.log[e.pos - self.base :]:
+            projects = pools.get(gpu_type)
+            if projects is None:
+                continue
+            for node in nodes:
+                on = self.held.get(node, {})
+                if len(free.get(node, ())) + sum(on.get(p, 0) for p in projects) >= need:
+                    del self.entries[run.id]
+                    return False
+        # Checked up to here: the next check reads only the releases after this one.
+        self.entries[run.id] = Entry(e.attempt, e.key, self.base + len(self.log), now)
+        return True
