@@ -193,14 +193,13 @@ class Capacity:
         return len(self.free[node])
 
     def largest_free_block(self, gpu_type: str) -> int:
-        return max(
-            (
-                len(self.free[n.name])
-                for n in self.nodes.values()
-                if n.gpu_type == gpu_type and n.schedulable
-            ),
-            default=0,
-        )
+        """The most free whole devices on one schedulable node of ``gpu_type`` (from the
+        free-count index: the highest non-empty bucket of each backend)."""
+        best = 0
+        for (t, _), buckets in self.buckets.items():
+            if t == gpu_type:
+                best = max(best, next((k for k in range(len(buckets) - 1, 0, -1) if buckets[k]), 0))
+        return best
 
 
 def slot_shape(slot: NodeSlot, accepts: tuple[str, ...] = ()) -> Shape:

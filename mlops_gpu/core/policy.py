@@ -553,7 +553,11 @@ class Cycle:
                 f"{shape_text(run, types)}; waiting for preempted run(s) "
                 f"{', '.join(waiting[:5])} to exit",
                 eta=max(
-                    (expected_end(snap, a) or snap.now for a in snap.active if a.id in self.going),
+                    (
+                        expected_end(snap, a) or snap.now
+                        for a in map(self.state.active.get, self.going)
+                        if a is not None
+                    ),
                     default=snap.now,
                 ),
             )
