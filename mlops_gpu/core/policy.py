@@ -467,6 +467,15 @@ class Cycle:
             if m != run.project and self._borrowed_at_start(m, gpu_type):
                 yield from running.get((m, gpu_type), {}).values()
 
+    def _gone_on(self, types: list[str]) -> dict[str, int]:
+        """Whole devices per node of ``types`` held by runs being preempted."""
+        out: dict[str, int] = defaultdict(int)
+        for a in map(self.state.active.get, self.going):
+            if a is not None and a.placement is not None and a.placement.gpu_type in types:
+                for slot in a.placement.slots:
+                    out[slot.node] += len(slot.devices)
+        return out
+
     def _memo_key(self, run: Run, types: list[str]) -> Key:
         """What decides ``run``'s possible victims besides releases (``search_memo``): per
         type, the projects whose runs are in its pool and whether it stays within nominal."""
@@ -517,15 +526,9 @@ class Cycle:
     def _preempt(self, run: Run, types: list[str], search: bool) -> bool:
         snap = self.snap
         memo, key = None, None
-        if (
-            search
-            and self.park
-            and not self.going
-            and snap.policy.order != "las"
-            and run.request.shape == "whole"
-        ):
+        if search and self.park and snap.policy.order != "las" and run.request.shape == "whole":
             memo, key = self.state.memo, self._memo_key(run, types)
-            if memo.fails(run, key, snap.now, self.cap.free):
+            if memo.fails(run, key, snap.now, self.cap.free, self._gone_on(types)):
                 return False
         ruled_out: set[str] = set()
         plan = find_plan(

@@ -13,11 +13,13 @@ until one of these happens:
 - who borrows R's types at the cycle's start, or whether R stays within its nominal quota,
   changes (``key``: they decide who may be a victim);
 - the clock goes back.
-It is not consulted, nor written, while runs are being preempted (the search counts them as
-gone), under ``order: las`` (attained service makes new victims as time passes; under
-``shortest`` victims only drop out with time), for other than whole-GPU requests, or outside
-the incremental engine's cycles (explain passes book and give back without going through
-``released``). It lives in ``State``, so a rebuild (capacity changed) starts it empty.
+Runs being preempted count as gone in a search, so a failure found with some of them is a
+failure with them gone; when such runs exist at a recall, each node they hold is checked as if
+released (``gone``), and the search runs if one reaches the need. The memo is not used under
+``order: las`` (attained service makes new victims as time passes; under ``shortest`` victims
+only drop out with time), for other than whole-GPU requests, or outside the incremental
+engine's cycles (explain passes book and give back without going through ``released``). It
+lives in ``State``, so a rebuild (capacity changed) starts it empty.
 
 Invariant: a remembered failure is one the search would find again now; the differential
 test (incremental engine against from-scratch cycles, which never use the memo) holds it.
@@ -85,9 +87,17 @@ class SearchMemo:
     def remember(self, run: Run, key: Key, now: float) -> None:
         self.entries[run.id] = Entry(run.attempt, key, self.base + len(self.log), now)
 
-    def fails(self, run: Run, key: Key, now: float, free: Mapping[str, list[str]]) -> bool:
+    def fails(
+        self,
+        run: Run,
+        key: Key,
+        now: float,
+        free: Mapping[str, list[str]],
+        gone: Mapping[str, int] | None = None,
+    ) -> bool:
         """Whether the search for ``run`` surely fails again (``free``: each node's free whole
-        devices now)."""
+        devices now; ``gone``: whole devices on each node held by runs being preempted, of
+        ``run``'s types, which the search would count as free)."""
         e = self.entries.get(run.id)
         if e is None:
             return False
@@ -95,14 +105,20 @@ class SearchMemo:
             del self.entries[run.id]
             return False
         need = run.request.gpus
-        pools = {t: projects for t, projects, _ in key}
+        projects = {p for _, pool, _ in key for p in pool}
+
+        def room(node: str, extra: int = 0) -> int:
+            on = self.held.get(node, {})
+            return len(free.get(node, ())) + extra + sum(on.get(p, 0) for p in projects)
+
+        if gone and any(room(node, n) >= need for node, n in gone.items()):
+            return False  # it may fit once they are gone: search (the failure stays known)
+        pools = {t: pool for t, pool, _ in key}
         for gpu_type, nodes in self.log[e.pos - self.base :]:
-            projects = pools.get(gpu_type)
-            if projects is None:
+            if gpu_type not in pools:
                 continue
             for node in nodes:
-                on = self.held.get(node, {})
-                if len(free.get(node, ())) + sum(on.get(p, 0) for p in projects) >= need:
+                if room(node) >= need:
                     del self.entries[run.id]
                     return False
         # Checked up to here: the next check reads only the releases after this one.

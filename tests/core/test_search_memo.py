@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 import pytest
 
-from mlops_gpu.core import decide
+from mlops_gpu.core import ReasonCode, decide
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.search_memo import SearchMemo
 from mlops_gpu.model import Phase, Project, Quota, Run
@@ -202,3 +202,22 @@ def test_the_memo_changes_no_decision_on_a_contended_cluster() -> None:
             if run_id in eng.active:
                 eng.finish(run_id)
     assert recalled > 100  # the memo was in play, not idle
+
+
+def test_runs_being_preempted_count_as_gone_at_a_recall() -> None:
+    # Cycle 1: 'big' (p, 6 GPUs) finds no room even with p's only victim ('px' on n1) gone:
+    # remembered. Then q's 'q-a' (4 GPUs on n0) is being preempted (for some other run): with
+    # it gone, n0 has 6 free, so the search must run, and 'big' waits for it to exit.
+    nodes = [make_node("n0", 8), make_node("n1", 8)]
+    eng = Incremental(make_snapshot(nodes, PROJECTS, now=0.0))
+    eng.state.add_active(active("q-a", "q", "n0", ["0", "1", "2", "3"]))
+    eng.state.add_active(active("q-b", "q", "n0", ["4", "5"], preemptible=False))
+    eng.state.add_active(active("px", "p", "n1", ["0"], priority="low"))
+    eng.state.add_active(active("q-c", "q", "n1", [str(i) for i in range(1, 8)], preemptible=False))
+    eng.submit(make_run("big", "p", gpus=6, max_runtime_s=100.0))
+    assert cycle(eng, 1.0) == ([], [])
+    assert "big" in eng.state.memo.entries
+    eng.state.mark_going("q-a")
+    ref = {p.run_id: p.reason_code for p in decide(eng.snapshot(2.0)).pending}
+    got = {p.run_id: p.reason_code for p in eng.cycle(2.0).pending}
+    assert got["big"] == ref["big"] == ReasonCode.PREEMPTING
