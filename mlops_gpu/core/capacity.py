@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import defaultdict
+from collections.abc import Iterator
 
 from mlops_gpu.core.fragmentation import Mix, Shape, Sig
 from mlops_gpu.core.snapshot import Snapshot
@@ -51,12 +52,15 @@ class Capacity:
         self._type_capacity: dict[str, float] | None = None
         self._sigs: dict[str, Sig] = {}
         self._positions: dict[str, dict[str, int]] = {}
+        #: (gpu_type, backend) -> the schedulable nodes ``buckets`` holds, by name.
+        self.bucketed: dict[tuple[str, str], list[str]] = {}
         for n in sorted(snap.nodes, key=lambda n: n.name):
             if n.schedulable:
                 b = self.buckets.setdefault((n.gpu_type, n.backend), [])
                 while len(b) <= n.capacity:
                     b.append([])
                 b[n.capacity].append(n.name)
+                self.bucketed.setdefault((n.gpu_type, n.backend), []).append(n.name)
         for run in snap.active:
             if run.placement is not None:
                 self.take(run.project, run.placement, run.request.gpu_types)
@@ -192,13 +196,39 @@ class Capacity:
     def free_amount(self, node: str) -> int:
         return len(self.free[node])
 
+    def count_at_least(self, key: tuple[str, str], gpus: int) -> int:
+        """How many schedulable nodes of ``key`` (gpu_type, backend) have ``gpus`` or more free
+        whole devices: from the buckets, or from the nodes when there are fewer nodes than
+        buckets to add up (one 600-GPU node has 601 buckets)."""
+        buckets, names = self.buckets[key], self.bucketed[key]
+        if len(names) < len(buckets) - gpus:
+            return sum(1 for n in names if len(self.free[n]) >= gpus)
+        return sum(len(b) for b in buckets[gpus:])
+
+    def at_least(self, key: tuple[str, str], gpus: int) -> Iterator[tuple[int, str]]:
+        """(free whole devices, name) of the schedulable nodes of ``key`` with ``gpus`` or more
+        free, fewest free first, then by name (the buckets' order), read the cheaper way."""
+        buckets, names = self.buckets[key], self.bucketed[key]
+        if len(names) < len(buckets) - gpus:
+            yield from sorted((len(self.free[n]), n) for n in names if len(self.free[n]) >= gpus)
+            return
+        for k in range(gpus, len(buckets)):
+            for name in buckets[k]:
+                yield k, name
+
     def largest_free_block(self, gpu_type: str) -> int:
-        """The most free whole devices on one schedulable node of ``gpu_type`` (from the
-        free-count index: the highest non-empty bucket of each backend)."""
+        """The most free whole devices on one schedulable node of ``gpu_type`` (the highest
+        non-empty bucket, or the nodes themselves when they are fewer than the buckets)."""
         best = 0
-        for (t, _), buckets in self.buckets.items():
-            if t == gpu_type:
-                best = max(best, next((k for k in range(len(buckets) - 1, 0, -1) if buckets[k]), 0))
+        for key, buckets in self.buckets.items():
+            if key[0] != gpu_type:
+                continue
+            names = self.bucketed[key]
+            if len(names) < len(buckets):
+                top = max((len(self.free[n]) for n in names), default=0)
+            else:
+                top = next((k for k in range(len(buckets) - 1, 0, -1) if buckets[k]), 0)
+            best = max(best, top)
         return best
 
 

@@ -48,8 +48,8 @@ def node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | Non
 
 def _node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
     return any(
-        sum(len(names) for names in buckets[gpus:]) >= nodes
-        for _, buckets in indexed_buckets(c.snap, c.cap, gpu_type, backend, nodes)
+        c.cap.count_at_least((gpu_type, b), gpus) >= nodes
+        for b, _ in indexed_buckets(c.snap, c.cap, gpu_type, backend, nodes)
     )
 
 

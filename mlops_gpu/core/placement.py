@@ -217,19 +217,16 @@ def _place_whole_indexed(
     without looking at nodes that cannot fit."""
     req = run.request
     best: tuple[tuple[int, tuple[str, ...]], list[str], str] | None = None
-    for backend, buckets in indexed_buckets(snap, cap, gpu_type, run.spec.backend, req.nodes):
+    for backend, _ in indexed_buckets(snap, cap, gpu_type, run.spec.backend, req.nodes):
         chosen: list[str] = []
         total = 0
-        for k in range(req.gpus, len(buckets)):
-            for name in buckets[k]:
-                if fits is not None and not fits(cap.nodes[name], k - req.gpus):
-                    continue
-                if not cap.host_fits(name, req):
-                    continue
-                chosen.append(name)
-                total += k
-                if len(chosen) == req.nodes:
-                    break
+        for k, name in cap.at_least((gpu_type, backend), req.gpus):
+            if fits is not None and not fits(cap.nodes[name], k - req.gpus):
+                continue
+            if not cap.host_fits(name, req):
+                continue
+            chosen.append(name)
+            total += k
             if len(chosen) == req.nodes:
                 break
         if len(chosen) < req.nodes:

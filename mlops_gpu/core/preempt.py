@@ -177,8 +177,8 @@ def _could_fit_without_all(
     bound (host resources are not checked), so False is certain."""
     req, pinned = run.request, run.spec.backend
     count: dict[str, int] = defaultdict(int)
-    for backend, buckets in indexed_buckets(snap, cap, t, pinned, req.nodes):
-        count[backend] = sum(len(names) for names in buckets[req.gpus :])
+    for backend, _ in indexed_buckets(snap, cap, t, pinned, req.nodes):
+        count[backend] = cap.count_at_least((t, backend), req.gpus)
         if count[backend] >= req.nodes:
             return True
     freed: dict[str, int] = defaultdict(int)
