@@ -527,9 +527,11 @@ class Cycle:
         snap = self.snap
         memo, key = None, None
         if search and self.park and snap.policy.order != "las" and run.request.shape == "whole":
-            memo, key = self.state.memo, self._memo_key(run, types)
-            if memo.fails(run, key, snap.now, self.cap.free, self._gone_on(types)):
-                return False
+            memo = self.state.memo
+            if run.id in memo.entries:  # the key and the gone runs only where there is a recall
+                key = self._memo_key(run, types)
+                if memo.fails(run, key, snap.now, self.cap.free, self._gone_on(types)):
+                    return False
         ruled_out: set[str] = set()
         plan = find_plan(
             snap,
@@ -544,8 +546,8 @@ class Cycle:
             active=self.state.active,
             ruled_out=ruled_out,
         )
-        if plan is None and memo is not None and key is not None and ruled_out == set(types):
-            memo.remember(run, key, snap.now)
+        if plan is None and memo is not None and ruled_out == set(types):
+            memo.remember(run, key or self._memo_key(run, types), snap.now)
         if plan is None or not self._keeps_what_it_frees(run, plan.victims, plan.placement):
             return False
         if not plan.victims:

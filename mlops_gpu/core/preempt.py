@@ -175,9 +175,9 @@ def _could_fit_without_all(
     the candidates' devices back, at least ``nodes`` of them. Only nodes the candidates hold
     are looked at, so the test costs what the pool holds, not the cluster's size. An upper
     bound (host resources are not checked), so False is certain."""
-    req, pinned = run.request, run.spec.backend
-    count: dict[str, int] = defaultdict(int)
-    for backend, _ in indexed_buckets(snap, cap, t, pinned, req.nodes):
+    req = run.request
+    count: dict[str, int] = {}  # the backends that may host it: their nodes already fitting
+    for backend, _ in indexed_buckets(snap, cap, t, run.spec.backend, req.nodes):
         count[backend] = cap.count_at_least((t, backend), req.gpus)
         if count[backend] >= req.nodes:
             return True
@@ -187,11 +187,7 @@ def _could_fit_without_all(
             freed[slot.node] += len(slot.devices)
     for name, back in freed.items():
         node = cap.nodes.get(name)
-        if node is None or node.gpu_type != t or not node.schedulable:
-            continue
-        if (pinned is not None and node.backend != pinned) or (
-            req.nodes > 1 and not snap.caps(node.backend).multi_node
-        ):
+        if node is None or node.gpu_type != t or not node.schedulable or node.backend not in count:
             continue
         free = len(cap.free[name])
         if free < req.gpus <= free + back:

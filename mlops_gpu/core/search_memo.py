@@ -113,9 +113,9 @@ class SearchMemo:
 
         if gone and any(room(node, n) >= need for node, n in gone.items()):
             return False  # it may fit once they are gone: search (the failure stays known)
-        pools = {t: pool for t, pool, _ in key}
+        types = {t for t, _, _ in key}
         for gpu_type, nodes in self.log[e.pos - self.base :]:
-            if gpu_type not in pools:
+            if gpu_type not in types:
                 continue
             for node in nodes:
                 if room(node) >= need:
