@@ -63,7 +63,7 @@ def test_mlflow_run_queues_runs_and_logs_through_the_scheduler(
     assert scheduled.wait(timeout=180) == "succeeded", scheduled.logs()
     client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("mlflow-project-test")
-    # the scheduler closes the attempt in MLflow at the end of the tick that saw it end
+    # the scheduler's tracking worker closes the attempt in MLflow a moment after it ends
     deadline = time.time() + 30
     while True:
         (run,) = client.search_runs([exp.experiment_id])  # one run: the scheduler adopted it

@@ -67,6 +67,7 @@ def test_each_attempt_is_an_mlflow_run_with_tags_wait_hours_and_cost(
     assert env["MLFLOW_TRACKING_URI"] == mlflow_server and env["MLFLOW_RUN_ID"]
     clock.now += 1800  # it runs its 30 minutes
     ctl.tick()
+    assert ctl.drain_tracking()  # closes are made off the tick's path
     (mr,) = mlflow_runs(mlflow_server, run.id)
     assert mr.info.run_id == env["MLFLOW_RUN_ID"] and mr.info.status == "FINISHED"
     tags = mr.data.tags
@@ -100,6 +101,7 @@ def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
     ctl.tick()  # sees it preempted: requeued with a backoff
     clock.now += 60
     ctl.tick()  # attempt 2
+    assert ctl.drain_tracking()
     first, second = mlflow_runs(mlflow_server, run.id)
     assert first.info.status == "KILLED" and first.data.tags["mlops_gpu.outcome"] == "preempted"
     assert second.info.status == "RUNNING" and second.data.tags["mlops_gpu.attempt"] == "2"
@@ -107,6 +109,7 @@ def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
 
     clock.now += 3600  # attempt 2 runs its hour
     ctl.tick()
+    assert ctl.drain_tracking()
     runs = mlflow_runs(mlflow_server, run.id)
     assert runs[1].info.status == "FINISHED"
     # the report's total is the MLflow runs' cost, to the cent
@@ -146,6 +149,7 @@ def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path:
     job.telemetry = JobTelemetry(mean_utilization=42.0, idle_s=60.0)
     clock.now += 600
     ctl.tick()
+    assert ctl.drain_tracking()
     (mr,) = mlflow_runs(uri, run.id)
     assert mr.info.run_id == job.req.env["MLFLOW_RUN_ID"] and mr.info.status == "FINISHED"
     assert mr.data.tags["mlops_gpu.project"] == "vision"

@@ -41,6 +41,7 @@ from mlops_gpu.controller import accounting
 from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.controller.tracking import Tracker
+from mlops_gpu.controller.tracking_queue import Ended, TrackingQueue, recover
 from mlops_gpu.core import Snapshot
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
 from mlops_gpu.state import ConflictError, LeaderLock, UsageRow
@@ -149,6 +150,7 @@ class Controller:
         self.mirror = Mirror(rt.store)
         uri = rt.cfg.tracking_uri(dict(os.environ)) if rt.cfg.mlflow.enabled else None
         self.tracker = Tracker(uri, rt.cfg.model_gpu_types())
+        self.tracking = TrackingQueue(self.tracker, rt.store)
         t = rt.cfg.telemetry
         self.launcher = (
             LauncherSettings(t.interval_s, t.idle_below_pct, t.idle_after_s, t.stop_idle)
@@ -156,8 +158,8 @@ class Controller:
             else None
         )
         self._flagged_idle: set[tuple[str, int]] = set()
-        #: attempts that ended this tick, their MLflow runs closed at the tick's end
-        self._ended: list[tuple[Run, str, float, float | None]] = []
+        #: attempts that ended this tick, their MLflow runs' closes queued at the tick's end
+        self._ended: list[Ended] = []
         self._pool: ThreadPoolExecutor | None = None
         self._said: set[str] = set()
         #: Ticks poll the backends only if this long passed since the last poll: the daemon
@@ -174,6 +176,7 @@ class Controller:
         self._lock = lock
 
     def release(self) -> None:
+        self.tracking.close()  # (what it cannot close in time, the next start's reconcile does)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -214,6 +217,7 @@ class Controller:
                     )
                     self._emit("rolled_back", run, "admission without a launch, requeued")
                 fixed += 1
+        recover(self.tracker, store)  # MLflow runs of attempts that ended while we were away
         return fixed
 
     # -- the tick -------------------------------------------------------------------------
@@ -222,7 +226,7 @@ class Controller:
             return self._tick()
         except BaseException:
             self.mirror.reset()  # whatever the engine applied may not have reached the store
-            self._flush_tracking()  # what did end is closed in MLflow all the same
+            self._flush_tracking()  # what did end is queued for its MLflow close all the same
             raise
 
     def _tick(self) -> TickReport:
@@ -291,11 +295,14 @@ class Controller:
         return rep
 
     def _flush_tracking(self) -> None:
-        """Close the MLflow runs of attempts that ended this tick: after the launches, so that
-        the REST calls never delay a run's start."""
+        """Queue the closes of the MLflow runs of attempts that ended this tick: the tracking
+        worker makes them (``tracking_queue``), so MLflow's writes never delay a tick."""
         ended, self._ended = self._ended, []
-        for run, outcome, end, util in ended:
-            self.tracker.ended(run, outcome, end, util)
+        self.tracking.put(ended)
+
+    def drain_tracking(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the MLflow runs of the attempts that ended so far are closed."""
+        return self.tracking.drain(timeout_s)
 
     def _ledger_rows(self, since: float) -> list[UsageRow]:
         """The ledger rows ending at or after ``since``: new rows added to those already read."""
@@ -313,6 +320,10 @@ class Controller:
         """Each admitted run's MLflow run and backend job: the handle, or why it failed. Runs on
         backends whose launches are slow round trips (capability ``parallel_launch``: Slurm,
         Kubernetes) start concurrently; the others in order."""
+        with self.tracking.priority():  # MLflow closes wait while runs start
+            return self._start_all(runs)
+
+    def _start_all(self, runs: list[Run]) -> list[tuple[str | Exception, str | None]]:
         base = {"MLOPS_GPU_CONFIG": str(self.rt.cfg.source)} if self.rt.cfg.source else {}
         for run in runs:
             self.tracker.prepare(run)  # experiments resolved here, not by racing threads
@@ -326,7 +337,7 @@ class Controller:
             try:
                 return self.rt.backends[run.placement.backend].launch(req), env.get("MLFLOW_RUN_ID")
             except Exception as e:  # any launch failure rolls the admission back
-                return e, None
+                return e, env.get("MLFLOW_RUN_ID")  # (noted: its MLflow run is closed FAILED)
 
         def parallel(run: Run) -> bool:
             backend = self.rt.backends[run.placement.backend] if run.placement else None
@@ -357,7 +368,7 @@ class Controller:
         if isinstance(result, Exception):
             rep.launch_failures += 1
             # it never ran: no GPU-hours (the ledger books none either)
-            self.tracker.ended(run, "launch_failed", run.admitted_at or self.clock())
+            self._ended.append(Ended(run, "launch_failed", run.admitted_at or self.clock()))
             self._launch_failures[run.id] += 1
             n = self._launch_failures[run.id]
             msg = f"launch on {bname} failed ({n}x): {result}"
@@ -429,7 +440,7 @@ class Controller:
                 idle_s=idle_s,
             )
             rep.requeued += 1
-            self._ended.append((run, "lost", now, util))
+            self._ended.append(Ended(run, "lost", now, util))
             self._emit("lost", run, f"{st.reason}; now {phase}")
             return
         if run.preempt_requested and not run.cancel_requested:
@@ -446,7 +457,7 @@ class Controller:
                 idle_s=idle_s,
             )
             rep.requeued += 1
-            self._ended.append((run, "preempted", now, util))
+            self._ended.append(Ended(run, "preempted", now, util))
             self._emit("preempted", run, f"now {phase}")
             return
         if run.cancel_requested:
@@ -475,7 +486,7 @@ class Controller:
             idle_s=idle_s,
         ):
             rep.finished += 1
-            self._ended.append((run, phase.value, min(end, now), util))
+            self._ended.append(Ended(run, phase.value, min(end, now), util))
             self._emit(phase.value, run, why)
 
     def _say_once(self, msg: str) -> None:

@@ -66,6 +66,20 @@ class MlflowLocal:
 
         self._call("set tags", log)
 
+    def log_batch(
+        self,
+        run_id: str,
+        metrics: Sequence[tuple[str, float, float, int]],
+        tags: Mapping[str, str],
+    ) -> None:
+        def log(c: Any) -> None:
+            from mlflow.entities import Metric, RunTag
+
+            rows = [Metric(k, float(v), int(t * 1000), s) for k, v, t, s in metrics]
+            c.log_batch(run_id, metrics=rows, tags=[RunTag(k, v) for k, v in tags.items()])
+
+        self._call("log batch", log)
+
     def find_run(self, experiment_id: str, tags: Mapping[str, str]) -> str | None:
         flt = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
 

@@ -15,8 +15,10 @@ Invariants:
 - Tracking never stops scheduling: an MLflow failure is logged (once per message), the run goes
   on untracked, and tracking pauses for ``PAUSE_S`` (a server that does not answer would
   otherwise cost a timeout per run).
-- The controller closes an attempt's MLflow run at the end of the tick that saw it end (after
-  that tick's launches), so MLflow may show it running a moment after the store says it ended.
+- The controller queues an attempt's close at the end of the tick that saw it end, and the
+  tracking worker makes it (``tracking_queue``: off the tick's path, recovered from the store
+  after a stop), so MLflow may show it running a moment after the store says it ended.
+- A close is two writes: one log-batch (the metrics and the outcome tag), then the status.
 - An attempt's MLflow run is remembered in memory and, after a restart, found again by its tags.
 - The first attempt adopts the MLflow run named by ``MLOPS_GPU_MLFLOW_RUN_ID`` in the submitted
   environment, if any (tags set on it, never a second run); later attempts get their own.
@@ -35,6 +37,7 @@ from collections.abc import Mapping
 
 from mlops_gpu.controller.mlflow_local import MlflowLocal
 from mlops_gpu.model import GpuType, Run
+from mlops_gpu.state.mlflow_notes import UnclosedMlflowRun
 from mlops_gpu.telemetry.mlflow_rest import MlflowRest, TrackingError, rest_uri
 
 log = logging.getLogger("mlops_gpu.tracking")
@@ -141,32 +144,69 @@ class Tracker:
 
     def ended(
         self, run: Run, outcome: str, end: float, mean_utilization: float | None = None
-    ) -> None:
-        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run.
-        ``mean_utilization``: the launcher's, logged here when the launcher could not."""
+    ) -> str | None:
+        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run; the id of
+        the MLflow run closed, or None. ``mean_utilization``: the launcher's, logged here when the
+        launcher could not."""
         if not self.active or self.rest is None or run.placement is None:
-            return
+            return None
         if run.admitted_at is None:
-            return
+            return None
         try:
             mlflow_id = self._ids.pop((run.id, run.attempt), None) or self.rest.find_run(
                 self._experiment(run),
                 {"mlops_gpu.run_id": run.id, "mlops_gpu.attempt": str(run.attempt)},
             )
             if mlflow_id is None:
-                return  # started before tracking was configured
+                return None  # started before tracking was configured
             p = run.placement
             hours = p.gpu_amount * max(end - run.admitted_at, 0.0) / 3600
-            price = self.gpu_types[p.gpu_type].price_per_hour if p.gpu_type in self.gpu_types else 0
-            metrics = [
-                ("mlops_gpu.queue_wait_s", run.queue_wait_s or 0.0, end, 0),
-                ("mlops_gpu.gpu_hours", hours, end, 0),
-                ("mlops_gpu.cost_usd", hours * price, end, 0),
-            ]
-            if self.logs_summary and mean_utilization is not None:
-                metrics.append(("mlops_gpu.mean_gpu_utilization", mean_utilization, end, 0))
-            self.rest.log_metrics(mlflow_id, metrics)
-            self.rest.set_tags(mlflow_id, {"mlops_gpu.outcome": outcome})
-            self.rest.finish(mlflow_id, STATUS.get(outcome, "FAILED"), end)
+            self._close(mlflow_id, outcome, end, hours, p.gpu_type, run.queue_wait_s or 0.0,
+                        mean_utilization)  # fmt: skip
         except TrackingError as e:
             self._fail(e)
+            return None
+        return mlflow_id
+
+    def close_recovered(self, u: UnclosedMlflowRun) -> bool:
+        """Close an attempt's MLflow run from the store's record (``tracking_queue.recover``):
+        the usage ledger's figures, or, for an attempt that never held GPUs, FAILED as
+        ``launch_failed``. False if MLflow did not take it."""
+        if not self.active or self.rest is None:
+            return False
+        try:
+            if u.outcome is None:
+                self.rest.log_batch(u.mlflow_run_id, [], {"mlops_gpu.outcome": "launch_failed"})
+                self.rest.finish(u.mlflow_run_id, "FAILED", None)
+            else:
+                wait = None if u.queued_at is None else max(u.start - u.queued_at, 0.0)
+                self._close(u.mlflow_run_id, u.outcome, u.end, u.gpu_seconds / 3600,
+                            u.gpu_type, wait, u.mean_util)  # fmt: skip
+        except TrackingError as e:
+            self._fail(e)
+            return False
+        return True
+
+    def _close(
+        self,
+        mlflow_id: str,
+        outcome: str,
+        end: float,
+        hours: float,
+        gpu_type: str,
+        queue_wait_s: float | None,
+        mean_utilization: float | None,
+    ) -> None:
+        """Two writes: the metrics with the outcome tag (one log-batch), then the status."""
+        price = self.gpu_types[gpu_type].price_per_hour if gpu_type in self.gpu_types else 0
+        metrics = [
+            ("mlops_gpu.gpu_hours", hours, end, 0),
+            ("mlops_gpu.cost_usd", hours * price, end, 0),
+        ]
+        if queue_wait_s is not None:
+            metrics.insert(0, ("mlops_gpu.queue_wait_s", queue_wait_s, end, 0))
+        if self.logs_summary and mean_utilization is not None:
+            metrics.append(("mlops_gpu.mean_gpu_utilization", mean_utilization, end, 0))
+        assert self.rest is not None
+        self.rest.log_batch(mlflow_id, metrics, {"mlops_gpu.outcome": outcome})
+        self.rest.finish(mlflow_id, STATUS.get(outcome, "FAILED"), end)

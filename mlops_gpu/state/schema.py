@@ -92,6 +92,7 @@ events = Table(
     Column("attempt", Integer, nullable=False),
     Column("reason", Text, nullable=False, default=""),
     Index("ix_events_run", "run_id"),
+    Index("ix_events_kind", "kind"),  # v5: a start reads the MLflow notes by kind
 )
 
 usage = Table(
@@ -163,9 +164,26 @@ def _v4(conn: Connection) -> None:
     _add_missing_columns(conn, usage, ["queued_at", "mean_util", "idle_s"])
 
 
+def _v5(conn: Connection) -> None:
+    # From v5 the tracking worker notes ``mlflow_closed`` for each attempt whose MLflow run it
+    # closed, and a start closes those over but not noted. Before, runs were closed inside the
+    # tick and nothing was noted: note every attempt that is over closed, so that the first
+    # start after the upgrade does not close them all again.
+    import time
+
+    from mlops_gpu.model import ACTIVE_PHASES
+    from mlops_gpu.state.mlflow_notes import CLOSED, note_rows, unclosed
+
+    if "ix_events_kind" not in {ix["name"] for ix in inspect(conn).get_indexes("events")}:
+        conn.execute(text("CREATE INDEX ix_events_kind ON events (kind)"))
+    done = [(u.run_id, u.attempt, CLOSED, u.mlflow_run_id) for u in unclosed(conn, ACTIVE_PHASES)]
+    if done:
+        conn.execute(events.insert(), note_rows(done, time.time()))
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4),
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

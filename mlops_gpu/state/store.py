@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
 from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many, rows_of
 from mlops_gpu.state.errors import ConflictError
+from mlops_gpu.state.mlflow_notes import UnclosedMlflowRun, note_rows, unclosed
 from mlops_gpu.state.schema import events, migrate, revision, runs, usage
 
 
@@ -725,6 +726,20 @@ class Store:
         now = time.time() if now is None else now
         with self._tx() as conn:
             self._event(conn, run_id, now, kind, None, None, attempt, text)
+
+    def note_many(
+        self, notes: Sequence[tuple[str, int, str, str]], now: float | None = None
+    ) -> None:
+        """``note`` for many (run id, attempt, kind, text), in one transaction."""
+        if notes:
+            with self._tx() as conn:
+                conn.execute(events.insert(), note_rows(notes, time.time() if now is None else now))
+
+    def unclosed_mlflow_runs(self, active: Iterable[Phase]) -> list[UnclosedMlflowRun]:
+        """Attempts that are over whose MLflow run was noted at launch and never noted closed
+        (``mlflow_notes``), with their usage-ledger figures."""
+        with self._ro() as conn:
+            return unclosed(conn, frozenset(active))
 
     def set_reasons(self, reasons: Sequence[tuple[str, str, str, float | None]]) -> int:
         """Store (run_id, reason_code, reason, eta) for pending runs whose reason changed: a new

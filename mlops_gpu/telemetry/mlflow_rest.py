@@ -98,6 +98,19 @@ class MlflowRest:
         body = {"run_id": run_id, "tags": [{"key": k, "value": v} for k, v in tags.items()]}
         self._call("POST", "runs/log-batch", body)
 
+    def log_batch(
+        self,
+        run_id: str,
+        metrics: Sequence[tuple[str, float, float, int]],
+        tags: Mapping[str, str],
+    ) -> None:
+        """Metrics (at most ``BATCH``) and tags in one call."""
+        rows = [
+            {"key": k, "value": v, "timestamp": int(t * 1000), "step": s} for k, v, t, s in metrics
+        ]
+        tag_rows = [{"key": k, "value": v} for k, v in tags.items()]
+        self._call("POST", "runs/log-batch", {"run_id": run_id, "metrics": rows, "tags": tag_rows})
+
     def find_run(self, experiment_id: str, tags: Mapping[str, str]) -> str | None:
         """The id of a run of the experiment carrying all ``tags``, or None."""
         flt = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())

@@ -96,11 +96,16 @@ def test_a_deployment_runs_through_the_scheduler_and_links_its_mlflow_run(
     arts = api_call(prefect_api, "POST", "/artifacts/filter",
                     {"artifacts": {"flow_run_id": {"any_": [fid]}}})  # fmt: skip
     (art,) = [a for a in arts if (a.get("key") or "").startswith("mlflow-run-")]
-    mlflow_runs = MlflowClient(mlflow_server).search_runs(
-        [e.experiment_id for e in MlflowClient(mlflow_server).search_experiments()],
-        f"tags.`mlops_gpu.run_id` = '{run_id}'",
-    )
-    (mr,) = mlflow_runs
+
+    def mlflow_runs() -> list[Any]:
+        return MlflowClient(mlflow_server).search_runs(
+            [e.experiment_id for e in MlflowClient(mlflow_server).search_experiments()],
+            f"tags.`mlops_gpu.run_id` = '{run_id}'",
+        )
+
+    # the scheduler closes MLflow runs a moment after the store says they ended
+    until(lambda: [r.info.status for r in mlflow_runs()] == ["FINISHED"], 30, "the MLflow run")
+    (mr,) = mlflow_runs()
     assert mr.info.run_id in art["data"] and mr.info.status == "FINISHED"
 
 

@@ -1,0 +1,150 @@
+"""Closing attempts' MLflow runs off the tick's path: a queue drained by one worker thread.
+
+Closing an attempt's MLflow run (its queue wait, GPU-hours and cost, its outcome, its status)
+is two to four MLflow writes; with MLflow's SQLite store each is a transaction of some 10 ms of
+Python. Done inside the tick, a tick that saw a hundred runs end stalled for seconds before the
+next admission. Here the tick only queues the close; the worker makes it.
+
+Invariants:
+- One worker, first in first out: an attempt's close follows whatever was queued before it,
+  and never reaches MLflow before the attempt's run was created (that happens at its launch).
+- Nothing is lost on a crash. The store is the durable record: an attempt whose MLflow run was
+  noted at launch (event ``mlflow_run``) and is over, but has no ``mlflow_closed`` event, is
+  closed by ``recover`` at the next start, from the usage ledger (outcome, times, GPU-seconds,
+  queue wait, utilization), which the store wrote in the same transaction that ended it.
+- The worker writes ``mlflow_closed`` only after MLflow took the close; tracking failures are
+  the tracker's to report (``Tracker``: logged once, tracking paused), never the tick's.
+- ``close`` (the controller's ``release``) waits for the queue to empty, up to a bound.
+- Launches go first: inside ``priority`` (the tick's launches) the worker starts no close.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from mlops_gpu.controller.tracking import Tracker
+from mlops_gpu.model import Run
+from mlops_gpu.model.phase import ACTIVE_PHASES
+from mlops_gpu.state.store import Store
+
+log = logging.getLogger("mlops_gpu.tracking")
+
+#: Closes taken per round: their ``mlflow_closed`` notes go to the store in one transaction.
+BATCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """An attempt that ended: what ``Tracker.ended`` needs to close its MLflow run."""
+
+    run: Run
+    outcome: str
+    end: float
+    mean_util: float | None = None
+
+
+class TrackingQueue:
+    def __init__(self, tracker: Tracker, store: Store) -> None:
+        self.tracker, self.store = tracker, store
+        self._items: deque[Ended] = deque()
+        self._cond = threading.Condition()
+        self._busy = 0  # closes taken by the worker and not yet noted
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._held = 0  # launches in progress: the worker waits (``priority``)
+
+    def put(self, items: Sequence[Ended]) -> None:
+        if not items or self.tracker.rest is None:
+            return
+        with self._cond:
+            self._items.extend(items)
+            if self._thread is None:  # started on the first close: most configs track nothing
+                self._stop = False
+                self._thread = threading.Thread(target=self._work, name="mlflow-close", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    @contextmanager
+    def priority(self) -> Iterator[None]:
+        """While inside, the worker starts no close: a tick's launches create MLflow runs, and
+        with a local store every MLflow write takes one lock; a launch must not queue behind
+        closes that can wait."""
+        with self._cond:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held -= 1
+                self._cond.notify_all()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._items) + self._busy
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every queued close was made (or failed); False if ``timeout_s`` passed."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._items and not self._busy, timeout_s)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Drain (up to ``timeout_s``), then stop the worker. What is left is closed by the next
+        start's ``recover``."""
+        if not self.drain(timeout_s):
+            log.warning("MLflow: %d runs not closed yet; the next start closes them",
+                        self.pending())  # fmt: skip
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._items or self._stop)
+                if self._stop and not self._items:
+                    return
+                batch = [self._items.popleft() for _ in range(min(BATCH, len(self._items)))]
+                self._busy = len(batch)
+            try:
+                self._close(batch)
+            except Exception:  # never let the worker die: the next start recovers the rest
+                log.exception("MLflow: closing %d runs failed", len(batch))
+            finally:
+                with self._cond:
+                    self._busy = 0
+                    self._cond.notify_all()
+
+    def _close(self, batch: Sequence[Ended]) -> None:
+        notes = []
+        for e in batch:
+            with self._cond:
+                self._cond.wait_for(lambda: not self._held or self._stop)
+            mlflow_id = self.tracker.ended(e.run, e.outcome, e.end, e.mean_util)
+            if mlflow_id is not None:
+                notes.append((e.run.id, e.run.attempt, "mlflow_closed", mlflow_id))
+        self.store.note_many(notes)
+
+
+def recover(tracker: Tracker, store: Store) -> int:
+    """Close the MLflow runs of attempts that are over but were never closed (the scheduler
+    stopped first); returns how many were closed."""
+    if tracker.rest is None:
+        return 0
+    done = 0
+    notes = []
+    for u in store.unclosed_mlflow_runs(ACTIVE_PHASES):
+        if tracker.close_recovered(u):
+            notes.append((u.run_id, u.attempt, "mlflow_closed", u.mlflow_run_id))
+            done += 1
+    store.note_many(notes)
+    if done:
+        log.info("MLflow: closed %d runs that ended while the scheduler was away", done)
+    return done

@@ -1,0 +1,197 @@
+"""MLflow closes off the tick's path (``controller.tracking_queue``): a tick does not wait for
+MLflow; a close lost to a stop is made at the next start from the store; the v5 migration notes
+old attempts closed so an upgraded store is not closed twice. The local SQLite MLflow store (the
+embedded default) through the real ``mlflow`` package; one slow-client test uses a stub."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import delete, select
+
+from mlops_gpu.backends.fake import FakeBackend
+from mlops_gpu.config.locate import parse_config
+from mlops_gpu.controller import Controller, Runtime
+from mlops_gpu.controller.tracking_queue import Ended
+from mlops_gpu.model import ACTIVE_PHASES, ResourceRequest
+from mlops_gpu.state.schema import events, schema_version
+from mlops_gpu.state.store import Store
+from mlops_gpu.testing import config_yaml
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def runtime(tmp_path: Path, clock: Clock) -> Runtime:
+    data = yaml.safe_load(config_yaml(nodes=[("node-a", 4)], projects={"vision": (4, 0)}))
+    data["backends"] = {"fake": {"type": "fake", "nodes": data["backends"]["local"]["nodes"]}}
+    data["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    rt = Runtime(parse_config(data, str(tmp_path / "mlops-gpu.yaml"), tmp_path))
+    rt.__dict__["backends"] = {"fake": FakeBackend("fake", rt.cfg.model_nodes("fake"), clock=clock)}
+    return rt
+
+
+def mlflow_runs(tmp_path: Path, run_id: str) -> list[Any]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exps = [e.experiment_id for e in client.search_experiments()]
+    found = client.search_runs(exps, f"tags.`mlops_gpu.run_id` = '{run_id}'")
+    return sorted(found, key=lambda r: int(r.data.tags["mlops_gpu.attempt"]))
+
+
+def kinds(store: Store, run_id: str) -> list[tuple[str, int]]:
+    return [(e.kind, e.attempt) for e in store.events(run_id) if e.kind.startswith("mlflow")]
+
+
+def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_path: Path) -> None:
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=2),
+                            env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    clock.now += 30  # 30 s in the queue
+    ctl.tick()
+    ctl.tracking.put = lambda items: None  # type: ignore[method-assign]  # the stop comes first
+    clock.now += 1800
+    ctl.tick()
+    (mr,) = mlflow_runs(tmp_path, run.id)
+    assert mr.info.status == "RUNNING"  # the scheduler stopped before closing it
+    assert kinds(rt.store, run.id) == [("mlflow_run", 1)]
+    again = Controller(rt, clock=clock)
+    again.reconcile()  # the next start
+    (mr,) = mlflow_runs(tmp_path, run.id)
+    assert mr.info.status == "FINISHED" and mr.data.tags["mlops_gpu.outcome"] == "succeeded"
+    m = mr.data.metrics
+    assert m["mlops_gpu.gpu_hours"] == pytest.approx(1.0)  # 2 GPUs x 30 min, from the ledger
+    assert m["mlops_gpu.cost_usd"] == pytest.approx(2.5)
+    assert m["mlops_gpu.queue_wait_s"] == pytest.approx(30.0, abs=1.0)
+    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+    assert again.reconcile() == 0 and rt.store.unclosed_mlflow_runs(()) == []  # closed once
+
+
+def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path) -> None:
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                            env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
+    Controller(rt, clock=clock).tick()
+    Controller(rt, clock=clock).reconcile()
+    (mr,) = mlflow_runs(tmp_path, run.id)
+    assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [("mlflow_run", 1)]
+
+
+def test_release_closes_what_ended(tmp_path: Path) -> None:
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                            env={"FAKE_DURATION_S": "60"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    ctl.tick()
+    clock.now += 60
+    ctl.tick()
+    ctl.release()
+    (mr,) = mlflow_runs(tmp_path, run.id)
+    assert mr.info.status == "FINISHED"
+    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+
+
+class SlowClient:
+    """An MLflow client whose writes wait for ``go``: a tick must not."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.closed: list[tuple[str, str]] = []
+
+    def log_batch(self, run_id: str, metrics: Sequence[Any], tags: Mapping[str, str]) -> None:
+        assert self.go.wait(10)
+
+    def finish(self, run_id: str, status: str = "FINISHED", end: float | None = None) -> None:
+        self.closed.append((run_id, status))
+
+
+def test_a_tick_does_not_wait_for_mlflow(tmp_path: Path) -> None:
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                            env={"FAKE_DURATION_S": "60"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    ctl.tick()
+    got = rt.store.get(run.id)
+    assert got is not None
+    slow = SlowClient()
+    ctl.tracker.rest = slow  # type: ignore[assignment]
+    ctl.tracker._ids[(run.id, 1)] = "m1"
+    clock.now += 60
+    t0 = time.monotonic()
+    ctl.tick()  # the run ends: its close is queued, the tick goes on
+    assert time.monotonic() - t0 < 5 and ctl.tracking.pending() == 1
+    assert not ctl.drain_tracking(0.2)
+    slow.go.set()
+    assert ctl.drain_tracking(10) and slow.closed == [("m1", "FINISHED")]
+    assert ("mlflow_closed", 1) in kinds(rt.store, run.id)
+    ctl.tracking.put([Ended(got, "failed", clock.now)])  # (no MLflow run for it: no note)
+    assert ctl.drain_tracking(10) and kinds(rt.store, run.id).count(("mlflow_closed", 1)) == 1
+
+
+def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path) -> None:
+    """Before v5 closes happened in the tick and were not noted: an upgraded store must not
+    have them all closed again at its first start."""
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                            env={"FAKE_DURATION_S": "60"}))  # fmt: skip
+    live = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                             env={"FAKE_DURATION_S": "6000"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    ctl.tick()
+    clock.now += 60
+    ctl.tick()
+    ctl.release()
+    with rt.store.engine.begin() as conn:  # the store as v4 left it
+        conn.execute(delete(events).where(events.c.kind == "mlflow_closed"))
+        conn.execute(schema_version.update().values(version=4))
+    assert [u.run_id for u in rt.store.unclosed_mlflow_runs(())] == sorted([run.id, live.id])
+    reopened = Store(rt.cfg.store_url)
+    assert reopened.unclosed_mlflow_runs(ACTIVE_PHASES) == []
+    with reopened.engine.connect() as conn:
+        assert conn.execute(select(schema_version.c.version)).scalar_one() == 5
+    assert kinds(reopened, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+    assert kinds(reopened, live.id) == [("mlflow_run", 1)]  # still running: closed when it ends
+
+
+def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: Path) -> None:
+    """A launch that failed is tried again under the same attempt number: two MLflow runs for
+    attempt 1. A start closes the first (it never held GPUs), never the one that runs."""
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    fake = rt.backends["fake"]
+    assert isinstance(fake, FakeBackend)
+    fake.fail_launches = 1
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                            env={"FAKE_DURATION_S": "6000"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    ctl.tracking.put = lambda items: None  # type: ignore[method-assign]  # closes lost
+    ctl.tick()  # the launch fails: rolled back
+    clock.now += 60
+    ctl.tick()  # launched again, attempt 1 still
+    got = rt.store.get(run.id)
+    assert got is not None and got.attempt == 1 and got.phase.value in ("starting", "running")
+    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_run", 1)]
+    Controller(rt, clock=clock).reconcile()
+    failed, running = sorted(mlflow_runs(tmp_path, run.id), key=lambda r: r.info.start_time)
+    assert failed.info.status == "FAILED"
+    assert failed.data.tags["mlops_gpu.outcome"] == "launch_failed"
+    assert running.info.status == "RUNNING"
+    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_run", 1), ("mlflow_closed", 1)]
