@@ -195,3 +195,27 @@ def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: P
     assert failed.data.tags["mlops_gpu.outcome"] == "launch_failed"
     assert running.info.status == "RUNNING"
     assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_run", 1), ("mlflow_closed", 1)]
+
+
+def test_a_failed_launch_closed_after_its_retry_started_closes_its_own_run(
+    tmp_path: Path,
+) -> None:
+    """The retry (same attempt number) gets its MLflow run before the worker closes the failed
+    one: the close must reach the failed launch's run, not the retry's."""
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    fake = rt.backends["fake"]
+    assert isinstance(fake, FakeBackend)
+    fake.fail_launches = 1
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                            env={"FAKE_DURATION_S": "6000"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+    with ctl.tracking.priority():  # the worker closes nothing until both ticks are done
+        ctl.tick()  # the launch fails
+        clock.now += 60
+        ctl.tick()  # the retry runs
+    assert ctl.drain_tracking(30)
+    failed, running = sorted(mlflow_runs(tmp_path, run.id), key=lambda r: r.info.start_time)
+    assert failed.info.status == "FAILED" and running.info.status == "RUNNING"
+    assert failed.data.tags["mlops_gpu.outcome"] == "launch_failed"
+    assert "mlops_gpu.outcome" not in running.data.tags

@@ -368,7 +368,10 @@ class Controller:
         if isinstance(result, Exception):
             rep.launch_failures += 1
             # it never ran: no GPU-hours (the ledger books none either)
-            self._ended.append(Ended(run, "launch_failed", run.admitted_at or self.clock()))
+            if mlflow_id is not None:  # (never looked up by its tags: the retry has the same)
+                self.tracker.forget(run)  # its retry, same attempt number, gets its own run
+                end = run.admitted_at or self.clock()
+                self._ended.append(Ended(run, "launch_failed", end, mlflow_run_id=mlflow_id))
             self._launch_failures[run.id] += 1
             n = self._launch_failures[run.id]
             msg = f"launch on {bname} failed ({n}x): {result}"

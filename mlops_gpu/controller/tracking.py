@@ -142,18 +142,29 @@ class Tracker:
             env["MLFLOW_EXPERIMENT_ID"] = exp
         return env
 
+    def forget(self, run: Run) -> None:
+        """The attempt's launch failed: its next launch (same attempt) gets a new MLflow run."""
+        self._ids.pop((run.id, run.attempt), None)
+
     def ended(
-        self, run: Run, outcome: str, end: float, mean_utilization: float | None = None
+        self,
+        run: Run,
+        outcome: str,
+        end: float,
+        mean_utilization: float | None = None,
+        mlflow_id: str | None = None,
     ) -> str | None:
-        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run; the id of
-        the MLflow run closed, or None. ``mean_utilization``: the launcher's, logged here when the
+        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run (``mlflow_id``
+        if given, else the one ``started`` created, else the one its tags name); the id of the
+        MLflow run closed, or None. ``mean_utilization``: the launcher's, logged here when the
         launcher could not."""
         if not self.active or self.rest is None or run.placement is None:
             return None
         if run.admitted_at is None:
             return None
         try:
-            mlflow_id = self._ids.pop((run.id, run.attempt), None) or self.rest.find_run(
+            mlflow_id = mlflow_id or self._ids.pop((run.id, run.attempt), None)
+            mlflow_id = mlflow_id or self.rest.find_run(
                 self._experiment(run),
                 {"mlops_gpu.run_id": run.id, "mlops_gpu.attempt": str(run.attempt)},
             )

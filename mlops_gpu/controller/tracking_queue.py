@@ -46,6 +46,9 @@ class Ended:
     outcome: str
     end: float
     mean_util: float | None = None
+    #: The attempt's MLflow run when the controller knows it: a launch that failed is tried
+    #: again under the same attempt number, maybe before this close is made.
+    mlflow_run_id: str | None = None
 
 
 class TrackingQueue:
@@ -127,7 +130,7 @@ class TrackingQueue:
         for e in batch:
             with self._cond:
                 self._cond.wait_for(lambda: not self._held or self._stop)
-            mlflow_id = self.tracker.ended(e.run, e.outcome, e.end, e.mean_util)
+            mlflow_id = self.tracker.ended(e.run, e.outcome, e.end, e.mean_util, e.mlflow_run_id)
             if mlflow_id is not None:
                 notes.append((e.run.id, e.run.attempt, "mlflow_closed", mlflow_id))
         self.store.note_many(notes)
