@@ -335,8 +335,11 @@ def measure(args: argparse.Namespace, d: Path, env: dict[str, str], kubeconfig: 
             ours_all.append(watch.wait_running(ids, timeout=600) - t0)
             cpu_all.append(ours.cpu_s())
         last_pod = max(watch.seen[i] for i in ids) - t0
-        print(f"  mlops-gpu: {n} runs submitted in {submitted:.1f} s, last pod created after "
-              f"{last_pod:.1f} s, all Running after {ours_all[-1]:.1f} s", file=sys.stderr)
+        print(
+            f"  mlops-gpu: {n} runs submitted in {submitted:.1f} s, last pod created after "
+            f"{last_pod:.1f} s, all Running after {ours_all[-1]:.1f} s",
+            file=sys.stderr,
+        )
         empty_cluster(core, batch)
     base_s, ours_s, burst_cpu = (statistics.median(x) for x in (base_all, ours_all, cpu_all))
     # (b) steady, ours
