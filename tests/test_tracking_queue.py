@@ -20,6 +20,7 @@ from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.controller.tracking_queue import Ended
 from mlops_gpu.model import ACTIVE_PHASES, ResourceRequest
+from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.state.schema import events, schema_version
 from mlops_gpu.state.store import Store
 from mlops_gpu.testing import config_yaml
@@ -70,7 +71,8 @@ def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_pa
     assert mr.info.status == "RUNNING"  # the scheduler stopped before closing it
     assert kinds(rt.store, run.id) == [("mlflow_run", 1)]
     again = Controller(rt, clock=clock)
-    again.reconcile()  # the next start
+    again.reconcile()  # the next start: the close is queued again
+    assert again.drain_tracking()
     (mr,) = mlflow_runs(tmp_path, run.id)
     assert mr.info.status == "FINISHED" and mr.data.tags["mlops_gpu.outcome"] == "succeeded"
     m = mr.data.metrics
@@ -87,7 +89,9 @@ def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path) -> None:
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
     Controller(rt, clock=clock).tick()
-    Controller(rt, clock=clock).reconcile()
+    again = Controller(rt, clock=clock)
+    again.reconcile()
+    assert again.drain_tracking()
     (mr,) = mlflow_runs(tmp_path, run.id)
     assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [("mlflow_run", 1)]
 
@@ -171,16 +175,22 @@ def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path) -> None:
     assert kinds(reopened, live.id) == [("mlflow_run", 1)]  # still running: closed when it ends
 
 
-def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: Path) -> None:
-    """A launch that failed is tried again under the same attempt number: two MLflow runs for
-    attempt 1. A start closes the first (it never held GPUs), never the one that runs."""
-    clock = Clock()
+def first_launch_fails(tmp_path: Path, clock: Clock) -> tuple[Runtime, RunRecord]:
+    """A long run whose first launch fails (the fake backend's ``fail_launches``)."""
     rt = runtime(tmp_path, clock)
     fake = rt.backends["fake"]
     assert isinstance(fake, FakeBackend)
     fake.fail_launches = 1
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "6000"}))  # fmt: skip
+    return rt, run
+
+
+def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: Path) -> None:
+    """A launch that failed is tried again under the same attempt number: two MLflow runs for
+    attempt 1. A start closes the first (it never held GPUs), never the one that runs."""
+    clock = Clock()
+    rt, run = first_launch_fails(tmp_path, clock)
     ctl = Controller(rt, clock=clock)
     ctl.tracking.put = lambda items: None  # type: ignore[method-assign]  # closes lost
     ctl.tick()  # the launch fails: rolled back
@@ -189,7 +199,9 @@ def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: P
     got = rt.store.get(run.id)
     assert got is not None and got.attempt == 1 and got.phase.value in ("starting", "running")
     assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_run", 1)]
-    Controller(rt, clock=clock).reconcile()
+    again = Controller(rt, clock=clock)
+    again.reconcile()
+    assert again.drain_tracking()
     failed, running = sorted(mlflow_runs(tmp_path, run.id), key=lambda r: r.info.start_time)
     assert failed.info.status == "FAILED"
     assert failed.data.tags["mlops_gpu.outcome"] == "launch_failed"
@@ -203,12 +215,7 @@ def test_a_failed_launch_closed_after_its_retry_started_closes_its_own_run(
     """The retry (same attempt number) gets its MLflow run before the worker closes the failed
     one: the close must reach the failed launch's run, not the retry's."""
     clock = Clock()
-    rt = runtime(tmp_path, clock)
-    fake = rt.backends["fake"]
-    assert isinstance(fake, FakeBackend)
-    fake.fail_launches = 1
-    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
-                            env={"FAKE_DURATION_S": "6000"}))  # fmt: skip
+    rt, run = first_launch_fails(tmp_path, clock)
     ctl = Controller(rt, clock=clock)
     with ctl.tracking.priority():  # the worker closes nothing until both ticks are done
         ctl.tick()  # the launch fails

@@ -41,7 +41,7 @@ from mlops_gpu.controller import accounting
 from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.controller.tracking import Tracker
-from mlops_gpu.controller.tracking_queue import Ended, TrackingQueue, recover
+from mlops_gpu.controller.tracking_queue import Ended, TrackingQueue
 from mlops_gpu.core import Snapshot
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
 from mlops_gpu.state import ConflictError, LeaderLock, UsageRow
@@ -217,7 +217,7 @@ class Controller:
                     )
                     self._emit("rolled_back", run, "admission without a launch, requeued")
                 fixed += 1
-        recover(self.tracker, store)  # MLflow runs of attempts that ended while we were away
+        self.tracking.recover()  # MLflow runs of attempts that ended while we were away
         return fixed
 
     # -- the tick -------------------------------------------------------------------------

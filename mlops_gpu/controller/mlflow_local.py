@@ -49,15 +49,6 @@ class MlflowLocal:
                           .info.run_id),
         )  # fmt: skip
 
-    def log_metrics(self, run_id: str, metrics: Sequence[tuple[str, float, float, int]]) -> None:
-        def log(c: Any) -> None:
-            from mlflow.entities import Metric
-
-            rows = [Metric(k, float(v), int(t * 1000), s) for k, v, t, s in metrics]
-            c.log_batch(run_id, metrics=rows)
-
-        self._call("log metrics", log)
-
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         def log(c: Any) -> None:
             from mlflow.entities import RunTag

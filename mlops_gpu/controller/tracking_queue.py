@@ -10,8 +10,9 @@ Invariants:
   and never reaches MLflow before the attempt's run was created (that happens at its launch).
 - Nothing is lost on a crash. The store is the durable record: an attempt whose MLflow run was
   noted at launch (event ``mlflow_run``) and is over, but has no ``mlflow_closed`` event, is
-  closed by ``recover`` at the next start, from the usage ledger (outcome, times, GPU-seconds,
-  queue wait, utilization), which the store wrote in the same transaction that ended it.
+  queued again by ``recover`` at the next start and closed from the usage ledger (outcome,
+  times, GPU-seconds, queue wait, utilization), which the store wrote in the same transaction
+  that ended it. A close is noted after MLflow took it: at least once, never lost.
 - The worker writes ``mlflow_closed`` only after MLflow took the close; tracking failures are
   the tracker's to report (``Tracker``: logged once, tracking paused), never the tick's.
 - ``close`` (the controller's ``release``) waits for the queue to empty, up to a bound.
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from mlops_gpu.controller.tracking import Tracker
 from mlops_gpu.model import Run
 from mlops_gpu.model.phase import ACTIVE_PHASES
+from mlops_gpu.state.mlflow_notes import CLOSED, UnclosedMlflowRun
 from mlops_gpu.state.store import Store
 
 log = logging.getLogger("mlops_gpu.tracking")
@@ -54,14 +56,14 @@ class Ended:
 class TrackingQueue:
     def __init__(self, tracker: Tracker, store: Store) -> None:
         self.tracker, self.store = tracker, store
-        self._items: deque[Ended] = deque()
+        self._items: deque[Ended | UnclosedMlflowRun] = deque()
         self._cond = threading.Condition()
         self._busy = 0  # closes taken by the worker and not yet noted
         self._thread: threading.Thread | None = None
         self._stop = False
         self._held = 0  # launches in progress: the worker waits (``priority``)
 
-    def put(self, items: Sequence[Ended]) -> None:
+    def put(self, items: Sequence[Ended | UnclosedMlflowRun]) -> None:
         if not items or self.tracker.rest is None:
             return
         with self._cond:
@@ -125,29 +127,31 @@ class TrackingQueue:
                     self._busy = 0
                     self._cond.notify_all()
 
-    def _close(self, batch: Sequence[Ended]) -> None:
+    def recover(self) -> int:
+        """Queue the closes of attempts that are over but whose MLflow runs were never closed
+        (the scheduler stopped first, or MLflow was away); how many. Made by the worker like
+        any other, so a long backlog does not hold up the first tick."""
+        if self.tracker.rest is None:
+            return 0
+        found = self.store.unclosed_mlflow_runs(ACTIVE_PHASES)
+        if found:
+            log.info("MLflow: %d runs ended while the scheduler was away; closing them", len(found))
+            self.put(found)
+        return len(found)
+
+    def _close(self, batch: Sequence[Ended | UnclosedMlflowRun]) -> None:
         notes = []
         for e in batch:
             with self._cond:
                 self._cond.wait_for(lambda: not self._held or self._stop)
-            mlflow_id = self.tracker.ended(e.run, e.outcome, e.end, e.mean_util, e.mlflow_run_id)
+            if isinstance(e, UnclosedMlflowRun):
+                mlflow_id = e.mlflow_run_id if self.tracker.close_recovered(e) else None
+                key = (e.run_id, e.attempt)
+            else:
+                mlflow_id = self.tracker.ended(
+                    e.run, e.outcome, e.end, e.mean_util, e.mlflow_run_id
+                )
+                key = (e.run.id, e.run.attempt)
             if mlflow_id is not None:
-                notes.append((e.run.id, e.run.attempt, "mlflow_closed", mlflow_id))
+                notes.append((*key, CLOSED, mlflow_id))
         self.store.note_many(notes)
-
-
-def recover(tracker: Tracker, store: Store) -> int:
-    """Close the MLflow runs of attempts that are over but were never closed (the scheduler
-    stopped first); returns how many were closed."""
-    if tracker.rest is None:
-        return 0
-    done = 0
-    notes = []
-    for u in store.unclosed_mlflow_runs(ACTIVE_PHASES):
-        if tracker.close_recovered(u):
-            notes.append((u.run_id, u.attempt, "mlflow_closed", u.mlflow_run_id))
-            done += 1
-    store.note_many(notes)
-    if done:
-        log.info("MLflow: closed %d runs that ended while the scheduler was away", done)
-    return done
