@@ -267,7 +267,13 @@ class Controller:
                 admitted.append(got)
         handles: list[tuple[str, str]] = []
         t_launch = time.monotonic()
-        for run, result in zip(admitted, self._start_jobs(admitted), strict=True):
+        started = self._start_jobs(admitted)
+        # Each attempt's MLflow run (Run.mlflow_run_id, the Prefect worker's link; and what a
+        # start closes if the attempt ended unclosed): one transaction for the tick's launches
+        store.note_many([(r.id, r.attempt, "mlflow_run", m)
+                         for r, (_, m) in zip(admitted, started, strict=True) if m is not None],
+                        now=self.clock())  # fmt: skip
+        for run, result in zip(admitted, started, strict=True):
             handle = self._launched(run, result, rep)
             if handle is not None and run.placement is not None:
                 launched[run.placement.backend][handle] = run.id
@@ -361,9 +367,7 @@ class Controller:
         """A launch's outcome: the handle to store, or None after rolling the admission back."""
         store = self.rt.store
         assert run.placement is not None
-        result, mlflow_id = started
-        if mlflow_id is not None:  # Run.mlflow_run_id, the Prefect worker's link
-            store.note(run.id, run.attempt, "mlflow_run", mlflow_id, now=self.clock())
+        result, mlflow_id = started  # (its MLflow run was noted by the caller)
         bname = run.placement.backend
         if isinstance(result, Exception):
             rep.launch_failures += 1
