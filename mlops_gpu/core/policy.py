@@ -382,11 +382,7 @@ class Cycle:
             return True
         if self._lends.get(key) == len(self.admissions):
             return False
-        borrowed = lendable = 0.0
-        for m in self.quota.members[root]:
-            u = self.quota.used[(m, gpu_type)]
-            borrowed += max(u - self.quota.quota(m, gpu_type).nominal, 0.0)
-            lendable += self.quota.lendable(m, gpu_type, u)
+        borrowed, lendable = self.quota.cohort_sums(root, gpu_type)
         if lendable - borrowed <= 1e-9:
             self._exhausted.add(key)
             return True

@@ -48,6 +48,8 @@ class QuotaBook:
             if root is not None:
                 self.members[root].append(name)
         self._quotas: dict[tuple[str, str], Quota] = {}
+        #: (root, type) -> each member's (name, nominal, lending limit), in member order
+        self._terms: dict[tuple[str, str], list[tuple[str, float, int | None]]] = {}
 
     def quota(self, project: str, gpu_type: str) -> Quota:
         key = (project, gpu_type)
@@ -83,11 +85,7 @@ class QuotaBook:
                 f"project {project} holds {used:g} of its nominal {q.nominal} {gpu_type} and "
                 "has no cohort to borrow from"
             )
-        borrowed = lendable = 0.0
-        for m in self.members[root]:
-            u = self.used[(m, gpu_type)] + (amount if m == project else 0.0)
-            borrowed += max(u - self.quota(m, gpu_type).nominal, 0.0)
-            lendable += self.lendable(m, gpu_type, u)
+        borrowed, lendable = self.cohort_sums(root, gpu_type, project, amount)
         if borrowed > lendable + _EPS:
             idle = self.lendable_now(project, gpu_type)
             return (
@@ -102,13 +100,37 @@ class QuotaBook:
         root = self.root.get(project)
         if root is None:
             return 0.0
-        borrowed = lendable = 0.0
-        for m in self.members[root]:
-            u = self.used[(m, gpu_type)]
-            borrowed += max(u - self.quota(m, gpu_type).nominal, 0.0)
-            if m != project:
-                lendable += self.lendable(m, gpu_type, u)
+        borrowed, lendable = self.cohort_sums(root, gpu_type, project, 0.0, lend_of_project=False)
         return max(lendable - borrowed, 0.0)
+
+    def cohort_sums(
+        self,
+        root: str,
+        gpu_type: str,
+        project: str | None = None,
+        amount: float = 0.0,
+        lend_of_project: bool = True,
+    ) -> tuple[float, float]:
+        """(borrowed, lendable) summed over the tree's members in member order, ``project``
+        holding ``amount`` more; its own lendable left out unless ``lend_of_project``. The
+        quota terms are read once per (root, type): this runs for most quota checks."""
+        key = (root, gpu_type)
+        terms = self._terms.get(key)
+        if terms is None:
+            terms = self._terms[key] = [
+                (m, q.nominal, q.lending_limit)
+                for m in self.members[root]
+                for q in (self.quota(m, gpu_type),)
+            ]
+        used = self.used
+        borrowed = lendable = 0.0
+        for m, nominal, lending in terms:
+            u = used[(m, gpu_type)] + (amount if m == project else 0.0)
+            borrowed += max(u - nominal, 0.0)
+            if lend_of_project or m != project:
+                idle = max(nominal - u, 0.0)  # (as ``lendable``)
+                lendable += idle if lending is None else min(idle, float(lending))
+        return borrowed, lendable
 
     def within_nominal(self, project: str, gpu_type: str, amount: float) -> bool:
         nominal = self.quota(project, gpu_type).nominal
