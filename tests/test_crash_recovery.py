@@ -103,6 +103,19 @@ def test_sigkill_scheduler_midway_loses_and_duplicates_nothing(tmp_path: Path) -
     starts = [ln for ln in lines if ln[0] == "start"]
     assert sorted(ln[1] for ln in starts) == sorted(ids)
     assert all(ln[2] == "1" for ln in starts)
+    # every attempt's MLflow run is closed, also those whose close a kill cut off (queued,
+    # not yet made): the next start closes them from the store's ledger
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(load_config(cfg).tracking_uri(dict(os.environ)))
+    for rid in ids:
+        evs = store.events(rid)
+        noted = [e.reason for e in evs if e.kind == "mlflow_run"]
+        closed = [e.reason for e in evs if e.kind == "mlflow_closed"]
+        assert noted and set(noted) <= set(closed), (rid, noted, closed)
+        last = client.get_run(noted[-1])
+        assert last.info.status == "FINISHED", (rid, last.info.status)
+        assert last.data.tags["mlops_gpu.outcome"] == "succeeded"
     # no GPU double-booked: overlapping runs hold disjoint devices (one node)
     spans = {}
     for kind, rid, _att, dev, t in lines:
