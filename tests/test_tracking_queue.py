@@ -226,30 +226,3 @@ def test_a_failed_launch_closed_after_its_retry_started_closes_its_own_run(
     assert failed.info.status == "FAILED" and running.info.status == "RUNNING"
     assert failed.data.tags["mlops_gpu.outcome"] == "launch_failed"
     assert "mlops_gpu.outcome" not in running.data.tags
-
-
-def test_a_stop_between_an_mlflow_run_and_its_launch_leaves_it_known(tmp_path: Path) -> None:
-    """Attempts' MLflow runs are noted before any launch: a scheduler killed in between leaves
-    none the store does not know, and the next start closes it (the attempt never ran)."""
-    clock = Clock()
-    rt = runtime(tmp_path, clock)
-    fake = rt.backends["fake"]
-    assert isinstance(fake, FakeBackend)
-    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
-                            env={"FAKE_DURATION_S": "6000"}))  # fmt: skip
-
-    def killed(req: Any) -> str:
-        raise SystemExit("the scheduler is killed mid-launch")
-
-    fake.launch = killed  # type: ignore[method-assign]
-    with pytest.raises(SystemExit):
-        Controller(rt, clock=clock).tick()
-    del fake.launch  # the next scheduler launches normally
-    assert kinds(rt.store, run.id) == [("mlflow_run", 1)]
-    again = Controller(rt, clock=clock)
-    again.reconcile()  # no job found: the admission is rolled back, its MLflow run closed
-    again.tick()  # launched again, attempt 1 still
-    assert again.drain_tracking()
-    gone, running = sorted(mlflow_runs(tmp_path, run.id), key=lambda r: r.info.start_time)
-    assert gone.info.status == "FAILED" and gone.data.tags["mlops_gpu.outcome"] == "launch_failed"
-    assert running.info.status == "RUNNING"

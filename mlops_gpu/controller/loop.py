@@ -28,7 +28,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from mlops_gpu.backends import (
     Backend,
@@ -58,7 +57,6 @@ LEDGER_RELOAD_S = 60.0
 #: to a cluster's controller (sbatch, the Kubernetes API), mostly waiting.
 LAUNCH_THREADS = 8
 
-T = TypeVar("T")
 EventSink = Callable[[str, Run | None, str], None]
 
 
@@ -269,7 +267,13 @@ class Controller:
                 admitted.append(got)
         handles: list[tuple[str, str]] = []
         t_launch = time.monotonic()
-        for run, result in zip(admitted, self._start_jobs(admitted), strict=True):
+        started = self._start_jobs(admitted)
+        # Each attempt's MLflow run (Run.mlflow_run_id, the Prefect worker's link; and what a
+        # start closes if the attempt ended unclosed): one transaction for the tick's launches
+        store.note_many([(r.id, r.attempt, "mlflow_run", m)
+                         for r, (_, m) in zip(admitted, started, strict=True) if m is not None],
+                        now=self.clock())  # fmt: skip
+        for run, result in zip(admitted, started, strict=True):
             handle = self._launched(run, result, rep)
             if handle is not None and run.placement is not None:
                 launched[run.placement.backend][handle] = run.id
@@ -330,47 +334,32 @@ class Controller:
         for run in runs:
             self.tracker.prepare(run)  # experiments resolved here, not by racing threads
 
+        def start(run: Run) -> tuple[str | Exception, str | None]:
+            """(the handle or the launch's error, the attempt's MLflow run id)."""
+            assert run.placement is not None
+            env = dict(base)
+            env.update(self.tracker.started(run))  # the attempt's MLflow run, if configured
+            req = LaunchRequest(run.id, run.attempt, run.spec, run.placement, env, self.launcher)
+            try:
+                return self.rt.backends[run.placement.backend].launch(req), env.get("MLFLOW_RUN_ID")
+            except Exception as e:  # any launch failure rolls the admission back
+                return e, env.get("MLFLOW_RUN_ID")  # (noted: its MLflow run is closed FAILED)
+
         def parallel(run: Run) -> bool:
             backend = self.rt.backends[run.placement.backend] if run.placement else None
             return backend is not None and backend.capabilities.parallel_launch
 
-        fan = {i for i, r in enumerate(runs) if parallel(r)}
-        # 1. each attempt's MLflow run, noted (Run.mlflow_run_id, the Prefect worker's link)
-        # in one transaction before any launch: a stop in between leaves no MLflow run the
-        # store does not know, and a start closes those of attempts that are over
-        envs = self._each(runs, fan, self.tracker.started)
-        self.rt.store.note_many([(r.id, r.attempt, "mlflow_run", e["MLFLOW_RUN_ID"])
-                                 for r, e in zip(runs, envs, strict=True)
-                                 if "MLFLOW_RUN_ID" in e], now=self.clock())  # fmt: skip
-        mlflow_ids = {r.id: e.get("MLFLOW_RUN_ID") for r, e in zip(runs, envs, strict=True)}
-
-        def launch(run: Run) -> str | Exception:
-            """The handle, or the launch's error."""
-            assert run.placement is not None
-            env = {**base, **envs[index[run.id]]}
-            req = LaunchRequest(run.id, run.attempt, run.spec, run.placement, env, self.launcher)
-            try:
-                return self.rt.backends[run.placement.backend].launch(req)
-            except Exception as e:  # any launch failure rolls the admission back
-                return e
-
-        index = {r.id: i for i, r in enumerate(runs)}
-        handles = self._each(runs, fan, launch)
-        return [(h, mlflow_ids[r.id]) for r, h in zip(runs, handles, strict=True)]
-
-    def _each(self, runs: list[Run], fan: set[int], fn: Callable[[Run], T]) -> list[T]:
-        """``fn`` of each run: those at ``fan`` (backends whose launches are slow round trips)
-        concurrently in the launch pool, then the others in order."""
-        out: dict[int, T] = {}
+        out: list[tuple[str | Exception, str | None] | None] = [None] * len(runs)
+        fan = [i for i, r in enumerate(runs) if parallel(r)]
         if len(fan) > 1:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(LAUNCH_THREADS, thread_name_prefix="launch")
-            idx = sorted(fan)
-            out.update(zip(idx, self._pool.map(fn, [runs[i] for i in idx]), strict=True))
+            for i, result in zip(fan, self._pool.map(start, [runs[i] for i in fan]), strict=True):
+                out[i] = result
         for i, run in enumerate(runs):
-            if i not in out:
-                out[i] = fn(run)
-        return [out[i] for i in range(len(runs))]
+            if out[i] is None:
+                out[i] = start(run)
+        return [r for r in out if r is not None]
 
     def _launched(
         self, run: Run, started: tuple[str | Exception, str | None], rep: TickReport
@@ -378,7 +367,7 @@ class Controller:
         """A launch's outcome: the handle to store, or None after rolling the admission back."""
         store = self.rt.store
         assert run.placement is not None
-        result, mlflow_id = started  # (its MLflow run was noted before the launch)
+        result, mlflow_id = started  # (its MLflow run was noted by the caller)
         bname = run.placement.backend
         if isinstance(result, Exception):
             rep.launch_failures += 1
