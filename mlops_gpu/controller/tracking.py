@@ -180,7 +180,7 @@ class Tracker:
         return mlflow_id
 
     def close_recovered(self, u: UnclosedMlflowRun) -> bool:
-        """Close an attempt's MLflow run from the store's record (``tracking_queue.recover``):
+        """Close an attempt's MLflow run from the store's record (``TrackingQueue.recover``):
         the usage ledger's figures, or, for an attempt that never held GPUs, FAILED as
         ``launch_failed``. False if MLflow did not take it."""
         if not self.active or self.rest is None:
