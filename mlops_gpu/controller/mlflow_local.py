@@ -50,15 +50,19 @@ class MlflowLocal:
         )  # fmt: skip
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
-        def log(c: Any) -> None:
-            from mlflow.entities import RunTag
-
-            c.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-
-        self._call("set tags", log)
+        self._batch("set tags", run_id, (), tags)
 
     def log_batch(
         self,
+        run_id: str,
+        metrics: Sequence[tuple[str, float, float, int]],
+        tags: Mapping[str, str],
+    ) -> None:
+        self._batch("log batch", run_id, metrics, tags)
+
+    def _batch(
+        self,
+        what: str,
         run_id: str,
         metrics: Sequence[tuple[str, float, float, int]],
         tags: Mapping[str, str],
@@ -69,7 +73,7 @@ class MlflowLocal:
             rows = [Metric(k, float(v), int(t * 1000), s) for k, v, t, s in metrics]
             c.log_batch(run_id, metrics=rows, tags=[RunTag(k, v) for k, v in tags.items()])
 
-        self._call("log batch", log)
+        self._call(what, log)
 
     def find_run(self, experiment_id: str, tags: Mapping[str, str]) -> str | None:
         flt = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())

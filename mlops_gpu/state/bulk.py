@@ -22,7 +22,7 @@ from mlops_gpu.model.phase import can_transition
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.schema import events, revision, runs
 
-_CHUNK = 500  # ids per IN (...) list: well under every backend's bound-parameter limit
+CHUNK = 500  # ids per IN (...) list: well under every backend's bound-parameter limit
 
 
 @dataclass
@@ -44,8 +44,8 @@ def rows_of(conn: Connection, run_ids: Sequence[str], lock: bool = False) -> dic
     """The rows of ``run_ids`` (locked for update with ``lock``), read in chunks; KeyError
     names the first id that is not in the store."""
     out: dict[str, Row[Any]] = {}
-    for i in range(0, len(run_ids), _CHUNK):
-        q = select(runs).where(runs.c.id.in_(list(run_ids[i : i + _CHUNK])))
+    for i in range(0, len(run_ids), CHUNK):
+        q = select(runs).where(runs.c.id.in_(list(run_ids[i : i + CHUNK])))
         out.update((r.id, r) for r in conn.execute(q.with_for_update() if lock else q))
     for run_id in run_ids:
         if run_id not in out:

@@ -21,11 +21,10 @@ from typing import Any
 from sqlalchemy import Connection, Row, select
 
 from mlops_gpu.model import Phase
-from mlops_gpu.state.bulk import rows_of
+from mlops_gpu.state.bulk import CHUNK, rows_of
 from mlops_gpu.state.schema import events, usage
 
 OPENED, CLOSED = "mlflow_run", "mlflow_closed"
-_CHUNK = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +76,8 @@ def unclosed(conn: Connection, active: Collection[Phase]) -> list[UnclosedMlflow
     }
     ledger: dict[tuple[str, int], Row[Any]] = {}
     over_ids = sorted({rid for rid, _ in over})
-    for i in range(0, len(over_ids), _CHUNK):
-        for row in conn.execute(select(usage).where(usage.c.run_id.in_(over_ids[i : i + _CHUNK]))):
+    for i in range(0, len(over_ids), CHUNK):
+        for row in conn.execute(select(usage).where(usage.c.run_id.in_(over_ids[i : i + CHUNK]))):
             ledger[(row.run_id, row.attempt)] = row
     for (rid, attempt), mlflow_id in sorted(over.items()):
         u = ledger.get((rid, attempt))

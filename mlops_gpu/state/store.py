@@ -723,9 +723,7 @@ class Store:
     ) -> None:
         """Append an event that changes nothing about the run (e.g. ``mlflow_run``: the
         attempt's MLflow run id), for readers of its history."""
-        now = time.time() if now is None else now
-        with self._tx() as conn:
-            self._event(conn, run_id, now, kind, None, None, attempt, text)
+        self.note_many([(run_id, attempt, kind, text)], now)
 
     def note_many(
         self, notes: Sequence[tuple[str, int, str, str]], now: float | None = None

@@ -88,15 +88,11 @@ class MlflowRest:
 
     def log_metrics(self, run_id: str, metrics: Sequence[tuple[str, float, float, int]]) -> None:
         """``metrics``: (key, value, time s, step), sent in batches of ``BATCH``."""
-        rows = [
-            {"key": k, "value": v, "timestamp": int(t * 1000), "step": s} for k, v, t, s in metrics
-        ]
-        for i in range(0, len(rows), BATCH):
-            self._call("POST", "runs/log-batch", {"run_id": run_id, "metrics": rows[i : i + BATCH]})
+        for i in range(0, len(metrics), BATCH):
+            self.log_batch(run_id, metrics[i : i + BATCH], {})
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
-        body = {"run_id": run_id, "tags": [{"key": k, "value": v} for k, v in tags.items()]}
-        self._call("POST", "runs/log-batch", body)
+        self.log_batch(run_id, (), tags)
 
     def log_batch(
         self,
@@ -104,12 +100,16 @@ class MlflowRest:
         metrics: Sequence[tuple[str, float, float, int]],
         tags: Mapping[str, str],
     ) -> None:
-        """Metrics (at most ``BATCH``) and tags in one call."""
-        rows = [
-            {"key": k, "value": v, "timestamp": int(t * 1000), "step": s} for k, v, t, s in metrics
-        ]
-        tag_rows = [{"key": k, "value": v} for k, v in tags.items()]
-        self._call("POST", "runs/log-batch", {"run_id": run_id, "metrics": rows, "tags": tag_rows})
+        """Metrics (at most ``BATCH``) and tags in one call (a list left out when empty)."""
+        body: dict[str, Any] = {"run_id": run_id}
+        if metrics:
+            body["metrics"] = [
+                {"key": k, "value": v, "timestamp": int(t * 1000), "step": s}
+                for k, v, t, s in metrics
+            ]
+        if tags:
+            body["tags"] = [{"key": k, "value": v} for k, v in tags.items()]
+        self._call("POST", "runs/log-batch", body)
 
     def find_run(self, experiment_id: str, tags: Mapping[str, str]) -> str | None:
         """The id of a run of the experiment carrying all ``tags``, or None."""
