@@ -261,3 +261,36 @@ time.sleep(60)
     out = [f for f in rt.backends["local"].log_files(run.id, 2) if f.name == "stdout.log"]
     assert out[0].read_text().strip() == "resumed from step-7"
     assert [u.outcome for u in rt.store.usage()] == ["preempted", "succeeded"]
+
+
+def test_warm_hooks_run_and_a_failing_one_is_logged_once_never_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Controller.warm`` calls each backend's optional ``warm``; a backend that cannot get
+    ready is said once (again only after it recovered and failed anew), and the daemon goes on."""
+    rt = fake_runtime(tmp_path)
+    calls: list[str] = []
+    fails = {"now": True}
+
+    def hook() -> None:
+        calls.append("warm")
+        if fails["now"]:
+            raise ConnectionError("no route to the API")
+
+    fake(rt).warm = hook  # type: ignore[attr-defined]
+    ctl = Controller(rt)
+    with caplog.at_level("WARNING", logger="mlops_gpu"):
+        ctl.warm()
+        ctl.warm()
+        assert calls == ["warm", "warm"]
+        said = [r.getMessage() for r in caplog.records if "not ready" in r.getMessage()]
+        assert said == ["backend fake is not ready: no route to the API"]
+        fails["now"] = False
+        ctl.warm()
+        fails["now"] = True
+        ctl.warm()
+    said = [r.getMessage() for r in caplog.records if "not ready" in r.getMessage()]
+    assert len(said) == 2
+    run = rt.submit(make_spec(gpus=1))  # a tick still works
+    ctl.tick()
+    assert get(rt, run).phase in (Phase.STARTING, Phase.RUNNING)

@@ -18,6 +18,7 @@ from mlops_gpu.backends.base import (
     LaunchError,
     LauncherSettings,
     LaunchRequest,
+    warm,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "LaunchError",
     "LaunchRequest",
     "LauncherSettings",
+    "warm",
 ]

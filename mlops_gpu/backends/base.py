@@ -1,5 +1,11 @@
 """The backend interface every placement target implements (in the manner of submitit's small
-executor hooks and SkyPilot's capability flags)."""
+executor hooks and SkyPilot's capability flags).
+
+Besides the protocol's methods a backend may have ``warm()``: get ready before there is work
+(connect, fill caches, start watches). The daemon calls it through ``warm`` below at start and
+before each tick; it must be cheap when already warm, and its failure is never fatal (the
+tick that needs the backend reports the error).
+"""
 
 from __future__ import annotations
 
@@ -135,6 +141,13 @@ class Backend(Protocol):
     def log_files(self, run_id: str, attempt: int) -> list[Path]:
         """Files holding the job's stdout and stderr, in that order, where they exist."""
         ...
+
+
+def warm(backend: Backend) -> None:
+    """Call the backend's optional ``warm()`` hook, if it has one (exceptions propagate)."""
+    hook = getattr(backend, "warm", None)
+    if callable(hook):
+        hook()
 
 
 def job_env(req: LaunchRequest, checkpoint_dir: str) -> dict[str, str]:

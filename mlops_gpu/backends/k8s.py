@@ -154,6 +154,15 @@ class KubernetesBackend:
         resp.release_conn()
 
     # -- interface ------------------------------------------------------------------------
+    def warm(self) -> None:
+        """Be ready before there is work (``base.warm``): the client imported (about a second of
+        CPU the first time), the nodes read, the Job watch running and kept running, so that a
+        first burst of runs is launched at once and its first poll reads the watch's cache
+        instead of listing every Job while they are being created."""
+        _, batch, _ = self._clients()
+        self.inventory()
+        self._job_cache(batch).touch()
+
     def inventory(self) -> list[Node]:
         now = time.monotonic()
         if now - self._inventory_at < self.inventory_s:
@@ -240,13 +249,16 @@ class KubernetesBackend:
             out[handle] = self._status(handle, job, pods.get(name, []))
         return out
 
+    def _job_cache(self, batch: Any) -> JobCache:
+        if self._cache is None:
+            self._cache = JobCache(self._call, batch, self.pod.namespace, SELECTOR)
+        return self._cache
+
     def _jobs(self, batch: Any, names: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         """Our Jobs among ``names``: from the watch cache when it is synced, else one list. A Job
         the cache lacks is read directly, unless this backend created it less than
         ``UNSEEN_GRACE_S`` ago (``_unseen``: it is starting)."""
-        if self._cache is None:
-            self._cache = JobCache(self._call, batch, self.pod.namespace, SELECTOR)
-        cached = self._cache.jobs()
+        cached = self._job_cache(batch).jobs()
         if cached is None:
             listed = self._get("list jobs", batch.list_namespaced_job, self.pod.namespace,
                                label_selector=SELECTOR)["items"]  # fmt: skip

@@ -45,14 +45,18 @@ class JobCache:
     def jobs(self) -> dict[str, dict[str, Any]] | None:
         """Our Jobs by name, or None while the cache is not synced (the first read starts the
         watch, so it answers None)."""
+        self.touch()
+        if not self._synced:
+            return None
+        return dict(self._jobs)
+
+    def touch(self) -> None:
+        """Keep the watch going (start it if it is not): a read without the copy."""
         self._read_at = time.monotonic()
         if self._thread is None or not self._thread.is_alive():
             self._synced = False
             self._thread = threading.Thread(target=self._run, name="k8s-job-watch", daemon=True)
             self._thread.start()
-        if not self._synced:
-            return None
-        return dict(self._jobs)
 
     def _idle(self) -> bool:
         return time.monotonic() - self._read_at > IDLE_S

@@ -45,6 +45,7 @@ def run_scheduler(
                 file=sys.stderr,
             )
             return 0
+        ctl.warm()  # "started" means ready: the first submit does not wait for connections
         logging.getLogger("mlops_gpu").info("scheduler started for %s", rt.cfg.store_url)
         ctl.run_forever(idle_exit_s=idle_exit, should_stop=lambda: stop["flag"])
         return 0

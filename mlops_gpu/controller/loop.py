@@ -36,6 +36,7 @@ from mlops_gpu.backends import (
     JobStatus,
     LauncherSettings,
     LaunchRequest,
+    warm,
 )
 from mlops_gpu.controller import accounting
 from mlops_gpu.controller.mirror import Mirror
@@ -167,6 +168,7 @@ class Controller:
         #: job again; 0 (a bare ``tick()``): every tick polls.
         self.min_poll_gap_s = 0.0
         self._polled_at = float("-inf")
+        self._cold: set[str] = set()  # backends whose warm hook failed last time
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -190,6 +192,20 @@ class Controller:
             self.on_event(kind, run, msg)
 
     # -- start-up -------------------------------------------------------------------------
+    def warm(self) -> None:
+        """Each backend's optional ``warm`` hook (ready before the work comes: a burst of runs
+        submitted to a daemon just started must not wait for a client's imports). A failure is
+        logged once, never raised: the tick that needs the backend reports it."""
+        for name, backend in self.rt.backends.items():
+            try:
+                warm(backend)
+            except Exception as e:
+                if name not in self._cold:
+                    log.warning("backend %s is not ready: %s", name, e)
+                self._cold.add(name)
+            else:
+                self._cold.discard(name)
+
     def reconcile(self) -> int:
         """Match runs the store calls active with the backends' jobs; returns runs repaired."""
         store, fixed = self.rt.store, 0
@@ -288,9 +304,9 @@ class Controller:
             backend = self.rt.backends[bname]
             if not backend.capabilities.starts_at_once:
                 continue  # (its jobs take seconds to start: the next tick's poll sees them)
-            for st in backend.poll(list(by_handle)).values():
-                if st.state is JobState.RUNNING:
-                    store.mark_running(by_handle[st.handle], now=self.clock())
+            sts = backend.poll(list(by_handle)).values()
+            up = [by_handle[st.handle] for st in sts if st.state is JobState.RUNNING]
+            store.mark_running_many(up, now=self.clock())
         if explain:  # 7. explain
             self._last_explain = now
             reasons = mirror.explain(now, history, spent)
@@ -411,19 +427,21 @@ class Controller:
             except Exception as e:  # a cluster that does not answer: its runs stay as they are
                 self._say_once(f"backend {bname}: poll failed ({e}); its runs are unchanged")
                 continue
+            started: list[str] = []  # marked running in one transaction
             for run in runs:
                 st = statuses.get(run.handle or "")
                 if st is not None:
-                    self._apply(run, st, rep)
+                    self._apply(run, st, rep, started)
+            self.rt.store.mark_running_many(started, now=self.clock())
 
-    def _apply(self, run: Run, st: JobStatus, rep: TickReport) -> None:
+    def _apply(self, run: Run, st: JobStatus, rep: TickReport, started: list[str]) -> None:
         store, now = self.rt.store, self.clock()
         if st.state in (JobState.STARTING,):
             return
         tel = st.telemetry
         if st.state is JobState.RUNNING:
             if run.phase is not Phase.RUNNING:
-                store.mark_running(run.id, now=now)
+                started.append(run.id)
             if tel is not None and tel.idle_since is not None:
                 self._flag_idle(run, tel.idle_since, now)
             return
@@ -547,6 +565,7 @@ class Controller:
         idle_since: float | None = None
         while not should_stop():
             t0 = time.monotonic()
+            self.warm()  # (cheap when warm; keeps watches going while idle)
             try:
                 rep = self.tick()
             except ConflictError as e:  # a concurrent user change; the next tick sees it

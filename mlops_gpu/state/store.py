@@ -471,21 +471,29 @@ class Store:
             move_many(conn, moves, now)
 
     def mark_running(self, run_id: str, now: float | None = None) -> bool:
+        return self.mark_running_many([run_id], now)[0]
+
+    def mark_running_many(self, run_ids: Sequence[str], now: float | None = None) -> list[bool]:
+        """admitted or starting -> running, for each id, in one transaction (a poll that sees a
+        burst of jobs start); False where the run was elsewhere (stopped meanwhile)."""
+        if not run_ids:
+            return []
         now = time.time() if now is None else now
+        out, moves, seen = [], [], set()
         with self._tx() as conn:
-            row = self._locked(conn, run_id)
-            if row.phase not in (Phase.ADMITTED.value, Phase.STARTING.value):
-                return False
-            self._move(
-                conn,
-                row,
-                Phase.RUNNING,
-                now,
-                "running",
-                "the backend reports it running",
-                started_at=row.started_at if row.started_at is not None else now,
-            )
-        return True
+            rows = locked_rows(conn, run_ids)
+            for run_id in run_ids:
+                row = rows[run_id]
+                ok = row.phase in (Phase.ADMITTED.value, Phase.STARTING.value)
+                out.append(ok and run_id not in seen)
+                if not out[-1]:
+                    continue
+                seen.add(run_id)
+                started = row.started_at if row.started_at is not None else now
+                why = "the backend reports it running"
+                moves.append(Move(row, Phase.RUNNING, "running", why, {"started_at": started}))
+            move_many(conn, moves, now)
+        return out
 
     def _usage_row(
         self,

@@ -368,3 +368,27 @@ def test_the_job_cache_follows_creations_changes_and_deletions(
     bg = client.V1DeleteOptions(propagation_policy="Background")
     batch.delete_namespaced_job("cache-probe", "default", body=bg)
     until(lambda jobs: "cache-probe" not in jobs)
+
+
+def test_warm_connects_reads_the_nodes_and_syncs_the_job_watch_before_any_run(
+    kubeconfig: str,
+) -> None:
+    """``warm`` (the daemon's hook at start and before each tick): after it, with no run ever
+    launched, the nodes are read and the Job watch syncs, so a first burst's poll lists no
+    Jobs; called again it starts nothing new."""
+    from mlops_gpu.backends import warm
+    from mlops_gpu.backends.k8s import KubernetesBackend
+
+    backend = KubernetesBackend("k8s", kubeconfig=kubeconfig)
+    assert backend._cache is None and backend._api is None
+    warm(backend)
+    assert backend._api is not None and len(backend._inventory) >= 100
+    cache = backend._cache
+    assert cache is not None
+    deadline = time.time() + 20
+    while cache._synced is False and time.time() < deadline:
+        time.sleep(0.1)
+    assert cache._synced, "the Job watch did not sync after warm"
+    thread = cache._thread
+    warm(backend)
+    assert backend._cache is cache and cache._thread is thread  # the same watch, kept going
