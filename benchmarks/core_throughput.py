@@ -8,20 +8,29 @@ reason and ETA for every pending run) at the longest queue, peak RSS, and, in th
 naive FIFO first-fit baseline on the same workload. The last line printed is one JSON object.
 
     python benchmarks/core_throughput.py [--nodes 1000] [--runs 50000] [--seed 1]
+                                         [--core installed|compiled]
+
+``--core compiled`` runs the same source compiled with mypyc (``scripts/compiled_core.py``
+builds it, cached). ``decisions_sha256`` digests every cycle's admissions (run, nodes,
+devices) and preemptions, so two runs that print the same digest decided alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import heapq
 import json
 import math
+import os
 import random
 import resource
+import subprocess
 import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 from types import MappingProxyType
 
 from mlops_gpu.core import PolicySettings, Snapshot
@@ -96,8 +105,9 @@ def workload(
 
 def simulate(
     engine: object, runs: list[Run], durations: dict[str, float], explain_at_longest: bool
-) -> dict[str, float]:
+) -> dict[str, float | str]:
     """Drive ``engine`` (submit / cycle / finish) on a virtual clock; time the cycles."""
+    digest = hashlib.sha256()
     for r in runs:
         engine.submit(r)  # type: ignore[attr-defined]
     ends: list[tuple[float, str]] = []
@@ -112,6 +122,8 @@ def simulate(
             reasons = engine.explain_all(now)  # type: ignore[attr-defined]
             explain_ms = (time.perf_counter() - t1) * 1000
             assert len(reasons) == len(engine.pending)  # type: ignore[attr-defined]
+        digest.update(repr((now, [(a.run_id, a.placement.slots) for a in d.admissions],
+                            [p.run_id for p in d.preemptions])).encode())  # fmt: skip
         for a in d.admissions:
             admitted += 1
             heapq.heappush(ends, (now + durations[a.run_id], a.run_id))
@@ -147,6 +159,7 @@ def simulate(
         "p50_cycle_ms": cycle_s[len(cycle_s) // 2] * 1000,
         "p99_cycle_ms": cycle_s[min(len(cycle_s) - 1, int(len(cycle_s) * 0.99))] * 1000,
         "explain_all_ms": explain_ms or 0.0,
+        "decisions_sha256": digest.hexdigest(),
     }
 
 
@@ -206,11 +219,28 @@ def main() -> int:
         default="shortest",
         help="the policy's order within a project (default: the shipped default)",
     )
+    ap.add_argument(
+        "--core",
+        choices=["installed", "compiled"],
+        default="installed",
+        help="the core as imported (default), or compiled with mypyc (scripts/compiled_core.py)",
+    )
     args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import compiled_core
+
+    if args.core == "compiled" and not compiled_core.is_compiled():
+        if os.environ.get("MLOPS_GPU_COMPILED_CHILD"):
+            raise SystemExit("core_throughput: the compiled core did not load (PYTHONPATH)")
+        out = compiled_core.build()
+        path = os.pathsep.join(x for x in (str(out), os.environ.get("PYTHONPATH")) if x)
+        env = {**os.environ, "PYTHONPATH": path, "MLOPS_GPU_COMPILED_CHILD": "1"}
+        return subprocess.call([sys.executable, __file__, *sys.argv[1:]], env=env)
     template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order)
     engine = make_engine(args.engine, template)
     print(
-        f"core_throughput: {len(template.nodes)} nodes, {args.runs} runs, engine {args.engine} ...",
+        f"core_throughput: {len(template.nodes)} nodes, {args.runs} runs, engine {args.engine}, "
+        f"core {'compiled' if compiled_core.is_compiled() else 'python'} ...",
         file=sys.stderr,
     )
     ours = simulate(engine, runs, durations, explain_at_longest=True)
@@ -219,6 +249,7 @@ def main() -> int:
     out = {
         "bench": "core_throughput",
         "engine": args.engine,
+        "core": "compiled" if compiled_core.is_compiled() else "python",
         "nodes": len(template.nodes),
         "gpus": sum(n.capacity for n in template.nodes),
         "runs": args.runs,
@@ -232,6 +263,7 @@ def main() -> int:
         "preemptions": ours["preempted"],
         "cycle_wall_s": round(ours["cycle_wall_s"], 2),
         "baseline_cycle_wall_s": round(base["cycle_wall_s"], 2),
+        "decisions_sha256": ours["decisions_sha256"],
     }
     print(f"{'':24}{'ours':>12}{'naive FIFO':>14}", file=sys.stderr)
     print(

@@ -70,9 +70,8 @@ class Capacity:
         if self._type_capacity is None:
             out: dict[str, float] = defaultdict(float)
             for n in self.nodes.values():
-                out[n.gpu_type] += n.capacity + sum(
-                    len(ids) * mig_share(p) for p, ids in n.mig.items()
-                )
+                mig = sum((len(ids) * mig_share(p) for p, ids in n.mig.items()), 0.0)
+                out[n.gpu_type] += n.capacity + mig
             self._type_capacity = dict(out)
         return self._type_capacity
 

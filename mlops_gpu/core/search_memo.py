@@ -48,7 +48,9 @@ class Entry:
 
 
 class SearchMemo:
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        #: False: remember nothing, recall nothing (every search runs; the tests' reference)
+        self.enabled = enabled
         self.log: list[tuple[str, tuple[str, ...]]] = []  # (GPU type, nodes) per release
         self.base = 0  # absolute position of log[0]
         #: node -> project -> whole devices held there by possible victims (preemptible
@@ -85,6 +87,8 @@ class SearchMemo:
         self.entries.pop(run_id, None)
 
     def remember(self, run: Run, key: Key, now: float) -> None:
+        if not self.enabled:
+            return
         self.entries[run.id] = Entry(run.attempt, key, self.base + len(self.log), now)
 
     def fails(

@@ -142,14 +142,6 @@ def test_a_run_admitted_in_the_same_cycle_reopens_the_search_when_it_becomes_a_v
     assert cycle(eng, 2.0) == ([], ["small", "v1"])
 
 
-class _NoMemo(SearchMemo):
-    def fails(self, *args: object, **kwargs: object) -> bool:
-        return False
-
-    def remember(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
 def test_the_memo_changes_no_decision_on_a_contended_cluster() -> None:
     # The set-up of benchmarks/core_throughput.py, scaled down (50 nodes of 3 types, 2,500
     # runs of 1/2/4/8 GPUs and 2-node gangs, 20 projects in 4 cohorts, order: shortest): two
@@ -167,7 +159,7 @@ def test_the_memo_changes_no_decision_on_a_contended_cluster() -> None:
     shapes = [(1, 1), (2, 1), (4, 1), (8, 1), (4, 2)]
     durations: dict[str, float] = {}
     with_memo, without = Incremental(template), Incremental(template)
-    without.state.memo = _NoMemo()
+    without.state.memo = SearchMemo(enabled=False)
     for k in range(2500):
         gpus, width = rng.choices(shapes, [40, 20, 15, 15, 10])[0]
         duration = math.exp(rng.uniform(math.log(600), math.log(36000)))
