@@ -46,7 +46,7 @@ from dataclasses import replace
 from enum import Enum
 from typing import Any
 
-from mlops_gpu.core import parking
+from mlops_gpu.core import parking, search_memo
 from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, quota_eta, reserve
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.explain import shape_text
@@ -58,7 +58,6 @@ from mlops_gpu.core.fairshare import (
 )
 from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan
-from mlops_gpu.core.search_memo import Key
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
 from mlops_gpu.core.type_choice import order_types
@@ -116,6 +115,7 @@ class Cycle:
         #: by admissions within a cycle (preemption trials restore what they change)
         self._lends: dict[tuple[str, str], int] = {}
         self.fit_memo: dict[tuple[str, int, int, str | None], tuple[int, bool]] = {}
+        self.pools: dict[tuple[str, str], tuple[str, ...]] = {}  # ``search_memo.key_of``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
 
@@ -215,6 +215,14 @@ class Cycle:
             if not strict and self._surely_blocked(run):
                 # Cannot fit anywhere and could change nothing: this queue waits, and its
                 # reason is worked out only if someone asks (``explain``).
+                self.lazy.add(run.id)
+                self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
+                rg[1] = rg[2]
+                continue
+            if not strict and search_memo.recalls_failure(self, run):
+                # Its preemption search failed for want of capacity, and nothing since could
+                # change that (``search_memo``): no placement, no victim, nothing to wait for;
+                # ``_try`` would only write its reason, worked out if someone asks.
                 self.lazy.add(run.id)
                 self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
                 rg[1] = rg[2]
@@ -463,28 +471,6 @@ class Cycle:
             if m != run.project and self._borrowed_at_start(m, gpu_type):
                 yield from running.get((m, gpu_type), {}).values()
 
-    def _gone_on(self, types: list[str]) -> dict[str, int]:
-        """Whole devices per node of ``types`` held by runs being preempted."""
-        out: dict[str, int] = defaultdict(int)
-        for a in map(self.state.active.get, self.going):
-            if a is not None and a.placement is not None and a.placement.gpu_type in types:
-                for slot in a.placement.slots:
-                    out[slot.node] += len(slot.devices)
-        return out
-
-    def _memo_key(self, run: Run, types: list[str]) -> Key:
-        """What decides ``run``'s possible victims besides releases (``search_memo``): per
-        type, the projects whose runs are in its pool and whether it stays within nominal."""
-        root = self.quota.root.get(run.project)
-        members = self.quota.members[root] if root is not None else ()
-        amount = request_amount(run)
-        out = []
-        for t in types:
-            lenders = (m for m in members if m != run.project and self._borrowed_at_start(m, t))
-            within = root is not None and self.quota.within_nominal(run.project, t, amount)
-            out.append((t, (run.project, *sorted(lenders)), within))
-        return tuple(out)
-
     def _borrowed_at_start(self, project: str, gpu_type: str) -> bool:
         """Whether the project borrowed ``gpu_type`` when the cycle began: only such borrowing
         is reclaimed (a project that borrows because of this cycle's own admissions does not
@@ -521,13 +507,9 @@ class Cycle:
 
     def _preempt(self, run: Run, types: list[str], search: bool) -> bool:
         snap = self.snap
-        memo, key = None, None
-        if search and self.park and snap.policy.order != "las" and run.request.shape == "whole":
+        memo = None  # (a failure it would recall never gets here: ``_turn`` asks first)
+        if search and search_memo.applies(self, run):
             memo = self.state.memo
-            if run.id in memo.entries:  # the key and the gone runs only where there is a recall
-                key = self._memo_key(run, types)
-                if memo.fails(run, key, snap.now, self.cap.free, self._gone_on(types)):
-                    return False
         ruled_out: set[str] = set()
         plan = find_plan(
             snap,
@@ -543,7 +525,7 @@ class Cycle:
             ruled_out=ruled_out,
         )
         if plan is None and memo is not None and ruled_out == set(types):
-            memo.remember(run, key or self._memo_key(run, types), snap.now)
+            memo.remember(run, search_memo.key_of(self, run, types), snap.now)
         if plan is None or not self._keeps_what_it_frees(run, plan.victims, plan.placement):
             return False
         if not plan.victims:

@@ -2,8 +2,9 @@
 
 A search for run R fails *for want of capacity* when, on every type R accepts, no node set
 could take R even with every possible victim gone (``preempt._could_fit_without_all``, an upper
-bound: its "no" is certain). Such a failure stays true, and the next cycle may skip the search,
-until one of these happens:
+bound: its "no" is certain). Such a failure stays true, and later cycles judge R blocked without
+trying it at all (``recalls_failure``, asked before ``Cycle._try``: no placement, no quota check,
+no search), until one of these happens:
 - a finished run gives back GPUs of one of R's types, or a run becomes a possible victim, on
   a node where the free whole devices plus what R's pool holds (R's project and the cohort
   members borrowing that type at the cycle's start) now reach R's GPUs per node. Nothing else
@@ -30,8 +31,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from mlops_gpu.core.placement import request_amount
 from mlops_gpu.model import Run
+
+if TYPE_CHECKING:
+    from mlops_gpu.core.policy import Cycle
 
 #: Releases kept before the log (and every remembered failure with it) is dropped.
 MAX_LOG = 20_000
@@ -128,3 +134,48 @@ class SearchMemo:
         # Checked up to here: the next check reads only the releases after this one.
         self.entries[run.id] = Entry(e.attempt, e.key, self.base + len(self.log), now)
         return True
+
+
+# -- what a cycle asks (``Cycle._turn`` before trying a queue head, ``Cycle._preempt``) -----
+def applies(c: Cycle, run: Run) -> bool:
+    """Whether failures of ``run``'s search are remembered and recalled in this cycle."""
+    return c.park and c.snap.policy.order != "las" and run.request.shape == "whole"
+
+
+def recalls_failure(c: Cycle, run: Run) -> bool:
+    """Whether the memo recalls that ``run`` fits on no node set of its types even with every
+    possible victim and every run being preempted gone. Then it also fits nowhere now, and a
+    search would find neither victims nor runs to wait for: ``Cycle._try`` would judge it
+    blocked, with no side effect but its reason."""
+    memo = c.state.memo
+    if run.id not in memo.entries or not applies(c, run):
+        return False
+    types = c.state.types_of(run)
+    return memo.fails(run, key_of(c, run, types), c.snap.now, c.cap.free, gone_on(c, types))
+
+
+def key_of(c: Cycle, run: Run, types: list[str]) -> Key:
+    """What decides ``run``'s possible victims besides releases: per type, the projects whose
+    runs are in its pool and whether it stays within nominal."""
+    root = c.quota.root.get(run.project)
+    members = c.quota.members[root] if root is not None else ()
+    amount = request_amount(run)
+    out = []
+    for t in sorted(types):  # (the same key whatever order a cycle tries the types in)
+        pool = c.pools.get((run.project, t))
+        if pool is None:  # (who borrowed at the cycle's start: fixed for the cycle)
+            lenders = (m for m in members if m != run.project and c._borrowed_at_start(m, t))
+            pool = c.pools[(run.project, t)] = (run.project, *sorted(lenders))
+        within = root is not None and c.quota.within_nominal(run.project, t, amount)
+        out.append((t, pool, within))
+    return tuple(out)
+
+
+def gone_on(c: Cycle, types: list[str]) -> dict[str, int]:
+    """Whole devices per node of ``types`` held by runs being preempted."""
+    out: dict[str, int] = defaultdict(int)
+    for a in map(c.state.active.get, c.going):
+        if a is not None and a.placement is not None and a.placement.gpu_type in types:
+            for slot in a.placement.slots:
+                out[slot.node] += len(slot.devices)
+    return out
