@@ -356,6 +356,8 @@ class Cycle:
         be its victim."""
         req = run.request
         types = self.state.types_of(run)
+        if self.snap.policy.preemption and self._victims_possible(run, types):
+            return False  # (asked first: most heads a parked cycle visits have possible victims)
         open_types = [t for t in types if not self._surely_over_quota(run, t)]
         if open_types:
             if req.shape != "whole" or req.topology_key is not None:
@@ -363,7 +365,7 @@ class Cycle:
             for t in open_types:
                 if parking.node_sets(self, t, req.gpus, req.nodes, run.spec.backend):
                     return False  # it might fit
-        return not (self.snap.policy.preemption and self._victims_possible(run, types))
+        return True
 
     def _surely_over_quota(self, run: Run, gpu_type: str) -> bool:
         """True only when ``QuotaBook.problem`` would name a problem (False: not sure)."""
