@@ -1,6 +1,6 @@
 """One build option beside pyproject.toml: ``MLOPS_GPU_COMPILE=1`` compiles the scheduling core
 (``mlops_gpu/core`` and ``mlops_gpu/model``) with mypyc, as ``scripts/compiled_core.py`` does
-for the tests and benchmarks (same decisions, 2 to 2.6 times the cycle throughput). Without
+for the tests and benchmarks (same decisions, about twice the cycle throughput). Without
 it, the default, the package is pure Python. Not for editable installs: extensions built in
 place would shadow the sources being edited.
 
