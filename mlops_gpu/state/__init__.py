@@ -8,7 +8,8 @@ Invariants:
 """
 
 from mlops_gpu.state.errors import ConflictError
+from mlops_gpu.state.ledger import UsageRow
 from mlops_gpu.state.lock import LeaderLock
-from mlops_gpu.state.store import Event, Store, UsageRow, open_store
+from mlops_gpu.state.store import Event, Store, open_store
 
 __all__ = ["ConflictError", "Event", "LeaderLock", "Store", "UsageRow", "open_store"]

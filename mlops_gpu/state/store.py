@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event, func, select
@@ -25,8 +25,9 @@ from sqlalchemy.exc import IntegrityError
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
 from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many, rows_of
 from mlops_gpu.state.errors import ConflictError
+from mlops_gpu.state.ledger import UsageRow, read_usage, record_usage
 from mlops_gpu.state.mlflow_notes import UnclosedMlflowRun, note_rows, unclosed
-from mlops_gpu.state.schema import events, migrate, revision, runs, usage
+from mlops_gpu.state.schema import events, migrate, revision, runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,30 +39,6 @@ class Event:
     phase_to: str | None
     attempt: int
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRow:
-    run_id: str
-    attempt: int
-    project: str
-    user: str
-    gpu_type: str
-    backend: str
-    gpus: float
-    start: float
-    end: float
-    gpu_seconds: float
-    outcome: str
-    #: When the attempt joined the queue (its wait is ``start - queued_at``); None in rows
-    #: written before schema v4.
-    queued_at: float | None = None
-    #: Mean GPU utilization (percent) the launcher sampled; None without a device or NVML.
-    mean_util: float | None = None
-    #: Seconds the attempt's GPUs sat idle past the idle window: ``gpus * idle_s`` is wasted.
-    idle_s: float = 0.0
-    #: The ledger row's id: rows are only ever added, with growing ids (not part of equality).
-    id: int = field(default=0, compare=False)
 
 
 def new_run_id() -> str:
@@ -344,32 +321,8 @@ class Store:
 
     def usage(self, since: float | None = None, after_id: int | None = None) -> list[UsageRow]:
         """Ledger rows ending at or after ``since``, with an id above ``after_id``, by id."""
-        q = select(usage).order_by(usage.c.id)
-        if since is not None:
-            q = q.where(usage.c.end >= since)
-        if after_id is not None:
-            q = q.where(usage.c.id > after_id)
         with self._ro() as conn:
-            return [
-                UsageRow(
-                    r.run_id,
-                    r.attempt,
-                    r.project,
-                    r.user,
-                    r.gpu_type,
-                    r.backend,
-                    r.gpus,
-                    r.start,
-                    r.end,
-                    r.gpu_seconds,
-                    r.outcome,
-                    queued_at=r.queued_at,
-                    mean_util=r.mean_util,
-                    idle_s=r.idle_s or 0.0,
-                    id=r.id,
-                )
-                for r in conn.execute(q)
-            ]
+            return read_usage(conn, since, after_id)
 
     # -- scheduler transitions ------------------------------------------------------------
     def admit(self, run_id: str, placement: Placement, now: float | None = None) -> bool:
@@ -495,44 +448,6 @@ class Store:
             move_many(conn, moves, now)
         return out
 
-    def _usage_row(
-        self,
-        conn: Connection,
-        row: Row[Any],
-        now: float,
-        outcome: str,
-        mean_util: float | None = None,
-        idle_s: float = 0.0,
-    ) -> float:
-        """Record the attempt's GPU time in the ledger; returns the GPU-seconds recorded.
-
-        ``idle_s`` is capped at the attempt's held time (a launcher clock ahead of ours must
-        not book more waste than use)."""
-        if not row.placement or row.admitted_at is None:
-            return 0.0
-        p = Placement.from_dict(json.loads(row.placement))
-        gpus = p.gpu_amount
-        gpu_s = float(gpus * max(now - row.admitted_at, 0.0))
-        conn.execute(
-            usage.insert().values(
-                run_id=row.id,
-                attempt=row.attempt,
-                project=row.project,
-                user=row.user,
-                gpu_type=p.gpu_type,
-                backend=p.backend,
-                gpus=gpus,
-                start=row.admitted_at,
-                end=now,
-                gpu_seconds=gpu_s,
-                outcome=outcome,
-                queued_at=row.queued_at if row.queued_at is not None else row.submitted_at,
-                mean_util=mean_util,
-                idle_s=min(max(idle_s, 0.0), max(now - row.admitted_at, 0.0)),
-            )
-        )
-        return gpu_s
-
     def finish(
         self,
         run_id: str,
@@ -554,7 +469,7 @@ class Store:
             row = self._locked(conn, run_id)
             if Phase(row.phase) in TERMINAL_PHASES:
                 return False
-            held = self._usage_row(conn, row, now, phase.value, mean_util, idle_s)
+            held = record_usage(conn, row, now, phase.value, mean_util, idle_s)
             self._move(
                 conn,
                 row,
@@ -592,7 +507,7 @@ class Store:
             row = self._locked(conn, run_id)
             if Phase(row.phase) not in ACTIVE_PHASES:
                 raise ConflictError(f"run {run_id} is {row.phase}; only active runs requeue")
-            held = self._usage_row(conn, row, now, kind, mean_util, idle_s)
+            held = record_usage(conn, row, now, kind, mean_util, idle_s)
             attained = (row.attained_gpu_s or 0.0) + held
             if row.cancel_requested:
                 self._move(
