@@ -73,16 +73,23 @@ def reserve(
     run: Run,
     gpu_types: list[str],
     lines_of: Callable[[str], list[tuple[float, int]]] | None = None,
+    reach: Callable[[str, int, int], tuple[int, float]] | None = None,
 ) -> Reservation | None:
     """The earliest reservation for a whole-GPU run, or None when no time can be computed.
     ``lines_of(node)``, when given, is the node's timeline (``State.lines``), instead of one
-    computed from every active run."""
+    computed from every active run; ``reach(node, free, need)``, when given, is what
+    ``reach_on`` would find on that timeline (``State.reach``: without building it)."""
     req = run.request
     if req.shape != "whole":
         return None
     if lines_of is None:
         lines_of = _timelines(snap).__getitem__
-    timelines: dict[str, list[tuple[float, int]]] = {}
+    if reach is None:
+        line_of = lines_of
+
+        def reach(name: str, free: int, need: int) -> tuple[int, float]:
+            return reach_on(line_of(name), free, need, snap.now)
+
     best: Reservation | None = None
     for t in gpu_types:
         by_backend: dict[str, list[tuple[float, str]]] = defaultdict(list)
@@ -91,11 +98,7 @@ def reserve(
                 continue
             free, when = len(cap.free[node.name]), snap.now
             if free < req.gpus:
-                timelines[node.name] = line = lines_of(node.name)
-                for end, n in line:
-                    free, when = free + n, end
-                    if free >= req.gpus:
-                        break
+                free, when = reach(node.name, free, req.gpus)
             if free >= req.gpus:
                 by_backend[node.backend].append((when, node.name))
         for cands in by_backend.values():
@@ -109,12 +112,23 @@ def reserve(
                     run.id,
                     at,
                     req.gpus,
-                    {
-                        name: timelines[name] if name in timelines else lines_of(name)
-                        for _, name in chosen
-                    },
+                    {name: lines_of(name) for _, name in chosen},
                 )
     return best
+
+
+def reach_on(
+    line: Iterable[tuple[float, int]], free: int, need: int, now: float
+) -> tuple[int, float]:
+    """Walking a node's timeline (sorted (end, GPUs released)) from ``free`` GPUs free now:
+    the GPUs free and the time once ``need`` are free, or all it ever frees and the last end
+    when that is never enough (``free < need`` tells which)."""
+    when = now
+    for end, n in line:
+        free, when = free + n, end
+        if free >= need:
+            break
+    return free, when
 
 
 @dataclass

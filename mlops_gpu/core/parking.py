@@ -53,47 +53,56 @@ def _node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | No
     )
 
 
-def _hopes(c: Cycle) -> dict[str, dict[str, tuple[int | None, float]]]:
-    """project -> GPU type -> (lowest class among its own possible victims, the most it could
-    add within nominal while a cohort member borrowed the type at the start and has
-    preemptible runs): what ``Cycle._victims_possible`` looks at, read once."""
-    st, quota = c.state, c.quota
+#: per GPU type: (lowest class among the project's own possible victims, the most time any of
+#: them at that class is expected to go on for, the most the project could add within nominal
+#: while a cohort member that borrowed the type at the start has preemptible runs)
+Hope = dict[str, tuple[int | None, float, float]]
+
+
+def _hopes(c: Cycle) -> dict[str, Hope]:
+    """project -> ``Hope``: what ``Cycle._victims_possible`` looks at, read once a cycle."""
+    st, quota, now = c.state, c.quota, c.snap.now
     lenders: dict[tuple[str, str], set[str]] = {}
     for root, members in quota.members.items():
         for t in st.types:
             lenders[(root, t)] = {
                 m for m in members if c._borrowed_at_start(m, t) and st.victims.get((m, t))
             }
-    out: dict[str, dict[str, tuple[int | None, float]]] = defaultdict(dict)
+    out: dict[str, Hope] = defaultdict(dict)
     for project in st.queues:
         owner = quota.root.get(project)
         for t in st.types:
             pool = st.victims.get((project, t))
             lowest = min(pool) if pool else None
+            to_go = -1.0 if lowest is None else st.longest_to_go(project, t, lowest, now)
             others = lenders.get((owner, t), set()) - {project} if owner is not None else set()
             reclaim = quota.quota(project, t).nominal - quota.used[(project, t)] if others else -1.0
             if lowest is not None or reclaim >= 0:
-                out[project][t] = (lowest, reclaim)
+                out[project][t] = (lowest, to_go, reclaim)
     return out
 
 
 def _may_have_victims(
-    c: Cycle,
-    hope: dict[str, tuple[int | None, float]],
-    head: Run,
-    cls: int,
-    types: tuple[str, ...],
-    amount: float,
+    hope: Hope, head: Run, cls: int, types: tuple[str, ...], amount: float, order: str, ratio: float
 ) -> bool:
     """What ``Cycle._victims_possible`` would say for the queue's head (under ``shortest``
-    the head has the smallest max_runtime of its queue, so no run behind it has more hope)."""
+    the head has the smallest max_runtime of its queue, so no run behind it has more hope).
+    Peers of its class are judged as ``Cycle.peers`` does, from the hope's time to go."""
     for t in types:
         h = hope.get(t)
         if h is None:
             continue
-        lowest, reclaim = h
-        if lowest is not None and (lowest < cls or (lowest == cls and c.peers(head, t))):
-            return True
+        lowest, to_go, reclaim = h
+        if lowest is not None:
+            if lowest < cls:
+                return True
+            if lowest == cls:
+                if order == "las":
+                    return True
+                if order == "shortest":  # ``Cycle._outlasts``
+                    mine = head.spec.max_runtime_s
+                    if mine is not None and to_go > mine * ratio + 1e-9:
+                        return True
         if amount <= reclaim + _EPS:
             return True
     return False
@@ -106,22 +115,35 @@ def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
     for project, sks in st.other_queues.items():
         out[project].extend(sks)
     hopes = _hopes(c) if c.snap.policy.preemption else {}
+    order, ratio = c.snap.policy.order, c.snap.policy.shortest_preempt_ratio
+    rooms: dict[tuple[str, str], float] = {}  # ``Cycle.room``: fixed until the first admission
     for (types, gpus, nodes, backend), by_project in st.by_signature.items():
         amount = float(gpus * nodes)
         fit = [t for t in types if node_sets(c, t, gpus, nodes, backend)]
         for project, sks in by_project.items():
-            if fit and any(amount <= c.room(project, t) + _EPS for t in fit):
+            if fit and _room_on_any(c, rooms, project, fit, amount):
                 out[project].extend(sks)
                 continue
             hope = hopes.get(project)
             if hope:
                 queues = st.queues[project]
-                out[project].extend(
-                    sk
-                    for sk in sks
-                    if _may_have_victims(c, hope, queues[sk][0], int(sk[0]), types, amount)  # type: ignore[call-overload]
-                )
+                for sk in sks:
+                    cls = int(sk[0])  # type: ignore[call-overload]
+                    if _may_have_victims(hope, queues[sk][0], cls, types, amount, order, ratio):
+                        out[project].append(sk)
     return out
+
+
+def _room_on_any(
+    c: Cycle, rooms: dict[tuple[str, str], float], project: str, types: list[str], amount: float
+) -> bool:
+    for t in types:
+        room = rooms.get((project, t))
+        if room is None:
+            room = rooms[(project, t)] = c.room(project, t)
+        if amount <= room + _EPS:
+            return True
+    return False
 
 
 def anchor(c: Cycle) -> tuple[Run, list[str]] | None:

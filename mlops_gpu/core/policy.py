@@ -116,6 +116,8 @@ class Cycle:
         self._lends: dict[tuple[str, str], int] = {}
         self.fit_memo: dict[tuple[str, int, int, str | None], tuple[int, bool]] = {}
         self.pools: dict[tuple[str, str], tuple[str, ...]] = {}  # ``search_memo.key_of``
+        self.memo_keys: dict[tuple[str, tuple[str, ...], float], tuple[int, search_memo.Key]] = {}
+        self.gone: dict[tuple[str, ...], tuple[int, dict[str, int]]] = {}  # ``.gone_on``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
 
@@ -283,8 +285,14 @@ class Cycle:
                 if anchor is not None:
                     run, types = anchor
                     now = self.snap.now
+                    st = self.state
                     self._reservation = reserve(
-                        self.snap, self.cap, run, types, lambda n: self.state.lines(n, now)
+                        self.snap,
+                        self.cap,
+                        run,
+                        types,
+                        lambda n: st.lines(n, now),
+                        lambda n, free, need: st.reach(n, now, free, need),
                     )
         return self._reservation
 

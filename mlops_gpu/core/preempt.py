@@ -206,28 +206,46 @@ def _greedy(
     order: list[Run],
     cost: dict[str, float],
 ) -> Plan | None:
+    # Two exact shortcuts spare placement searches whose answer is known (the search is the
+    # cost of preemption): a whole-GPU run that found no node cannot find one after a release
+    # that leaves none of the victim's nodes with enough free GPUs (every other node is as it
+    # was); and the prune's state with the last of several victims taken back is the greedy
+    # pass's last failing state (with one victim it is the state before the search, which the
+    # search does not judge itself).
+    need = run.request.gpus if run.request.shape == "whole" else None
     chosen: list[Run] = []
     placed = None
+    nowhere = False  # the last search found no node at all (not merely a quota problem)
     for a in order:
         cap.release(a.project, _placement(a), a.request.gpu_types)
         chosen.append(a)
-        placed = _fits(snap, cap, quota, run, t)
-        if placed is not None:
+        if nowhere and need is not None and not _reaches(cap, a, need):
+            continue
+        where = place(snap, cap, run, t)
+        nowhere = where is None
+        if where is not None and quota.problem(run.project, t, where.gpu_amount) is None:
+            placed = where
             break
     if placed is None:
         for a in chosen:
             cap.take(a.project, _placement(a), a.request.gpu_types)
         return None
     # Prune: give back every victim the run can do without, most expensive first.
+    last, kept = chosen[-1], list(chosen)
     for a in sorted(chosen, key=lambda a: -cost[a.id]):
         cap.take(a.project, _placement(a), a.request.gpu_types)
-        still = _fits(snap, cap, quota, run, t)
+        known = a is last and len(kept) == len(chosen) > 1
+        still = None if known else _fits(snap, cap, quota, run, t)
         if still is not None:
-            chosen.remove(a)
+            kept = [k for k in kept if k is not a]
             placed = still
         else:
             cap.release(a.project, _placement(a), a.request.gpu_types)
-    for a in chosen:
+    for a in kept:
         cap.take(a.project, _placement(a), a.request.gpu_types)
-    assert placed is not None
-    return Plan(tuple(sorted(chosen, key=lambda a: a.id)), placed, sum(cost[a.id] for a in chosen))
+    return Plan(tuple(sorted(kept, key=lambda a: a.id)), placed, sum(cost[a.id] for a in kept))
+
+
+def _reaches(cap: Capacity, victim: Run, need: int) -> bool:
+    """Whether one of the victim's nodes has ``need`` whole GPUs free (after its release)."""
+    return any(len(cap.free[n]) >= need for n in _placement(victim).node_names)

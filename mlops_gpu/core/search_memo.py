@@ -156,10 +156,15 @@ def recalls_failure(c: Cycle, run: Run) -> bool:
 
 def key_of(c: Cycle, run: Run, types: list[str]) -> Key:
     """What decides ``run``'s possible victims besides releases: per type, the projects whose
-    runs are in its pool and whether it stays within nominal."""
+    runs are in its pool and whether it stays within nominal. Remembered for the cycle until
+    it admits a run (within a cycle only admissions change usage)."""
+    amount = request_amount(run)
+    memo_key = (run.project, tuple(types), amount)
+    seen = c.memo_keys.get(memo_key)
+    if seen is not None and seen[0] == len(c.admissions):
+        return seen[1]
     root = c.quota.root.get(run.project)
     members = c.quota.members[root] if root is not None else ()
-    amount = request_amount(run)
     out = []
     for t in sorted(types):  # (the same key whatever order a cycle tries the types in)
         pool = c.pools.get((run.project, t))
@@ -168,14 +173,21 @@ def key_of(c: Cycle, run: Run, types: list[str]) -> Key:
             pool = c.pools[(run.project, t)] = (run.project, *sorted(lenders))
         within = root is not None and c.quota.within_nominal(run.project, t, amount)
         out.append((t, pool, within))
-    return tuple(out)
+    key = tuple(out)
+    c.memo_keys[memo_key] = (len(c.admissions), key)
+    return key
 
 
 def gone_on(c: Cycle, types: list[str]) -> dict[str, int]:
-    """Whole devices per node of ``types`` held by runs being preempted."""
+    """Whole devices per node of ``types`` held by runs being preempted (remembered for the
+    cycle until it chooses more victims: the set only grows within a cycle)."""
+    seen = c.gone.get(tuple(types))
+    if seen is not None and seen[0] == len(c.going):
+        return seen[1]
     out: dict[str, int] = defaultdict(int)
     for a in map(c.state.active.get, c.going):
         if a is not None and a.placement is not None and a.placement.gpu_type in types:
             for slot in a.placement.slots:
                 out[slot.node] += len(slot.devices)
+    c.gone[tuple(types)] = (len(c.going), out)
     return out

@@ -32,6 +32,7 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import replace
 
+from mlops_gpu.core.backfill import reach_on
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.fairshare import las_level
 from mlops_gpu.core.placement import could_ever_fit
@@ -334,6 +335,21 @@ class State:
         if moving or (fixed and fixed[0][0] <= now):
             out.sort()  # moved ends, or overdue ends clamped to now, may tie out of order
         return out
+
+    def reach(self, node: str, now: float, free: int, need: int) -> tuple[int, float]:
+        """``backfill.reach_on(self.lines(node, now), free, need, now)`` without building the
+        whole timeline: with no moving ends, the fixed ends in order, clamped to ``now``
+        (clamping keeps their order; runs ending at the same moment may come in another
+        order than ``lines`` sorts them, which changes neither when ``need`` is reached nor
+        whether it ever is)."""
+        if self.moving_ends.get(node):
+            return reach_on(self.lines(node, now), free, need, now)
+        when = now
+        for end, n, _ in self.ends.get(node, ()):
+            free, when = free + n, end if end > now else now
+            if free >= need:
+                break
+        return free, when
 
     def set_time(self, now: float) -> None:
         """Advance the clock; runs whose backoff is over join their queues."""
