@@ -116,7 +116,6 @@ class Cycle:
         self._lends: dict[tuple[str, str], int] = {}
         self.fit_memo: dict[tuple[str, int, int, str | None], tuple[int, bool]] = {}
         self.pools: dict[tuple[str, str], tuple[str, ...]] = {}  # ``search_memo.key_of``
-        self.memo_keys: dict[tuple[str, tuple[str, ...], float], tuple[int, search_memo.Key]] = {}
         self.gone: dict[tuple[str, ...], tuple[int, dict[str, int]]] = {}  # ``.gone_on``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
@@ -214,17 +213,12 @@ class Cycle:
                 if strict:
                     return False
                 continue
-            if not strict and self._surely_blocked(run):
-                # Cannot fit anywhere and could change nothing: this queue waits, and its
-                # reason is worked out only if someone asks (``explain``).
-                self.lazy.add(run.id)
-                self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
-                rg[1] = rg[2]
-                continue
-            if not strict and search_memo.recalls_failure(self, run):
+            if not strict and (search_memo.recalls_failure(self, run) or self._surely_blocked(run)):
                 # Its preemption search failed for want of capacity, and nothing since could
-                # change that (``search_memo``): no placement, no victim, nothing to wait for;
-                # ``_try`` would only write its reason, worked out if someone asks.
+                # change that (``search_memo``; asked first: most heads a parked cycle visits
+                # are such), or it cannot fit anywhere and could change nothing: no placement,
+                # no victim, nothing to wait for. ``_try`` would only write its reason, worked
+                # out if someone asks (``explain``).
                 self.lazy.add(run.id)
                 self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
                 rg[1] = rg[2]

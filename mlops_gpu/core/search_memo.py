@@ -156,15 +156,10 @@ def recalls_failure(c: Cycle, run: Run) -> bool:
 
 def key_of(c: Cycle, run: Run, types: list[str]) -> Key:
     """What decides ``run``'s possible victims besides releases: per type, the projects whose
-    runs are in its pool and whether it stays within nominal. Remembered for the cycle until
-    it admits a run (within a cycle only admissions change usage)."""
-    amount = request_amount(run)
-    memo_key = (run.project, tuple(types), amount)
-    seen = c.memo_keys.get(memo_key)
-    if seen is not None and seen[0] == len(c.admissions):
-        return seen[1]
+    runs are in its pool and whether it stays within nominal."""
     root = c.quota.root.get(run.project)
     members = c.quota.members[root] if root is not None else ()
+    amount = request_amount(run)
     out = []
     for t in sorted(types):  # (the same key whatever order a cycle tries the types in)
         pool = c.pools.get((run.project, t))
@@ -173,9 +168,7 @@ def key_of(c: Cycle, run: Run, types: list[str]) -> Key:
             pool = c.pools[(run.project, t)] = (run.project, *sorted(lenders))
         within = root is not None and c.quota.within_nominal(run.project, t, amount)
         out.append((t, pool, within))
-    key = tuple(out)
-    c.memo_keys[memo_key] = (len(c.admissions), key)
-    return key
+    return tuple(out)
 
 
 def gone_on(c: Cycle, types: list[str]) -> dict[str, int]:
