@@ -248,4 +248,4 @@ def _greedy(
 
 def _reaches(cap: Capacity, victim: Run, need: int) -> bool:
     """Whether one of the victim's nodes has ``need`` whole GPUs free (after its release)."""
-    return any(len(cap.free[n]) >= need for n in _placement(victim).node_names)
+    return any(len(cap.free.get(n, ())) >= need for n in _placement(victim).node_names)
