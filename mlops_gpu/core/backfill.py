@@ -84,12 +84,7 @@ def reserve(
         return None
     if lines_of is None:
         lines_of = _timelines(snap).__getitem__
-    if reach is None:
-        line_of = lines_of
-
-        def reach(name: str, free: int, need: int) -> tuple[int, float]:
-            return reach_on(line_of(name), free, need, snap.now)
-
+    walk = reach if reach is not None else _walker(lines_of, snap.now)
     best: Reservation | None = None
     for t in gpu_types:
         by_backend: dict[str, list[tuple[float, str]]] = defaultdict(list)
@@ -98,7 +93,7 @@ def reserve(
                 continue
             free, when = len(cap.free[node.name]), snap.now
             if free < req.gpus:
-                free, when = reach(node.name, free, req.gpus)
+                free, when = walk(node.name, free, req.gpus)
             if free >= req.gpus:
                 by_backend[node.backend].append((when, node.name))
         for cands in by_backend.values():
@@ -115,6 +110,19 @@ def reserve(
                     {name: lines_of(name) for _, name in chosen},
                 )
     return best
+
+
+def _walker(
+    lines_of: Callable[[str], list[tuple[float, int]]], now: float
+) -> Callable[[str, int, int], tuple[int, float]]:
+    """``reach`` for ``reserve`` from whole timelines. (A module-level factory, not a closure
+    over ``reserve``'s arguments: mypyc's closure environments do not take a rebound
+    parameter.)"""
+
+    def walk(name: str, free: int, need: int) -> tuple[int, float]:
+        return reach_on(lines_of(name), free, need, now)
+
+    return walk
 
 
 def reach_on(

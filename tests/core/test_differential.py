@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlops_gpu.core.backfill import _timelines
+from mlops_gpu.core.backfill import _timelines, reach_on
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.policy import decide
 from mlops_gpu.core.state import State
@@ -177,7 +177,12 @@ def replay(template: object, events: list[tuple[object, ...]]) -> None:
             snap = eng.snapshot(now)
             lines = _timelines(snap)  # the index of expected ends matches a fresh count
             for node in snap.nodes:
-                assert eng.state.lines(node.name, now) == lines.get(node.name, [])
+                line = lines.get(node.name, [])
+                assert eng.state.lines(node.name, now) == line
+                for free, need in ((0, 1), (0, 2), (1, 4), (0, 8)):  # the walk without the line
+                    got_free, got_when = eng.state.reach(node.name, now, free, need)
+                    want_free, want_when = reach_on(line, free, need, now)
+                    assert (got_free >= need, got_when) == (want_free >= need, want_when)
             fresh = State.from_snapshot(snap)  # so does the index of victims' expected ends
             assert {k: v for k, v in eng.state.victim_ends.items() if v} == {
                 k: v for k, v in fresh.victim_ends.items() if v
