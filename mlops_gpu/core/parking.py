@@ -83,26 +83,20 @@ def _hopes(c: Cycle) -> dict[str, Hope]:
 
 
 def _may_have_victims(
-    hope: Hope, head: Run, cls: int, types: tuple[str, ...], amount: float, order: str, ratio: float
+    c: Cycle, hope: Hope, head: Run, cls: int, types: tuple[str, ...], amount: float
 ) -> bool:
     """What ``Cycle._victims_possible`` would say for the queue's head (under ``shortest``
     the head has the smallest max_runtime of its queue, so no run behind it has more hope).
-    Peers of its class are judged as ``Cycle.peers`` does, from the hope's time to go."""
+    Peers of its class are judged by ``Cycle.peers_going_on``, from the hope's time to go."""
     for t in types:
         h = hope.get(t)
         if h is None:
             continue
         lowest, to_go, reclaim = h
-        if lowest is not None:
-            if lowest < cls:
-                return True
-            if lowest == cls:
-                if order == "las":
-                    return True
-                if order == "shortest":  # ``Cycle._outlasts``
-                    mine = head.spec.max_runtime_s
-                    if mine is not None and to_go > mine * ratio + 1e-9:
-                        return True
+        if lowest is not None and (
+            lowest < cls or (lowest == cls and c.peers_going_on(head, to_go))
+        ):
+            return True
         if amount <= reclaim + _EPS:
             return True
     return False
@@ -115,7 +109,6 @@ def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
     for project, sks in st.other_queues.items():
         out[project].extend(sks)
     hopes = _hopes(c) if c.snap.policy.preemption else {}
-    order, ratio = c.snap.policy.order, c.snap.policy.shortest_preempt_ratio
     rooms: dict[tuple[str, str], float] = {}  # ``Cycle.room``: fixed until the first admission
     for (types, gpus, nodes, backend), by_project in st.by_signature.items():
         amount = float(gpus * nodes)
@@ -129,7 +122,7 @@ def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
                 queues = st.queues[project]
                 for sk in sks:
                     cls = int(sk[0])  # type: ignore[call-overload]
-                    if _may_have_victims(hope, queues[sk][0], cls, types, amount, order, ratio):
+                    if _may_have_victims(c, hope, queues[sk][0], cls, types, amount):
                         out[project].append(sk)
     return out
 

@@ -446,15 +446,15 @@ class Cycle:
         """Whether a run of the same project and class on ``gpu_type`` might be a victim of
         ``run`` (an over-estimate of ``_may_preempt``; False is certain). Under ``shortest``,
         only when one is expected to go on for more than the ratio x run's max_runtime."""
-        order = self.snap.policy.order
-        if order == "las":
-            return True
-        if order != "shortest":
-            return False
         cls = self.snap.priority_of(run)
-        return self._outlasts(
-            run, self.state.longest_to_go(run.project, gpu_type, cls, self.snap.now)
-        )
+        to_go = self.state.longest_to_go(run.project, gpu_type, cls, self.snap.now)
+        return self.peers_going_on(run, to_go)
+
+    def peers_going_on(self, run: Run, to_go: float) -> bool:
+        """``peers``, given the most time any same-class victim candidate is expected to go
+        on for (``State.longest_to_go``; the parking lot reads it once a cycle)."""
+        order = self.snap.policy.order
+        return order == "las" or (order == "shortest" and self._outlasts(run, to_go))
 
     def _outlasts(self, run: Run, to_go: float) -> bool:
         """Under ``shortest``: whether a run of ``run``'s class with ``to_go`` seconds left

@@ -344,12 +344,8 @@ class State:
         whether it ever is)."""
         if self.moving_ends.get(node):
             return reach_on(self.lines(node, now), free, need, now)
-        when = now
-        for end, n, _ in self.ends.get(node, ()):
-            free, when = free + n, end if end > now else now
-            if free >= need:
-                break
-        return free, when
+        fixed = self.ends.get(node, ())
+        return reach_on(((e if e > now else now, n) for e, n, _ in fixed), free, need, now)
 
     def set_time(self, now: float) -> None:
         """Advance the clock; runs whose backoff is over join their queues."""
