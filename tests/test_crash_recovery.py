@@ -71,10 +71,17 @@ def test_sigkill_scheduler_midway_loses_and_duplicates_nothing(tmp_path: Path) -
 
     store = Store(load_config(cfg).store_url)
     sched = start_scheduler(cfg)
-    for delay in (0.8, 0.5, 0.9):  # kill it three times, at different moments
+    live = [Phase.RUNNING, Phase.STARTING, Phase.ADMITTED]
+    for delay in (0.3, 0.0, 0.4):  # kill it three times, at different moments
+        # A (re)started scheduler admits within a second on a quick machine, but a slow one
+        # can take longer to import and start: wait for it to hold runs, then kill.
+        started = time.time()
+        while not store.list_runs(live) and time.time() - started < 30:
+            assert sched.poll() is None, "scheduler died on its own"
+            time.sleep(0.05)
         time.sleep(delay)
         assert sched.poll() is None, "scheduler died on its own"
-        running = [r for r in store.list_runs([Phase.RUNNING, Phase.STARTING, Phase.ADMITTED])]
+        running = [r for r in store.list_runs(live)]
         os.killpg(sched.pid, signal.SIGKILL)  # its process group only: runs have their own
         sched.wait()
         assert running, "the kill should land while runs are active"
