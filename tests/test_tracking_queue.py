@@ -226,3 +226,77 @@ def test_a_failed_launch_closed_after_its_retry_started_closes_its_own_run(
     assert failed.info.status == "FAILED" and running.info.status == "RUNNING"
     assert failed.data.tags["mlops_gpu.outcome"] == "launch_failed"
     assert "mlops_gpu.outcome" not in running.data.tags
+
+
+class Killed(BaseException):
+    """The scheduler process dies here (not an ``Exception``: nothing on the way catches it)."""
+
+
+def stopped_mid_launch(tmp_path: Path, clock: Clock, where: str) -> tuple[Runtime, RunRecord]:
+    """A tick that dies after the attempt's MLflow run was made: before its job is created
+    (``where="launch"``) or after, before the store noted either (``where="note"``)."""
+    rt = runtime(tmp_path, clock)
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
+                            env={"FAKE_DURATION_S": "600"}))  # fmt: skip
+    ctl = Controller(rt, clock=clock)
+
+    def die(*args: object, **kwargs: object) -> None:
+        raise Killed
+
+    target = rt.backends["fake"] if where == "launch" else rt.store
+    name = "launch" if where == "launch" else "note_many"
+    original = getattr(target, name)
+    setattr(target, name, die)
+    with pytest.raises(Killed):
+        ctl.tick()
+    setattr(target, name, original)
+    got = rt.store.get(run.id)
+    assert got is not None and got.phase.value == "admitted" and got.handle is None
+    (mr,) = mlflow_runs(tmp_path, run.id)
+    assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == []  # made, not noted
+    return rt, run
+
+
+def test_a_stop_before_the_launch_closes_the_attempts_mlflow_run_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """No job was created: the next start rolls the admission back and closes the MLflow run
+    it finds by its tags FAILED (it never held GPUs); the relaunch gets its own run."""
+    clock = Clock()
+    rt, run = stopped_mid_launch(tmp_path, clock, "launch")
+    again = Controller(rt, clock=clock)
+    assert again.reconcile() == 1
+    assert again.drain_tracking()
+    (orphan,) = mlflow_runs(tmp_path, run.id)
+    assert orphan.info.status == "FAILED"
+    assert orphan.data.tags["mlops_gpu.outcome"] == "launch_failed"
+    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+    clock.now += 1
+    again.tick()  # launched again, attempt 1 still, with a new MLflow run
+    clock.now += 600
+    again.tick()
+    assert again.drain_tracking()
+    failed, finished = sorted(mlflow_runs(tmp_path, run.id), key=lambda r: r.info.start_time)
+    assert failed.info.run_id == orphan.info.run_id and failed.info.status == "FAILED"
+    assert finished.info.status == "FINISHED"
+    assert finished.data.tags["mlops_gpu.outcome"] == "succeeded"
+    again.reconcile()
+    assert again.drain_tracking() and rt.store.unclosed_mlflow_runs(()) == []
+
+
+def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(tmp_path: Path) -> None:
+    """The job exists: the next start adopts it and notes the MLflow run found by its tags,
+    which the attempt's end closes, once; no second MLflow run is made."""
+    clock = Clock()
+    rt, run = stopped_mid_launch(tmp_path, clock, "note")
+    again = Controller(rt, clock=clock)
+    assert again.reconcile() == 1
+    (mr,) = mlflow_runs(tmp_path, run.id)
+    assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [("mlflow_run", 1)]
+    clock.now += 600
+    again.tick()
+    again.tick()
+    assert again.drain_tracking()
+    (mr,) = mlflow_runs(tmp_path, run.id)
+    assert mr.info.status == "FINISHED" and mr.data.tags["mlops_gpu.outcome"] == "succeeded"
+    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]

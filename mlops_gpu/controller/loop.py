@@ -223,6 +223,9 @@ class Controller:
                 fixed += 1
                 continue
             if run.handle is None:
+                # The stop came between the admission and the stored handle: maybe after the
+                # attempt's MLflow run was made, maybe after its job was created, maybe both.
+                self._note_attempt_mlflow_run(run)
                 handle = backend.find(run.id, run.attempt)
                 if handle is not None:
                     store.set_handle(run.id, handle, Phase.STARTING, now=self.clock())
@@ -233,8 +236,20 @@ class Controller:
                     )
                     self._emit("rolled_back", run, "admission without a launch, requeued")
                 fixed += 1
-        self.tracking.recover()  # MLflow runs of attempts that ended while we were away
+        # MLflow runs of attempts that ended while we were away, and of admissions just rolled
+        # back: noted, never closed, their attempt no longer active (closed FAILED: no GPUs)
+        self.tracking.recover()
         return fixed
+
+    def _note_attempt_mlflow_run(self, run: Run) -> None:
+        """Note the MLflow run of ``run``'s current attempt if it was made but not noted (the
+        scheduler stopped in between; found by its tags), so that whatever becomes of the
+        attempt closes it: a job found runs on in it, an admission rolled back has it closed
+        FAILED by the recovery of unclosed runs, which reads the notes."""
+        noted = any(e.kind == "mlflow_run" and e.attempt == run.attempt
+                    for e in self.rt.store.events(run.id))  # fmt: skip
+        if not noted and (found := self.tracker.find_attempt(run)) is not None:
+            self.rt.store.note(run.id, run.attempt, "mlflow_run", found, now=self.clock())
 
     # -- the tick -------------------------------------------------------------------------
     def tick(self) -> TickReport:

@@ -20,6 +20,9 @@ Invariants:
   after a stop), so MLflow may show it running a moment after the store says it ended.
 - A close is two writes: one log-batch (the metrics and the outcome tag), then the status.
 - An attempt's MLflow run is remembered in memory and, after a restart, found again by its tags.
+  A scheduler that stopped between making an attempt's MLflow run and launching its job left a
+  run that no job writes to: the next start finds it (``find_attempt``) and closes it FAILED
+  (``launch_failed``) when it rolls the admission back, so no MLflow run stays RUNNING forever.
 - The first attempt adopts the MLflow run named by ``MLOPS_GPU_MLFLOW_RUN_ID`` in the submitted
   environment, if any (tags set on it, never a second run); later attempts get their own.
   ``MLOPS_GPU_MLFLOW_PARENT_RUN_ID`` nests every attempt's run under that run (sweeps).
@@ -99,7 +102,7 @@ class Tracker:
         """Resolve the run's experiment now (launches may then run in threads)."""
         if not self.active or self.rest is None:
             return
-        if run.attempt == 1 and run.spec.env.get(ADOPT_ENV):
+        if self.adopts(run):
             return
         try:
             self._experiment(run)
@@ -124,7 +127,7 @@ class Tracker:
         }
         if run.spec.env.get(PARENT_ENV):
             tags["mlflow.parentRunId"] = run.spec.env[PARENT_ENV]
-        adopt = run.spec.env.get(ADOPT_ENV) if run.attempt == 1 else None
+        adopt = run.spec.env[ADOPT_ENV] if self.adopts(run) else None
         try:
             if adopt:  # the submitter made the first attempt's MLflow run (mlflow run)
                 self.rest.set_tags(adopt, tags)
@@ -141,6 +144,26 @@ class Tracker:
         if exp is not None:
             env["MLFLOW_EXPERIMENT_ID"] = exp
         return env
+
+    def adopts(self, run: Run) -> bool:
+        """Whether the run's current attempt logs into the submitter's MLflow run."""
+        return run.attempt == 1 and bool(run.spec.env.get(ADOPT_ENV))
+
+    def find_attempt(self, run: Run) -> str | None:
+        """The MLflow run ``started`` made for the run's current attempt, found by its tags (a
+        scheduler that stopped between making it and noting it in the store), or None. Never
+        the submitter's run that the first attempt adopts: that one is the submitter's, and the
+        attempt's next launch adopts it again."""
+        if not self.active or self.rest is None or self.adopts(run):
+            return None
+        try:
+            return self.rest.find_run(
+                self._experiment(run),
+                {"mlops_gpu.run_id": run.id, "mlops_gpu.attempt": str(run.attempt)},
+            )
+        except TrackingError as e:
+            self._fail(e)
+            return None
 
     def forget(self, run: Run) -> None:
         """The attempt's launch failed: its next launch (same attempt) gets a new MLflow run."""
