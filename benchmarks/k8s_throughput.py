@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -288,6 +289,8 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=1000, help="every API client's burst")
     ap.add_argument("--keep", type=Path, default=None, help="keep configs, stores and logs here")
     args = ap.parse_args()
+    # a kill (SIGTERM) unwinds like Ctrl-C: the daemon and the control plane are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="k8s-bench-") as tmp:
         d = args.keep or Path(tmp)
         d.mkdir(parents=True, exist_ok=True)

@@ -300,3 +300,42 @@ def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(tmp_path: Path) -
     (mr,) = mlflow_runs(tmp_path, run.id)
     assert mr.info.status == "FINISHED" and mr.data.tags["mlops_gpu.outcome"] == "succeeded"
     assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+
+
+def test_an_adopted_mlflow_run_is_not_closed_by_a_failed_launch(tmp_path: Path) -> None:
+    """The first attempt logs into the submitter's MLflow run (``mlflow run``): a launch that
+    fails and is tried again adopts that same run, so the failure must not close it, nor a
+    start take it for a failed launch's leftover; the attempt's end closes it, once."""
+    from mlflow.tracking import MlflowClient
+
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mine = client.create_run(client.create_experiment("mine")).info.run_id
+    fake = rt.backends["fake"]
+    assert isinstance(fake, FakeBackend)
+    fake.fail_launches = 1
+    env = {"FAKE_DURATION_S": "600", "MLOPS_GPU_MLFLOW_RUN_ID": mine}
+    run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1), env=env))
+    Controller(rt, clock=clock).tick()  # the launch fails: rolled back
+    ctl = Controller(rt, clock=clock)  # a restart while it waits for its retry
+    ctl.reconcile()
+    assert ctl.drain_tracking()
+    assert client.get_run(mine).info.status == "RUNNING"
+    clock.now += 60
+    ctl.tick()  # launched again, adopting the same MLflow run
+    assert ctl.drain_tracking()
+    assert client.get_run(mine).info.status == "RUNNING"
+    again = Controller(rt, clock=clock)  # a restart while it runs
+    again.reconcile()
+    assert again.drain_tracking()
+    assert client.get_run(mine).info.status == "RUNNING"
+    assert [m.info.run_id for m in mlflow_runs(tmp_path, run.id)] == [mine]
+    clock.now += 600
+    again.tick()
+    again.tick()
+    assert again.drain_tracking()
+    done = client.get_run(mine)
+    assert done.info.status == "FINISHED" and done.data.tags["mlops_gpu.outcome"] == "succeeded"
+    again.reconcile()
+    assert again.drain_tracking() and rt.store.unclosed_mlflow_runs(()) == []

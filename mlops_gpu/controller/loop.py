@@ -402,21 +402,24 @@ class Controller:
         bname = run.placement.backend
         if isinstance(result, Exception):
             rep.launch_failures += 1
-            # it never ran: no GPU-hours (the ledger books none either)
-            if mlflow_id is not None:  # (never looked up by its tags: the retry has the same)
-                self.tracker.forget(run)  # its retry, same attempt number, gets its own run
-                end = run.admitted_at or self.clock()
-                self._ended.append(Ended(run, "launch_failed", end, mlflow_run_id=mlflow_id))
             self._launch_failures[run.id] += 1
             n = self._launch_failures[run.id]
             msg = f"launch on {bname} failed ({n}x): {result}"
+            retried = False
             if store.rollback_admission(run.id, msg, now=self.clock()) is Phase.CANCELLED:
                 self._emit("cancelled", run, msg)
             elif n >= self.rt.cfg.retry.max_attempts:
                 store.finish(run.id, Phase.FAILED, msg, now=self.clock())
                 self._emit("failed", run, msg)
             else:
+                retried = True
                 self._emit("launch_failed", run, msg)
+            # it never ran: no GPU-hours (the ledger books none either). Its retry, the same
+            # attempt number, gets its own MLflow run, except the submitter's, adopted again.
+            if mlflow_id is not None and not (retried and self.tracker.adopts(run)):
+                self.tracker.forget(run)  # (never looked up by its tags: the retry has the same)
+                end = run.admitted_at or self.clock()
+                self._ended.append(Ended(run, "launch_failed", end, mlflow_run_id=mlflow_id))
             return None
         self._launch_failures.pop(run.id, None)  # (the caller stores the handle)
         rep.admitted += 1

@@ -24,7 +24,8 @@ Invariants:
   run that no job writes to: the next start finds it (``find_attempt``) and closes it FAILED
   (``launch_failed``) when it rolls the admission back, so no MLflow run stays RUNNING forever.
 - The first attempt adopts the MLflow run named by ``MLOPS_GPU_MLFLOW_RUN_ID`` in the submitted
-  environment, if any (tags set on it, never a second run); later attempts get their own.
+  environment, if any (tags set on it, never a second run); later attempts get their own. A
+  launch of it that fails and will be tried again leaves that run open: the retry adopts it.
   ``MLOPS_GPU_MLFLOW_PARENT_RUN_ID`` nests every attempt's run under that run (sweeps).
 - A file or database tracking URI (the local SQLite default) is written through the ``mlflow``
   package in the scheduler process (``mlflow_local``); jobs get the same URI, so their own
@@ -177,16 +178,18 @@ class Tracker:
         mean_utilization: float | None = None,
         mlflow_id: str | None = None,
     ) -> str | None:
-        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run (``mlflow_id``
-        if given, else the one ``started`` created, else the one its tags name); the id of the
-        MLflow run closed, or None. ``mean_utilization``: the launcher's, logged here when the
-        launcher could not."""
+        """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run
+        (``mlflow_id`` if given, else the one ``started`` created or adopted, else the one its
+        tags name); the id of the MLflow run closed, or None. ``mean_utilization``: the
+        launcher's, logged here when the launcher could not."""
         if not self.active or self.rest is None or run.placement is None:
             return None
         if run.admitted_at is None:
             return None
         try:
             mlflow_id = mlflow_id or self._ids.pop((run.id, run.attempt), None)
+            if mlflow_id is None and self.adopts(run):  # (maybe in another experiment)
+                mlflow_id = run.spec.env[ADOPT_ENV]
             mlflow_id = mlflow_id or self.rest.find_run(
                 self._experiment(run),
                 {"mlops_gpu.run_id": run.id, "mlops_gpu.attempt": str(run.attempt)},

@@ -28,8 +28,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from mlops_gpu.controller.tracking import Tracker
-from mlops_gpu.model import Run
+from mlops_gpu.controller.tracking import ADOPT_ENV, Tracker
+from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.phase import ACTIVE_PHASES
 from mlops_gpu.state.mlflow_notes import CLOSED, UnclosedMlflowRun
 from mlops_gpu.state.store import Store
@@ -133,11 +133,23 @@ class TrackingQueue:
         any other, so a long backlog does not hold up the first tick."""
         if self.tracker.rest is None:
             return 0
-        found = self.store.unclosed_mlflow_runs(ACTIVE_PHASES)
+        found = [u for u in self.store.unclosed_mlflow_runs(ACTIVE_PHASES) if not self._again(u)]
         if found:
             log.info("MLflow: %d runs ended while the scheduler was away; closing them", len(found))
             self.put(found)
         return len(found)
+
+    def _again(self, u: UnclosedMlflowRun) -> bool:
+        """Whether the attempt, rolled back to pending, will log into this MLflow run again:
+        the submitter's, which every launch of the first attempt adopts (``Tracker.adopts``)."""
+        run = self.store.get(u.run_id)
+        return (
+            run is not None
+            and run.phase is Phase.PENDING
+            and run.attempt == u.attempt
+            and self.tracker.adopts(run)
+            and run.spec.env.get(ADOPT_ENV) == u.mlflow_run_id
+        )
 
     def _close(self, batch: Sequence[Ended | UnclosedMlflowRun]) -> None:
         notes = []

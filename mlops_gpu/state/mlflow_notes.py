@@ -59,7 +59,9 @@ def unclosed(conn: Connection, active: Collection[Phase]) -> list[UnclosedMlflow
             closed.add(r.reason)
     out: list[UnclosedMlflowRun] = []
     last: dict[tuple[str, int], str] = {}
-    for (rid, attempt), ids in opened.items():
+    for (rid, attempt), noted in opened.items():
+        # (an id noted again is the same MLflow run: the submitter's, adopted by each launch)
+        ids = list(dict.fromkeys(reversed(noted)))[::-1]
         # a launch that failed is rolled back and the attempt launched again under the same
         # number: every MLflow run of an attempt but its last never held GPUs
         out += [UnclosedMlflowRun(rid, attempt, m) for m in ids[:-1] if m not in closed]
