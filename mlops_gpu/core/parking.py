@@ -63,11 +63,9 @@ def _hopes(c: Cycle) -> dict[str, Hope]:
     """project -> ``Hope``: what ``Cycle._victims_possible`` looks at, read once a cycle."""
     st, quota, now = c.state, c.quota, c.snap.now
     lenders: dict[tuple[str, str], set[str]] = {}
-    for root, members in quota.members.items():
+    for root in quota.members:
         for t in st.types:
-            lenders[(root, t)] = {
-                m for m in members if c._borrowed_at_start(m, t) and st.victims.get((m, t))
-            }
+            lenders[(root, t)] = {m for m in c.lenders_at_start(root, t) if st.victims.get((m, t))}
     out: dict[str, Hope] = defaultdict(dict)
     for project in st.queues:
         owner = quota.root.get(project)
@@ -177,7 +175,7 @@ def _blocked_by_capacity(c: Cycle, run: Run, rooms: dict[str, float]) -> list[st
             fits = node_sets(c, t, req.gpus, req.nodes, run.spec.backend)
         else:
             fits = place(c.snap, c.cap, run, t) is not None
-        if c.quota.problem(run.project, t, amount) is None:
+        if c.quota.admits(run.project, t, amount):
             if fits:
                 return []
             admitted.append(t)

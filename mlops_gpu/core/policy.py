@@ -116,6 +116,7 @@ class Cycle:
         self._lends: dict[tuple[str, str], int] = {}
         self.fit_memo: dict[tuple[str, int, int, str | None], tuple[int, bool]] = {}
         self.pools: dict[tuple[str, str], tuple[str, ...]] = {}  # ``search_memo.key_of``
+        self._lenders: dict[tuple[str, str], tuple[str, ...]] = {}  # ``lenders_at_start``
         self.gone: dict[tuple[str, ...], tuple[int, dict[str, int]]] = {}  # ``.gone_on``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
@@ -433,12 +434,8 @@ class Cycle:
                 return True
             if root is None or not self.quota.within_nominal(run.project, t, amount):
                 continue
-            for m in self.quota.members[root]:
-                if (
-                    m != run.project
-                    and self._borrowed_at_start(m, t)
-                    and self.state.victims.get((m, t))
-                ):
+            for m in self.lenders_at_start(root, t):
+                if m != run.project and self.state.victims.get((m, t)):
                     return True
         return False
 
@@ -474,6 +471,18 @@ class Cycle:
         for m in self.quota.members[root]:
             if m != run.project and self._borrowed_at_start(m, gpu_type):
                 yield from running.get((m, gpu_type), {}).values()
+
+    def lenders_at_start(self, root: str, gpu_type: str) -> tuple[str, ...]:
+        """The members of cohort tree ``root`` that borrowed ``gpu_type`` when the cycle began,
+        sorted (fixed for the cycle, so worked out once: the parking lot, the search memo's
+        keys and ``_victims_possible`` ask for every queue head)."""
+        key = (root, gpu_type)
+        found = self._lenders.get(key)
+        if found is None:
+            members = self.quota.members[root]
+            found = tuple(sorted(m for m in members if self._borrowed_at_start(m, gpu_type)))
+            self._lenders[key] = found
+        return found
 
     def _borrowed_at_start(self, project: str, gpu_type: str) -> bool:
         """Whether the project borrowed ``gpu_type`` when the cycle began: only such borrowing

@@ -102,7 +102,7 @@ def _placement(run: Run) -> Placement:
 
 def _fits(snap: Snapshot, cap: Capacity, quota: QuotaBook, run: Run, t: str) -> Placement | None:
     placed = place(snap, cap, run, t)
-    if placed is None or quota.problem(run.project, t, placed.gpu_amount) is not None:
+    if placed is None or not quota.admits(run.project, t, placed.gpu_amount):
         return None
     return placed
 
@@ -223,7 +223,7 @@ def _greedy(
             continue
         where = place(snap, cap, run, t)
         nowhere = where is None
-        if where is not None and quota.problem(run.project, t, where.gpu_amount) is None:
+        if where is not None and quota.admits(run.project, t, where.gpu_amount):
             placed = where
             break
     if placed is None:

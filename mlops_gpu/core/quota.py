@@ -66,13 +66,28 @@ class QuotaBook:
         idle = max(q.nominal - used, 0.0)
         return idle if q.lending_limit is None else min(idle, float(q.lending_limit))
 
+    def admits(self, project: str, gpu_type: str, amount: float) -> bool:
+        """Whether ``project`` may add ``amount`` of ``gpu_type`` now: ``problem`` is None
+        (without building its sentence, for the many checks that only need the answer)."""
+        q = self.quota(project, gpu_type)
+        after = self.used[(project, gpu_type)] + amount
+        if after <= q.nominal + _EPS:
+            return True
+        if q.borrowing_limit is not None and after > q.nominal + q.borrowing_limit + _EPS:
+            return False
+        root = self.root.get(project)
+        if root is None:
+            return False
+        borrowed, lendable = self.cohort_sums(root, gpu_type, project, amount)
+        return borrowed <= lendable + _EPS
+
     def problem(self, project: str, gpu_type: str, amount: float) -> str | None:
         """None if ``project`` may add ``amount`` of ``gpu_type`` now, else why not."""
+        if self.admits(project, gpu_type, amount):
+            return None
         q = self.quota(project, gpu_type)
         used = self.used[(project, gpu_type)]
         after = used + amount
-        if after <= q.nominal + _EPS:
-            return None
         if q.borrowing_limit is not None and after > q.nominal + q.borrowing_limit + _EPS:
             limit = q.nominal + q.borrowing_limit
             return (
@@ -85,14 +100,11 @@ class QuotaBook:
                 f"project {project} holds {used:g} of its nominal {q.nominal} {gpu_type} and "
                 "has no cohort to borrow from"
             )
-        borrowed, lendable = self.cohort_sums(root, gpu_type, project, amount)
-        if borrowed > lendable + _EPS:
-            idle = self.lendable_now(project, gpu_type)
-            return (
-                f"project {project} is at its nominal {q.nominal} {gpu_type} and cohort "
-                f"{root} has {idle:g} idle to lend; it needs {amount:g}"
-            )
-        return None
+        idle = self.lendable_now(project, gpu_type)
+        return (
+            f"project {project} is at its nominal {q.nominal} {gpu_type} and cohort "
+            f"{root} has {idle:g} idle to lend; it needs {amount:g}"
+        )
 
     def lendable_now(self, project: str, gpu_type: str) -> float:
         """Idle quota the others in the project's cohort tree could still lend: their lendable

@@ -158,14 +158,14 @@ def key_of(c: Cycle, run: Run, types: list[str]) -> Key:
     """What decides ``run``'s possible victims besides releases: per type, the projects whose
     runs are in its pool and whether it stays within nominal."""
     root = c.quota.root.get(run.project)
-    members = c.quota.members[root] if root is not None else ()
     amount = request_amount(run)
     out = []
     for t in sorted(types):  # (the same key whatever order a cycle tries the types in)
         pool = c.pools.get((run.project, t))
         if pool is None:  # (who borrowed at the cycle's start: fixed for the cycle)
-            lenders = (m for m in members if m != run.project and c._borrowed_at_start(m, t))
-            pool = c.pools[(run.project, t)] = (run.project, *sorted(lenders))
+            lenders = c.lenders_at_start(root, t) if root is not None else ()
+            pool = (run.project, *(m for m in lenders if m != run.project))
+            c.pools[(run.project, t)] = pool
         within = root is not None and c.quota.within_nominal(run.project, t, amount)
         out.append((t, pool, within))
     return tuple(out)
