@@ -20,11 +20,13 @@ for the same run.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from mlops_gpu.core.placement import indexed_buckets, place, request_amount
-from mlops_gpu.core.state import ShapeKey
+from mlops_gpu.core.state import ShapeKey, Signature
 from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
@@ -59,24 +61,27 @@ def _node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | No
 Hope = dict[str, tuple[int | None, float, float]]
 
 
-def _hopes(c: Cycle) -> dict[str, Hope]:
-    """project -> ``Hope``: what ``Cycle._victims_possible`` looks at, read once a cycle."""
+def _hope(c: Cycle, project: str) -> Hope:
+    """``Hope`` of ``project``: what ``Cycle._victims_possible`` looks at, read once a cycle
+    (``c.hopes``)."""
+    found = c.hopes.get(project)
+    if found is not None:
+        return found
     st, quota, now = c.state, c.quota, c.snap.now
-    lenders: dict[tuple[str, str], set[str]] = {}
-    for root in quota.members:
-        for t in st.types:
-            lenders[(root, t)] = {m for m in c.lenders_at_start(root, t) if st.victims.get((m, t))}
-    out: dict[str, Hope] = defaultdict(dict)
-    for project in st.queues:
-        owner = quota.root.get(project)
-        for t in st.types:
-            pool = st.victims.get((project, t))
-            lowest = min(pool) if pool else None
-            to_go = -1.0 if lowest is None else st.longest_to_go(project, t, lowest, now)
-            others = lenders.get((owner, t), set()) - {project} if owner is not None else set()
-            reclaim = quota.quota(project, t).nominal - quota.used[(project, t)] if others else -1.0
-            if lowest is not None or reclaim >= 0:
-                out[project][t] = (lowest, to_go, reclaim)
+    owner = quota.root.get(project)
+    out: Hope = {}
+    for t in st.types:
+        pool = st.victims.get((project, t))
+        lowest = min(pool) if pool else None
+        to_go = -1.0 if lowest is None else st.longest_to_go(project, t, lowest, now)
+        reclaim = -1.0
+        if owner is not None and any(
+            m != project and st.victims.get((m, t)) for m in c.lenders_at_start(owner, t)
+        ):
+            reclaim = quota.quota(project, t).nominal - quota.used[(project, t)]
+        if lowest is not None or reclaim >= 0:
+            out[t] = (lowest, to_go, reclaim)
+    c.hopes[project] = out
     return out
 
 
@@ -101,32 +106,89 @@ def _may_have_victims(
 
 
 def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
-    """project -> the shape keys of its queues that are not surely blocked now."""
+    """project -> the shape keys of its queues that are not surely blocked now.
+
+    Kept between cycles (``State.lot_live``): a (signature, project) pair with no queue that
+    could run is looked at again only when something that could unblock it has happened since
+    (``_to_judge``); the pairs that had one are judged again every cycle."""
     st = c.state
     out: dict[str, list[ShapeKey]] = defaultdict(list)
     for project, sks in st.other_queues.items():
         out[project].extend(sks)
-    hopes = _hopes(c) if c.snap.policy.preemption else {}
+    preemption = c.snap.policy.preemption
     rooms: dict[tuple[str, str], float] = {}  # ``Cycle.room``: fixed until the first admission
-    for (types, gpus, nodes, backend), by_project in st.by_signature.items():
+    live: set[tuple[Signature, str]] = set()
+    for sig, projects in _to_judge(c).items():
+        types, gpus, nodes, _ = sig
+        by_project = st.by_signature[sig]
         amount = float(gpus * nodes)
-        fit = [t for t in types if node_sets(c, t, gpus, nodes, backend)]
-        for project, sks in by_project.items():
+        fit = st.lot_fit[sig]
+        for project in projects:
+            if project not in by_project:
+                continue
+            sks = by_project[project]
             if fit and _room_on_any(c, rooms, project, fit, amount):
                 out[project].extend(sks)
+                live.add((sig, project))
                 continue
-            hope = hopes.get(project)
+            if not preemption:
+                continue
+            hope = _hope(c, project)
             if hope:
                 queues = st.queues[project]
                 for sk in sks:
                     cls = int(sk[0])  # type: ignore[call-overload]
                     if _may_have_victims(c, hope, queues[sk][0], cls, types, amount):
                         out[project].append(sk)
+                        live.add((sig, project))
+    st.lot_live = live
+    return out
+
+
+def _to_judge(c: Cycle) -> dict[Signature, set[str]]:
+    """signature -> the projects whose queues of it may not be surely blocked now: every
+    project of a signature that gained a fitting type since the last cycle; those whose usage
+    or victims on one of its types changed, with every member of their cohort tree (lending
+    and reclaiming tie their quota room and hope); those with a new queue head; and those
+    that had a queue not surely blocked in the last cycle. Every other pair was surely
+    blocked then and nothing has changed that could unblock it: free capacity of its types
+    did not reach a node set (the fitting types are compared), its members' usage and victims
+    did not change, its heads are the same, and the time to go of its victims only shrinks."""
+    st = c.state
+    out: dict[Signature, set[str]] = {}
+    by_type: dict[str, list[Signature]] = defaultdict(list)
+    for sig, by_project in st.by_signature.items():
+        types, gpus, nodes, backend = sig
+        fit = [t for t in types if node_sets(c, t, gpus, nodes, backend)]
+        before = st.lot_fit.get(sig)
+        st.lot_fit[sig] = fit
+        if before is None or any(t not in before for t in fit):
+            out[sig] = set(by_project)
+        for t in types:
+            by_type[t].append(sig)
+    quota = c.quota
+    for project, t in st.touched:
+        root = quota.root.get(project)
+        members = quota.members[root] if root is not None else [project]
+        for sig in by_type.get(t, ()):
+            by_project = st.by_signature[sig]
+            for m in members:
+                if m in by_project:
+                    out.setdefault(sig, set()).add(m)
+    st.touched.clear()
+    for sig, project in itertools.chain(st.new_heads, st.lot_live):
+        if sig in st.by_signature:
+            out.setdefault(sig, set()).add(project)
+    st.new_heads.clear()
     return out
 
 
 def _room_on_any(
-    c: Cycle, rooms: dict[tuple[str, str], float], project: str, types: list[str], amount: float
+    c: Cycle,
+    rooms: dict[tuple[str, str], float],
+    project: str,
+    types: Iterable[str],
+    amount: float,
 ) -> bool:
     for t in types:
         room = rooms.get((project, t))
@@ -139,25 +201,87 @@ def _room_on_any(
 
 def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
     """The run the EASY reservation is for, with the GPU types its quota would admit it on, or
-    None: the highest-class, oldest queue head blocked by capacity alone."""
+    None: the highest-class, oldest queue head blocked by capacity alone (ties, which only
+    runs with the same order key make, go to the lowest run id).
+
+    Queues the free-count index can judge are read from ``State.heads``, oldest head first,
+    and only for signatures that no node set of at least one of their types can take now
+    (where every type has one, ``_blocked_by_capacity`` finds nothing): the first head found
+    blocked is its signature's best. When a spent budget moves a project's runs to another
+    class (or makes them wait), every queue is scanned instead."""
     st = c.state
-    best: tuple[tuple[int, tuple[int, float, int]], Run, list[str]] | None = None
-    for project, subqueues in st.queues.items():
-        rooms = {t: c.room(project, t) for t in st.types}
-        if all(r < 1.0 - _EPS for r in rooms.values()):
-            continue  # no whole-GPU request of this project has room in quota
-        for sk, q in subqueues.items():
+    rooms_of: dict[str, dict[str, float] | None] = {}
+    if any(note is not None for note in c.notes.values()):
+        return _found(_scan(c, st.queues, rooms_of, None))
+    best = _scan(c, st.other_queues, rooms_of, None)
+    room: dict[tuple[str, str], float] = {}  # ``Cycle.room``: fixed before the first admission
+    for (sig_types, gpus, nodes, backend), heads in st.heads.items():
+        if all(node_sets(c, t, gpus, nodes, backend) for t in sig_types):
+            continue
+        amount = float(gpus * nodes)
+        for neg_class, okey, rid, project, sk in heads:
+            key = (neg_class, okey, rid)
+            if best is not None and key >= best[0]:
+                break
+            # (most heads fail here: ``_blocked_by_capacity`` would keep no type)
+            if not _room_on_any(c, room, project, sig_types, amount):
+                continue
+            rooms = _rooms(c, rooms_of, project)
+            assert rooms is not None
+            run = st.queues[project][sk][0]
+            types = _blocked_by_capacity(c, run, rooms)
+            if types:
+                best = (key, run, types)
+                break
+    return _found(best)
+
+
+_Best = tuple[tuple[int, tuple[int, float, int], str], Run, list[str]]
+
+
+def _found(best: _Best | None) -> tuple[Run, list[str]] | None:
+    return None if best is None else (best[1], best[2])
+
+
+def _rooms(
+    c: Cycle, rooms_of: dict[str, dict[str, float] | None], project: str
+) -> dict[str, float] | None:
+    """``Cycle.room`` per type for ``project`` (None: no whole GPU has room on any type)."""
+    if project in rooms_of:
+        return rooms_of[project]
+    rooms: dict[str, float] | None = {t: c.room(project, t) for t in c.state.types}
+    if all(r < 1.0 - _EPS for r in rooms.values()):  # type: ignore[union-attr]
+        rooms = None
+    rooms_of[project] = rooms
+    return rooms
+
+
+def _scan(
+    c: Cycle,
+    queues: Mapping[str, Iterable[ShapeKey]],
+    rooms_of: dict[str, dict[str, float] | None],
+    best: _Best | None,
+) -> _Best | None:
+    """``anchor`` over every head of ``queues`` (project -> shape keys)."""
+    st = c.state
+    for project, sks in queues.items():
+        rooms = _rooms(c, rooms_of, project)
+        if rooms is None:
+            continue
+        subqueues = st.queues[project]
+        for sk in sks:
+            q = subqueues[sk]
             level = c._level_of(project, int(sk[0]))  # type: ignore[call-overload]
             if not q or level is None:
                 continue
             run = q[0]
-            key = (-level, st.order_keys[run.id])
+            key = (-level, st.order_keys[run.id], run.id)
             if best is not None and key >= best[0]:
                 continue
             types = _blocked_by_capacity(c, run, rooms)
             if types:
                 best = (key, run, types)
-    return None if best is None else (best[1], best[2])
+    return best
 
 
 def _blocked_by_capacity(c: Cycle, run: Run, rooms: dict[str, float]) -> list[str]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mlops_gpu.core.placement import request_amount
@@ -45,12 +44,18 @@ MAX_LOG = 20_000
 Key = tuple[tuple[str, tuple[str, ...], bool], ...]  # per type: (type, pool projects, within)
 
 
-@dataclass(frozen=True)
 class Entry:
-    attempt: int
-    key: Key
-    pos: int
-    now: float
+    """A remembered failure: of ``attempt`` of the run, under ``key``, checked against the
+    releases logged before absolute position ``pos``, at ``now``. Moved forward in place by
+    each recall that finds it still true (a recall is the common case: no allocation)."""
+
+    __slots__ = ("attempt", "key", "now", "pos")
+
+    def __init__(self, attempt: int, key: Key, pos: int, now: float) -> None:
+        self.attempt = attempt
+        self.key = key
+        self.pos = pos
+        self.now = now
 
 
 class SearchMemo:
@@ -114,6 +119,10 @@ class SearchMemo:
         if e.attempt != run.attempt or e.key != key or now < e.now or e.pos < self.base:
             del self.entries[run.id]
             return False
+        end = self.base + len(self.log)
+        if not gone and e.pos == end:  # nothing released since the last check
+            e.now = now
+            return True
         need = run.request.gpus
         projects = {p for _, pool, _ in key for p in pool}
 
@@ -132,7 +141,7 @@ class SearchMemo:
                     del self.entries[run.id]
                     return False
         # Checked up to here: the next check reads only the releases after this one.
-        self.entries[run.id] = Entry(e.attempt, e.key, self.base + len(self.log), now)
+        e.pos, e.now = end, now
         return True
 
 
@@ -174,6 +183,8 @@ def key_of(c: Cycle, run: Run, types: list[str]) -> Key:
 def gone_on(c: Cycle, types: list[str]) -> dict[str, int]:
     """Whole devices per node of ``types`` held by runs being preempted (remembered for the
     cycle until it chooses more victims: the set only grows within a cycle)."""
+    if not c.going:
+        return {}
     seen = c.gone.get(tuple(types))
     if seen is not None and seen[0] == len(c.going):
         return seen[1]

@@ -14,7 +14,8 @@ Invariants:
   a run with an unknown project or priority class waits in ``invalid``.
 - The parking index: every non-empty queue is in exactly one of ``by_signature`` (whole-GPU
   requests without topology, keyed by ``Signature``: what the free-count index can judge) or
-  ``other_queues``. ``running[(project, type)]`` holds the preemptible active runs not being
+  ``other_queues``; ``heads[signature]`` holds one entry per queue of that signature, for its
+  current head, sorted. ``running[(project, type)]`` holds the preemptible active runs not being
   preempted (the victim candidates), matching the counts in ``victims``; ``victim_ends[(project,
   type, class)]`` holds their expected ends (start + ``max_runtime``, infinite without one),
   sorted, so ``longest_to_go`` is one lookup.
@@ -44,6 +45,9 @@ from mlops_gpu.model import Phase, Placement, Run
 ShapeKey = tuple[object, ...]
 #: (acceptable GPU types of the cluster, GPUs per node, nodes, pinned backend)
 Signature = tuple[tuple[str, ...], int, int, str | None]
+#: (-class value, order key, run id, project, shape key) of a queue's head: sorted, the highest
+#: class and oldest first (run ids are unique, so entries never compare shape keys)
+HeadEntry = tuple[int, tuple[int, float, int], str, str, ShapeKey]
 
 
 def shape_key(snap: Snapshot, run: Run) -> ShapeKey:
@@ -104,6 +108,17 @@ class State:
             lambda: defaultdict(set)
         )
         self.other_queues: dict[str, set[ShapeKey]] = defaultdict(set)
+        #: signature -> its queues' heads as ``HeadEntry``, sorted (``parking.anchor``)
+        self.heads: dict[Signature, list[HeadEntry]] = {}
+        self._head_of: dict[tuple[str, ShapeKey], HeadEntry] = {}
+        #: What the parking lot (``parking.candidates``) keeps between cycles: the
+        #: (project, GPU type) pairs whose usage or victims changed since it last looked, the
+        #: (signature, project) pairs with a new queue head, each signature's fitting types,
+        #: and the (signature, project) pairs that had a queue not surely blocked.
+        self.touched: set[tuple[str, str]] = set()
+        self.new_heads: set[tuple[Signature, str]] = set()
+        self.lot_fit: dict[Signature, list[str]] = {}
+        self.lot_live: set[tuple[Signature, str]] = set()
         self.ends: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
         self.moving_ends: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
         self._types_of: dict[ShapeKey, list[str]] = {}
@@ -155,6 +170,8 @@ class State:
             q.append(run)  # the common case: submitted after everything queued
         else:
             insort(q, run, key=lambda r: self.order_keys[r.id])
+        if q[0] is run:
+            self._new_head(run, sk)
 
     def remove_pending(self, run_id: str) -> Run:
         run = self.pending.pop(run_id)
@@ -169,6 +186,8 @@ class State:
             for i, queued in enumerate(q):
                 if queued is run or queued.id == run_id:
                     del q[i]
+                    if i == 0:
+                        self._new_head(run, sk)
                     break
             if not q:
                 del subqueues[sk]
@@ -182,6 +201,28 @@ class State:
         if r.shape != "whole" or r.topology_key is not None:
             return None
         return (tuple(self.types_of(run)), r.gpus, r.nodes, run.spec.backend)
+
+    def _new_head(self, run: Run, sk: ShapeKey) -> None:
+        """The head of ``run``'s queue ``sk`` changed (or the queue emptied): re-file it in
+        ``heads`` (indexable queues only)."""
+        sig = self.signature(run)
+        if sig is None:
+            return
+        self.new_heads.add((sig, run.project))
+        heads = self.heads.setdefault(sig, [])
+        old = self._head_of.pop((run.project, sk), None)
+        if old is not None:
+            i = bisect_left(heads, old)
+            assert heads[i] == old
+            del heads[i]
+        q = self.queues[run.project].get(sk)
+        if q:
+            h = q[0]
+            entry = (-int(sk[0]), self.order_keys[h.id], h.id, run.project, sk)  # type: ignore[call-overload]
+            insort(heads, entry)
+            self._head_of[(run.project, sk)] = entry
+        elif not heads:
+            del self.heads[sig]
 
     def _index(self, run: Run, sk: ShapeKey, add: bool) -> None:
         sig = self.signature(run)
@@ -199,6 +240,7 @@ class State:
         """A run now holds its placement (``taken``: the cycle booked it already)."""
         assert run.placement is not None, f"active run {run.id} has no placement"
         self.active[run.id] = run
+        self.touched.add((run.project, run.placement.gpu_type))
         if not taken:
             self.cap.take(run.project, run.placement, run.request.gpu_types)
         self._timeline(run, add=True)
@@ -282,6 +324,7 @@ class State:
     def finish(self, run_id: str) -> Run:
         run = self.active.pop(run_id)
         assert run.placement is not None
+        self.touched.add((run.project, run.placement.gpu_type))
         self.cap.release(run.project, run.placement, run.request.gpu_types)
         self.memo.released(run.placement.gpu_type, run.placement.node_names)
         self._timeline(run, add=False)

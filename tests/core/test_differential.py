@@ -187,6 +187,12 @@ def replay(template: object, events: list[tuple[object, ...]]) -> None:
             assert {k: v for k, v in eng.state.victim_ends.items() if v} == {
                 k: v for k, v in fresh.victim_ends.items() if v
             }
+            # and so does the index of queue heads the reservation's anchor is read from, once
+            # runs whose backoff is over have joined their queues (as the cycle's start does)
+            eng.state.set_time(now)
+            assert {k: v for k, v in eng.state.heads.items() if v} == {
+                k: v for k, v in fresh.heads.items() if v
+            }
             held = {n: dict(on) for n, on in eng.state.memo.held.items() if on}
             assert held == {n: dict(on) for n, on in fresh.memo.held.items() if on}
             ref = decide(snap)
