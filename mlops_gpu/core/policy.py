@@ -463,7 +463,8 @@ class Cycle:
 
     def _victim_pool(self, run: Run, gpu_type: str) -> Iterable[Run]:
         """The runs that ``_may_preempt`` could accept for ``run`` on ``gpu_type``: its own
-        project's, and those of cohort members that borrowed it when the cycle began."""
+        project's, and those of cohort members that borrowed it when the cycle began (from
+        ``State.running``: preemptible, placed on ``gpu_type``, not being preempted)."""
         running = self.state.running
         yield from running.get((run.project, gpu_type), {}).values()
         root = self.quota.root.get(run.project)

@@ -66,9 +66,10 @@ def find_plan(
     """The cheapest sufficient set of victims for ``run``, or None. Runs in ``going_ids``
     (being preempted) count as gone. Without ``search``, only whether the run fits once they
     are gone (a plan without victims). ``cap`` and ``quota`` are restored before returning.
-    ``pool(gpu_type)`` yields a superset of the possible victims on that type (an index,
-    instead of scanning every active run); ``active`` maps id -> active run. ``ruled_out``, when
-    given, gets the types on which the run could not fit even with every possible victim gone
+    ``pool(gpu_type)`` yields preemptible active runs placed on that type, a superset of the
+    possible victims there (an index, instead of scanning every active run); ``active`` maps
+    id -> active run. ``ruled_out``, when given, gets the types on which the run could not
+    fit even with every possible victim gone
     (a certain answer, which ``search_memo`` may keep)."""
     going = [active[i] for i in sorted(going_ids) if i in active]
     going = [a for a in going if a.placement is not None]
@@ -123,11 +124,7 @@ def _plan_for_type(
         return Plan((), placed, 0.0)  # it fits once the runs being preempted are gone
     if not search:
         return None
-    pool = [
-        a
-        for a in source
-        if a.placement is not None and a.placement.gpu_type == t and a.spec.preemptible
-    ]
+    pool = list(source)
     if not pool:
         return None
     whole = run.request.shape == "whole"
