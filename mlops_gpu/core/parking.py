@@ -184,11 +184,7 @@ def _to_judge(c: Cycle) -> dict[Signature, set[str]]:
 
 
 def _room_on_any(
-    c: Cycle,
-    rooms: dict[tuple[str, str], float],
-    project: str,
-    types: Iterable[str],
-    amount: float,
+    c: Cycle, rooms: dict[tuple[str, str], float], project: str, types: list[str], amount: float
 ) -> bool:
     for t in types:
         room = rooms.get((project, t))
@@ -214,7 +210,6 @@ def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
     if any(note is not None for note in c.notes.values()):
         return _found(_scan(c, st.queues, rooms_of, None))
     best = _scan(c, st.other_queues, rooms_of, None)
-    room: dict[tuple[str, str], float] = {}  # ``Cycle.room``: fixed before the first admission
     for (sig_types, gpus, nodes, backend), heads in st.heads.items():
         if all(node_sets(c, t, gpus, nodes, backend) for t in sig_types):
             continue
@@ -224,10 +219,9 @@ def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
             if best is not None and key >= best[0]:
                 break
             # (most heads fail here: ``_blocked_by_capacity`` would keep no type)
-            if not _room_on_any(c, room, project, sig_types, amount):
-                continue
             rooms = _rooms(c, rooms_of, project)
-            assert rooms is not None
+            if rooms is None or all(amount > rooms[t] + _EPS for t in sig_types):
+                continue
             run = st.queues[project][sk][0]
             types = _blocked_by_capacity(c, run, rooms)
             if types:
