@@ -477,7 +477,17 @@ daemon() {
         done
         exec setsid "$bin" "$@" </dev/null >>"$LOGS/$name.log" 2>&1
     ) &
-    echo $! >"$PIDS/$name.pid"
+    local pid=$!
+    echo "$pid" >"$PIDS/$name.pid"
+    # The subshell becomes the binary only at its exec: until then /proc/PID/exe is bash or
+    # setsid and pid_alive calls the daemon dead (a loaded machine made wait_for give up on a
+    # kube-controller-manager that went on to run). Wait for the exec, or for it to die.
+    for _ in $(seq 100); do
+        if pid_alive "$name" || ! kill -0 "$pid" 2>/dev/null; then
+            break
+        fi
+        sleep 0.1
+    done
 }
 
 stop_one() {
