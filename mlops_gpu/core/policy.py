@@ -75,7 +75,8 @@ class Outcome(Enum):
     BLOCKED_TRY_NEXT = 3
 
 
-#: [shape key, next index, end index] into state.queues[project][shape key]
+#: [shape key, next index, end index, the queue]: a range of state.queues[project][shape key]
+#: (the queue is held, not looked up: shape keys are long tuples, hashed at each lookup)
 Range = list[Any]
 
 
@@ -148,7 +149,7 @@ class Cycle:
                 q = queues[sk]
                 level = self._level_of(project, int(sk[0]))  # type: ignore[call-overload]
                 if q and level is not None:
-                    levels[level][project].append([sk, 0, len(q)])
+                    levels[level][project].append([sk, 0, len(q), q])
         for level in sorted(levels, reverse=True):
             deferred: dict[str, list[Range]] = defaultdict(list)
             self._serve(levels[level], deferred)  # runs within nominal quota
@@ -171,8 +172,8 @@ class Cycle:
         def key(p: str) -> tuple[object, ...]:
             if fair:
                 return (self.shares.share(p), p)
-            queues, keys = self.state.queues[p], self.state.order_keys
-            heads = [keys[queues[rg[0]][rg[1]].id] for rg in ranges[p] if rg[1] < rg[2]]
+            keys = self.state.order_keys
+            heads = [keys[rg[3][rg[1]].id] for rg in ranges[p] if rg[1] < rg[2]]
             return (min(heads, default=(0, 0.0, 0)), p)
 
         heap = [(key(p), p) for p in sorted(ranges) if ranges[p]]
@@ -190,7 +191,6 @@ class Cycle:
     ) -> bool:
         """The project's next run in its own order that can start: True once one is admitted,
         False when none can (its queues are then all judged)."""
-        queues = self.state.queues[project]
         keys = self.state.order_keys
         strict = self.snap.policy.queueing == "strict-fifo"
         if project in self.blocked_projects:  # strict FIFO: an older run of it is blocked
@@ -200,17 +200,17 @@ class Cycle:
             best: tuple[tuple[int, float, int], Range] | None = None
             for rg in ranges:
                 if rg[1] < rg[2]:
-                    k = keys[queues[rg[0]][rg[1]].id]
+                    k = keys[rg[3][rg[1]].id]
                     if best is None or k < best[0]:
                         best = (k, rg)
             if best is None:
                 return False
             rg = best[1]
-            run = queues[rg[0]][rg[1]]
+            run = rg[3][rg[1]]
             if defer is not None and self._must_borrow(run):
                 for r2 in ranges if strict else [rg]:
                     if r2[1] < r2[2]:
-                        defer[project].append([r2[0], r2[1], r2[2]])
+                        defer[project].append([r2[0], r2[1], r2[2], r2[3]])
                         r2[1] = r2[2]
                 if strict:
                     return False
@@ -243,7 +243,7 @@ class Cycle:
                 # Identical runs behind it differ only in max_runtime: those that would not
                 # end before the reservation wait for the same reason; try the first that would.
                 assert self.reservation is not None
-                q, j = queues[rg[0]], rg[1] + 1
+                q, j = rg[3], rg[1] + 1
                 latest = self.reservation.at - self.snap.now
                 while j < rg[2]:
                     mr = q[j].spec.max_runtime_s

@@ -23,6 +23,8 @@ Invariants:
   with a fixed expected end (start + ``max_runtime``); ``moving_ends[node]`` maps run id ->
   (seconds after now, GPUs) for ends that move with the clock (a run being preempted ends
   within its grace). ``lines(node, now)`` equals ``backfill._timelines`` for that node.
+- ``_reached[node][(free, need)]`` caches ``reach`` on the node's fixed ends, unclamped; it is
+  dropped whenever ``ends[node]`` changes (clamping to the clock is applied at each read).
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class State:
         self.lot_live: set[tuple[Signature, str]] = set()
         self.ends: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
         self.moving_ends: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
+        self._reached: dict[str, dict[tuple[int, int], tuple[int, float]]] = {}
         self._types_of: dict[ShapeKey, list[str]] = {}
         self._accepted: dict[tuple[str, ...], list[str]] = {}
 
@@ -360,6 +363,7 @@ class State:
                     moving.pop(run.id, None)
                 continue
             line = self.ends[slot.node]
+            self._reached.pop(slot.node, None)
             item = (fixed, n, run.id)
             if add:
                 insort(line, item)
@@ -381,14 +385,29 @@ class State:
 
     def reach(self, node: str, now: float, free: int, need: int) -> tuple[int, float]:
         """``backfill.reach_on(self.lines(node, now), free, need, now)`` without building the
-        whole timeline: with no moving ends, the fixed ends in order, clamped to ``now``
-        (clamping keeps their order; runs ending at the same moment may come in another
-        order than ``lines`` sorts them, which changes neither when ``need`` is reached nor
-        whether it ever is)."""
+        whole timeline. With no moving ends it walks the fixed ends in order, unclamped, and
+        clamps the time found to ``now``: clamping keeps their order, so the end at which
+        ``need`` is reached (or the last) is the same, and its clamped time is what the clamped
+        walk finds. (Runs ending at the same moment may come in another order than ``lines``
+        sorts them, which changes neither when ``need`` is reached nor whether it ever is.)
+        The unclamped walk depends only on ``free``, ``need`` and the node's fixed ends, so it
+        is kept until they change: a reservation asks the same of hundreds of unchanged nodes
+        cycle after cycle."""
         if self.moving_ends.get(node):
             return reach_on(self.lines(node, now), free, need, now)
-        fixed = self.ends.get(node, ())
-        return reach_on(((e if e > now else now, n) for e, n, _ in fixed), free, need, now)
+        cache = self._reached.get(node)
+        if cache is None:
+            cache = self._reached[node] = {}
+        found = cache.get((free, need))
+        if found is None:
+            got, when = free, -math.inf
+            for e, n, _ in self.ends.get(node, ()):
+                got, when = got + n, e
+                if got >= need:
+                    break
+            found = cache[(free, need)] = (got, when)
+        got, when = found
+        return got, (when if when > now else now)
 
     def set_time(self, now: float) -> None:
         """Advance the clock; runs whose backoff is over join their queues."""
