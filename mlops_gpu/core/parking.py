@@ -55,34 +55,55 @@ def _node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | No
     )
 
 
-#: per GPU type: (lowest class among the project's own possible victims, the most time any of
-#: them at that class is expected to go on for, the most the project could add within nominal
-#: while a cohort member that borrowed the type at the start has preemptible runs)
+#: per GPU type: (lowest class among the project's own possible victims, the latest expected
+#: end of any of them at that class (``State.longest_to_go`` before subtracting the clock), the
+#: most the project could add within nominal while a cohort member that borrowed the type at
+#: the start has preemptible runs)
 Hope = dict[str, tuple[int | None, float, float]]
 
 
 def _hope(c: Cycle, project: str) -> Hope:
-    """``Hope`` of ``project``: what ``Cycle._victims_possible`` looks at, read once a cycle
-    (``c.hopes``)."""
-    found = c.hopes.get(project)
+    """``Hope`` of ``project``: what ``Cycle._victims_possible`` looks at, as the cycle begins.
+
+    Kept between cycles (``State.hopes``): it reads only the victim pools, their expected ends
+    and the usage of the project's cohort tree (whose borrowing decides the lenders), and
+    ``State.hope_stale`` names every project whose usage or pool changed since; their whole
+    trees are worked out again (``_forget_stale_hopes``). The clock is applied at each use."""
+    st = c.state
+    found = st.hopes.get(project)
     if found is not None:
         return found
-    st, quota, now = c.state, c.quota, c.snap.now
+    quota = c.quota
     owner = quota.root.get(project)
     out: Hope = {}
     for t in st.types:
         pool = st.victims.get((project, t))
         lowest = min(pool) if pool else None
-        to_go = -1.0 if lowest is None else st.longest_to_go(project, t, lowest, now)
+        end = -1.0
+        if lowest is not None:
+            ends = st.victim_ends.get((project, t, lowest))
+            end = ends[-1] if ends else -1.0
         reclaim = -1.0
         if owner is not None and any(
             m != project and st.victims.get((m, t)) for m in c.lenders_at_start(owner, t)
         ):
             reclaim = quota.quota(project, t).nominal - quota.used[(project, t)]
         if lowest is not None or reclaim >= 0:
-            out[t] = (lowest, to_go, reclaim)
-    c.hopes[project] = out
+            out[t] = (lowest, end, reclaim)
+    st.hopes[project] = out
     return out
+
+
+def _forget_stale_hopes(c: Cycle) -> None:
+    """Drop the kept hopes of every cohort tree with a member in ``State.hope_stale``: a
+    member's usage decides whether it lends (and so every member's reclaim), its pool every
+    member's possible victims."""
+    st, quota = c.state, c.quota
+    for project in st.hope_stale:
+        root = quota.root.get(project)
+        for m in quota.members[root] if root is not None else (project,):
+            st.hopes.pop(m, None)
+    st.hope_stale.clear()
 
 
 def _may_have_victims(
@@ -91,13 +112,14 @@ def _may_have_victims(
     """What ``Cycle._victims_possible`` would say for the queue's head (under ``shortest``
     the head has the smallest max_runtime of its queue, so no run behind it has more hope).
     Peers of its class are judged by ``Cycle.peers_going_on``, from the hope's time to go."""
+    now = c.snap.now
     for t in types:
         h = hope.get(t)
         if h is None:
             continue
-        lowest, to_go, reclaim = h
+        lowest, end, reclaim = h
         if lowest is not None and (
-            lowest < cls or (lowest == cls and c.peers_going_on(head, to_go))
+            lowest < cls or (lowest == cls and c.peers_going_on(head, max(end - now, 0.0)))
         ):
             return True
         if amount <= reclaim + _EPS:
@@ -116,6 +138,7 @@ def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
     for project, sks in st.other_queues.items():
         out[project].extend(sks)
     preemption = c.snap.policy.preemption
+    _forget_stale_hopes(c)
     rooms: dict[tuple[str, str], float] = {}  # ``Cycle.room``: fixed until the first admission
     live: set[tuple[Signature, str]] = set()
     for sig, projects in _to_judge(c).items():

@@ -119,7 +119,6 @@ class Cycle:
         self.pools: dict[tuple[str, str], tuple[str, ...]] = {}  # ``search_memo.key_of``
         self._lenders: dict[tuple[str, str], tuple[str, ...]] = {}  # ``lenders_at_start``
         self.gone: dict[tuple[str, ...], tuple[int, dict[str, int]]] = {}  # ``.gone_on``
-        self.hopes: dict[str, parking.Hope] = {}  # ``parking._hope``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
 

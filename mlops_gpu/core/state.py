@@ -121,6 +121,10 @@ class State:
         self.new_heads: set[tuple[Signature, str]] = set()
         self.lot_fit: dict[Signature, list[str]] = {}
         self.lot_live: set[tuple[Signature, str]] = set()
+        #: ``parking._hope`` per project, kept until a run of its cohort tree starts, ends or
+        #: stops being a possible victim (``hope_stale`` names the project it happened to)
+        self.hopes: dict[str, dict[str, tuple[int | None, float, float]]] = {}
+        self.hope_stale: set[str] = set()
         self.ends: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
         self.moving_ends: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
         self._reached: dict[str, dict[tuple[int, int], tuple[int, float]]] = {}
@@ -244,6 +248,7 @@ class State:
         assert run.placement is not None, f"active run {run.id} has no placement"
         self.active[run.id] = run
         self.touched.add((run.project, run.placement.gpu_type))
+        self.hope_stale.add(run.project)
         if not taken:
             self.cap.take(run.project, run.placement, run.request.gpu_types)
         self._timeline(run, add=True)
@@ -317,6 +322,7 @@ class State:
         run = self.active[run_id]
         if run.id in self.going:
             return
+        self.hope_stale.add(run.project)
         if run.spec.preemptible:
             self._victim(run, -1)
         self._timeline(run, add=False)
@@ -328,6 +334,7 @@ class State:
         run = self.active.pop(run_id)
         assert run.placement is not None
         self.touched.add((run.project, run.placement.gpu_type))
+        self.hope_stale.add(run.project)
         self.cap.release(run.project, run.placement, run.request.gpu_types)
         self.memo.released(run.placement.gpu_type, run.placement.node_names)
         self._timeline(run, add=False)

@@ -9,9 +9,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mlops_gpu.core import parking
 from mlops_gpu.core.backfill import _timelines, reach_on
 from mlops_gpu.core.engine import Incremental
-from mlops_gpu.core.policy import decide
+from mlops_gpu.core.policy import Cycle, decide
 from mlops_gpu.core.state import State
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -193,6 +194,12 @@ def replay(template: object, events: list[tuple[object, ...]]) -> None:
             assert {k: v for k, v in eng.state.heads.items() if v} == {
                 k: v for k, v in fresh.heads.items() if v
             }
+            # the victims' hopes the parking lot keeps between cycles match fresh ones, once
+            # those of the cohort trees that changed are dropped (as the cycle's start does)
+            parking._forget_stale_hopes(Cycle(eng.state, now))
+            fresh_cycle = Cycle(State.from_snapshot(snap), now)
+            for project, kept in eng.state.hopes.items():
+                assert kept == parking._hope(fresh_cycle, project), project
             held = {n: dict(on) for n, on in eng.state.memo.held.items() if on}
             assert held == {n: dict(on) for n, on in fresh.memo.held.items() if on}
             ref = decide(snap)
