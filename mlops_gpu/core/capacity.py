@@ -87,6 +87,9 @@ class Capacity:
                 continue  # a node that left the inventory: nothing to book
             node = self.nodes[slot.node]
             self._host(slot, -1, accepts)
+            if not node.mig and slot.fraction >= 1.0 and slot.memory_mb is None:
+                self._take_whole(node, slot.devices)
+                continue
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
                 if mig_profile is not None:
@@ -112,6 +115,9 @@ class Capacity:
                 continue
             node = self.nodes[slot.node]
             self._host(slot, +1, accepts)
+            if not node.mig and slot.fraction >= 1.0 and slot.memory_mb is None:
+                self._free_whole(node, slot.devices)
+                continue
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
                 if mig_profile is not None:
@@ -167,22 +173,37 @@ class Capacity:
             self._sigs[name] = sig
         return sig
 
-    def _take_device(self, node: Node, dev: str) -> None:
+    def _take_whole(self, node: Node, devices: tuple[str, ...]) -> None:
+        """``_take_device`` for each of a whole-GPU slot's devices, moving the node between
+        free-count buckets once (the buckets end as after one move per device)."""
         free = self.free[node.name]
-        if dev in free:
-            self._rebucket(node, len(free), len(free) - 1)
-            free.remove(dev)
+        before = len(free)
+        for dev in devices:
+            if dev in free:
+                free.remove(dev)
+        if len(free) != before:
+            self._rebucket(node, before, len(free))
+
+    def _free_whole(self, node: Node, devices: tuple[str, ...]) -> None:
+        """``_free_device`` for each of a whole-GPU slot's devices, with one bucket move."""
+        free = self.free[node.name]
+        before = len(free)
+        pos = self._positions.get(node.name)
+        if pos is None:
+            pos = self._positions[node.name] = {d: i for i, d in enumerate(node.devices)}
+        for dev in devices:
+            if dev not in free:
+                # In the node's device order, in O(log n) comparisons: sorting with
+                # ``devices.index`` as the key was quadratic on a 600-GPU node.
+                insort(free, dev, key=pos.__getitem__)
+        if len(free) != before:
+            self._rebucket(node, before, len(free))
+
+    def _take_device(self, node: Node, dev: str) -> None:
+        self._take_whole(node, (dev,))
 
     def _free_device(self, node: Node, dev: str) -> None:
-        free = self.free[node.name]
-        if dev not in free:
-            self._rebucket(node, len(free), len(free) + 1)
-            pos = self._positions.get(node.name)
-            if pos is None:
-                pos = self._positions[node.name] = {d: i for i, d in enumerate(node.devices)}
-            # In the node's device order, in O(log n) comparisons: sorting with
-            # ``devices.index`` as the key was quadratic on a 600-GPU node.
-            insort(free, dev, key=pos.__getitem__)
+        self._free_whole(node, (dev,))
 
     def _rebucket(self, node: Node, old: int, new: int) -> None:
         b = self.buckets.get((node.gpu_type, node.backend))
