@@ -91,7 +91,11 @@ class Cycle:
     ) -> None:
         state.set_time(now)  # 1. snapshot
         self.state = state
-        self.snap = state.view(now, usage_history, spent)
+        # Without the active runs: the helpers a cycle calls read them from the state (a
+        # tuple of every active run each cycle would cost what the cluster holds, not what
+        # changed); ``explain`` adds them (``_with_active``).
+        self.snap = state.view(now, usage_history, spent, with_active=False)
+        self._full: Snapshot | None = None
         self.cap, self.quota = state.cap, state.quota
         self.shares = Shares(self.snap, self.cap.used, state.capacity_by_type)
         self.admissions: list[Admission] = []
@@ -643,10 +647,16 @@ class Cycle:
             f"{shape_text(run, types)}; the largest free block is {blocks}{extra}",
         )
 
+    def _with_active(self) -> Snapshot:
+        """The cycle's snapshot with the state's active runs (the ETAs read their ends)."""
+        if self._full is None:
+            self._full = replace(self.snap, active=tuple(self.state.active.values()))
+        return self._full
+
     def explain(self) -> list[PendingReason]:
         """A reason for every pending run not admitted, with ETAs: the reservation's time
         for its run, the profile estimate (``EtaBook``) for the rest, in the order met."""
-        snap, st = self.snap, self.state
+        snap, st = self._with_active(), self.state
         out: dict[str, PendingReason] = {}
         for rid, why in st.invalid.items():
             out[rid] = PendingReason(rid, ReasonCode.INVALID, why)
@@ -728,7 +738,7 @@ class Cycle:
             if self.quota.root.get(run.project) is None:
                 limit = float(q.nominal)
             eta, why = quota_eta(
-                self.snap,
+                self._with_active(),
                 self.quota.used[(run.project, t)],
                 limit,
                 run.project,

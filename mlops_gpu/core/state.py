@@ -140,14 +140,22 @@ class State:
             st.add_pending(r)
         return st
 
-    def view(self, now: float, usage_history: object = None, spent: object = None) -> Snapshot:
+    def view(
+        self,
+        now: float,
+        usage_history: object = None,
+        spent: object = None,
+        with_active: bool = True,
+    ) -> Snapshot:
         """A snapshot of the state for the helpers (placement, preemption, backfill): the
-        active runs in the state, no pending runs (the cycle reads those from ``queues``)."""
+        active runs in the state (none without ``with_active``: a cycle reads them from the
+        state, and only its explanations need them in a snapshot), no pending runs (the cycle
+        reads those from ``queues``)."""
         t = self.template
         return replace(
             t,
             now=now,
-            active=tuple(self.active.values()),
+            active=tuple(self.active.values()) if with_active else (),
             usage_history=t.usage_history if usage_history is None else usage_history,  # type: ignore[arg-type]
             spent=t.spent if spent is None else spent,  # type: ignore[arg-type]
         )
