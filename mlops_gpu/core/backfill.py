@@ -74,11 +74,14 @@ def reserve(
     gpu_types: list[str],
     lines_of: Callable[[str], list[tuple[float, int]]] | None = None,
     reach: Callable[[str, int, int], tuple[int, float]] | None = None,
+    earliest: Callable[[str], list[tuple[float, str]] | None] | None = None,
 ) -> Reservation | None:
     """The earliest reservation for a whole-GPU run, or None when no time can be computed.
     ``lines_of(node)``, when given, is the node's timeline (``State.lines``), instead of one
     computed from every active run; ``reach(node, free, need)``, when given, is what
-    ``reach_on`` would find on that timeline (``State.reach``: without building it)."""
+    ``reach_on`` would find on that timeline (``State.reach``: without building it);
+    ``earliest(type)``, when given, is what the walk over the type's nodes would choose on
+    their one backend (``State.earliest``, from an index), or None where it cannot tell."""
     req = run.request
     if req.shape != "whole":
         return None
@@ -87,20 +90,12 @@ def reserve(
     walk = reach if reach is not None else _walker(lines_of, snap.now)
     best: Reservation | None = None
     for t in gpu_types:
-        by_backend: dict[str, list[tuple[float, str]]] = defaultdict(list)
-        for node in eligible_nodes(snap, cap, run, t):
-            if node.capacity < req.gpus:
-                continue
-            free, when = len(cap.free[node.name]), snap.now
-            if free < req.gpus:
-                free, when = walk(node.name, free, req.gpus)
-            if free >= req.gpus:
-                by_backend[node.backend].append((when, node.name))
-        for cands in by_backend.values():
-            if len(cands) < req.nodes:
-                continue
-            cands.sort()
-            chosen = cands[: req.nodes]
+        picked = earliest(t) if earliest is not None else None
+        if picked is not None:
+            groups = [picked] if len(picked) >= req.nodes else []
+        else:
+            groups = _earliest_by_backend(snap, cap, run, t, walk)
+        for chosen in groups:
             at = chosen[-1][0]
             if best is None or at < best.at:
                 best = Reservation(
@@ -110,6 +105,28 @@ def reserve(
                     {name: lines_of(name) for _, name in chosen},
                 )
     return best
+
+
+def _earliest_by_backend(
+    snap: Snapshot,
+    cap: Capacity,
+    run: Run,
+    gpu_type: str,
+    walk: Callable[[str, int, int], tuple[int, float]],
+) -> list[list[tuple[float, str]]]:
+    """Per backend (in the order their nodes first fit), the ``nodes`` eligible nodes of
+    ``gpu_type`` that first have the run's GPUs per node free: (time, node), earliest first."""
+    req = run.request
+    by_backend: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for node in eligible_nodes(snap, cap, run, gpu_type):
+        if node.capacity < req.gpus:
+            continue
+        free, when = len(cap.free[node.name]), snap.now
+        if free < req.gpus:
+            free, when = walk(node.name, free, req.gpus)
+        if free >= req.gpus:
+            by_backend[node.backend].append((when, node.name))
+    return [sorted(c)[: req.nodes] for c in by_backend.values() if len(c) >= req.nodes]
 
 
 def _walker(

@@ -24,6 +24,9 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node, NodeSlot, Placement, ResourceRequest
 from mlops_gpu.model.cluster import mig_share
 
+#: Node changes kept in ``Capacity.changes`` before it is cut (its readers then start over).
+MAX_CHANGES = 50_000
+
 
 class Capacity:
     def __init__(self, snap: Snapshot) -> None:
@@ -49,6 +52,11 @@ class Capacity:
             n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in snap.nodes
         )
         self.mix = Mix()
+        #: Nodes whose free whole devices changed, in order (``reach_index`` follows it; the
+        #: timeline's owner adds nodes whose expected ends changed): absolute positions start
+        #: at ``changes_base``; cut short past ``MAX_CHANGES``.
+        self.changes: list[str] = []
+        self.changes_base = 0
         self._type_capacity: dict[str, float] | None = None
         self._sigs: dict[str, Sig] = {}
         self._positions: dict[str, dict[str, int]] = {}
@@ -183,6 +191,7 @@ class Capacity:
                 free.remove(dev)
         if len(free) != before:
             self._rebucket(node, before, len(free))
+            self.note(node.name)
 
     def _free_whole(self, node: Node, devices: tuple[str, ...]) -> None:
         """``_free_device`` for each of a whole-GPU slot's devices, with one bucket move."""
@@ -198,6 +207,14 @@ class Capacity:
                 insort(free, dev, key=pos.__getitem__)
         if len(free) != before:
             self._rebucket(node, before, len(free))
+            self.note(node.name)
+
+    def note(self, name: str) -> None:
+        """Log that the node's free devices or expected ends changed."""
+        if len(self.changes) >= MAX_CHANGES:
+            self.changes_base += len(self.changes)
+            self.changes.clear()
+        self.changes.append(name)
 
     def _take_device(self, node: Node, dev: str) -> None:
         self._take_whole(node, (dev,))

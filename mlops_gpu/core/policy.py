@@ -292,6 +292,7 @@ class Cycle:
                         types,
                         lambda n: st.lines(n, now),
                         lambda n, free, need: st.reach(n, now, free, need),
+                        lambda t: st.earliest(run, t, now),
                     )
         return self._reservation
 

@@ -38,8 +38,9 @@ from dataclasses import replace
 from mlops_gpu.core.backfill import reach_on
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.fairshare import las_level
-from mlops_gpu.core.placement import could_ever_fit
+from mlops_gpu.core.placement import could_ever_fit, eligible_nodes
 from mlops_gpu.core.quota import QuotaBook
+from mlops_gpu.core.reach_index import Index
 from mlops_gpu.core.search_memo import SearchMemo
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Phase, Placement, Run
@@ -128,6 +129,9 @@ class State:
         self.ends: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
         self.moving_ends: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
         self._reached: dict[str, dict[tuple[int, int], tuple[int, float]]] = {}
+        #: (type, pinned backend, gang, GPUs per node) -> ``reach_index.Index`` (None: not
+        #: served)
+        self._earliest: dict[tuple[str, str | None, bool, int], Index | None] = {}
         self._types_of: dict[ShapeKey, list[str]] = {}
         self._accepted: dict[tuple[str, ...], list[str]] = {}
 
@@ -370,6 +374,7 @@ class State:
             if slot.fraction < 1.0 or slot.memory_mb is not None:
                 continue
             n = len(slot.devices)
+            self.cap.note(slot.node)
             if fixed is None:
                 moving = self.moving_ends[slot.node]
                 if add:
@@ -400,16 +405,21 @@ class State:
 
     def reach(self, node: str, now: float, free: int, need: int) -> tuple[int, float]:
         """``backfill.reach_on(self.lines(node, now), free, need, now)`` without building the
-        whole timeline. With no moving ends it walks the fixed ends in order, unclamped, and
-        clamps the time found to ``now``: clamping keeps their order, so the end at which
-        ``need`` is reached (or the last) is the same, and its clamped time is what the clamped
-        walk finds. (Runs ending at the same moment may come in another order than ``lines``
-        sorts them, which changes neither when ``need`` is reached nor whether it ever is.)
-        The unclamped walk depends only on ``free``, ``need`` and the node's fixed ends, so it
-        is kept until they change: a reservation asks the same of hundreds of unchanged nodes
-        cycle after cycle."""
+        whole timeline: with no moving ends, ``reach_fixed``'s time clamped to ``now``."""
         if self.moving_ends.get(node):
             return reach_on(self.lines(node, now), free, need, now)
+        got, when = self.reach_fixed(node, free, need)
+        return got, (when if when > now else now)
+
+    def reach_fixed(self, node: str, free: int, need: int) -> tuple[int, float]:
+        """Walking the node's fixed ends in order, unclamped, from ``free`` GPUs free: the GPUs
+        free and the end at which ``need`` are (or all it frees and its last end; -inf with no
+        end). Clamping keeps the ends' order, so the end found is the one the clamped walk
+        finds, and clamping it gives that walk's time. (Runs ending at the same moment may
+        come in another order than ``lines`` sorts them, which changes neither when ``need``
+        is reached nor whether it ever is.) It depends only on ``free``, ``need`` and the
+        fixed ends, so it is kept until they change: a reservation asks the same of hundreds
+        of unchanged nodes cycle after cycle."""
         cache = self._reached.get(node)
         if cache is None:
             cache = self._reached[node] = {}
@@ -421,8 +431,31 @@ class State:
                 if got >= need:
                     break
             found = cache[(free, need)] = (got, when)
-        got, when = found
-        return got, (when if when > now else now)
+        return found
+
+    def earliest(self, run: Run, gpu_type: str, now: float) -> list[tuple[float, str]] | None:
+        """For the reservation of whole-GPU ``run`` on ``gpu_type``: the ``nodes`` earliest
+        (time, node) at which an eligible node has its GPUs per node free (``reach_index``),
+        or None where the index does not serve the request (host resources asked, or eligible
+        nodes on more than one backend): the caller walks the nodes then."""
+        req = run.request
+        if req.shape != "whole" or req.cpu_milli or req.host_memory_mb:
+            return None
+        key = (gpu_type, run.spec.backend, req.nodes > 1, req.gpus)
+        if key in self._earliest:
+            index = self._earliest[key]
+        else:
+            nodes = [
+                n
+                for n in eligible_nodes(self.template, self.cap, run, gpu_type)
+                if n.capacity >= req.gpus
+            ]
+            one = len({n.backend for n in nodes}) <= 1
+            index = Index([n.name for n in nodes], req.gpus) if one else None
+            self._earliest[key] = index
+        if index is None:
+            return None
+        return index.earliest(self, now, req.nodes)
 
     def set_time(self, now: float) -> None:
         """Advance the clock; runs whose backoff is over join their queues."""

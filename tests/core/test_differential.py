@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlops_gpu.core import parking
-from mlops_gpu.core.backfill import _timelines, reach_on
+from mlops_gpu.core.backfill import _earliest_by_backend, _timelines, reach_on
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.policy import Cycle, decide
+from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -143,6 +144,27 @@ def test_remembered_search_failures_decide_as_from_scratch(
     replay(template, events)
 
 
+def _check_earliest(
+    eng: Incremental, snap: Snapshot, lines: dict[str, list[tuple[float, int]]], now: float
+) -> None:
+    """The earliest nodes a reservation reads from its index (``State.earliest``) are those a
+    walk over every node's timeline chooses; the index declines only types whose nodes are on
+    several backends."""
+
+    def walk(node: str, free: int, need: int) -> tuple[int, float]:
+        return reach_on(lines.get(node, []), free, need, now)
+
+    for gpus, width in ((1, 1), (4, 1), (8, 1), (4, 2)):
+        probe = make_run("probe", "p0", gpus=gpus, nodes=width)
+        for t in TYPES:
+            walked = _earliest_by_backend(snap, eng.state.cap, probe, t, walk)
+            got = eng.state.earliest(probe, t, now)
+            if got is None:
+                assert len({n.backend for n in snap.nodes if n.gpu_type == t}) > 1
+            else:
+                assert ([got] if len(got) >= width else []) == walked
+
+
 def replay(template: object, events: list[tuple[object, ...]]) -> None:
     """Drive the incremental engine through ``events``; at every cycle its decision (and its
     indexes) must equal a from-scratch recomputation's."""
@@ -184,6 +206,7 @@ def replay(template: object, events: list[tuple[object, ...]]) -> None:
                     got_free, got_when = eng.state.reach(node.name, now, free, need)
                     want_free, want_when = reach_on(line, free, need, now)
                     assert (got_free >= need, got_when) == (want_free >= need, want_when)
+            _check_earliest(eng, snap, lines, now)
             fresh = State.from_snapshot(snap)  # so does the index of victims' expected ends
             assert {k: v for k, v in eng.state.victim_ends.items() if v} == {
                 k: v for k, v in fresh.victim_ends.items() if v
