@@ -25,13 +25,21 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node, Run
 
 
+def start_of(run: Run) -> float | None:
+    """When the run started or, before it is reported started, was admitted (None: neither).
+    (Plain tests, not a generator: this is asked of every victim candidate in a search.)"""
+    started = run.started_at
+    return started if started is not None else run.admitted_at
+
+
 def expected_end(snap: Snapshot, run: Run) -> float | None:
     if run.preempt_requested:
         return snap.now + run.spec.checkpoint.grace_s
-    if run.spec.max_runtime_s is None:
+    mr = run.spec.max_runtime_s
+    if mr is None:
         return None
-    start = next((t for t in (run.started_at, run.admitted_at) if t is not None), snap.now)
-    return max(start + run.spec.max_runtime_s, snap.now)
+    start = start_of(run)
+    return max((snap.now if start is None else start) + mr, snap.now)
 
 
 @dataclass

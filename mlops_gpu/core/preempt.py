@@ -44,9 +44,10 @@ _NO_ROOM = _NoRoom()
 def lost_gpu_s(snap: Snapshot, run: Run) -> float:
     """GPU-seconds of work a victim loses: since its last checkpoint, else since it started."""
     assert run.placement is not None
-    since = max(
-        t for t in (run.last_checkpoint_at, run.started_at, run.admitted_at, 0.0) if t is not None
-    )
+    since = 0.0  # the latest of them (a loop, not a generator: asked of every candidate)
+    for t in (run.last_checkpoint_at, run.started_at, run.admitted_at):
+        if t is not None and t > since:
+            since = t
     return run.placement.gpu_amount * max(snap.now - since, 0.0)
 
 

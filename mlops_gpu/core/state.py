@@ -35,7 +35,7 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import replace
 
-from mlops_gpu.core.backfill import reach_on
+from mlops_gpu.core.backfill import reach_on, start_of
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.fairshare import las_level
 from mlops_gpu.core.placement import could_ever_fit, eligible_nodes
@@ -278,7 +278,7 @@ class State:
         if not pool[value]:
             del pool[value]
         mr = run.spec.max_runtime_s
-        start = next((t for t in (run.started_at, run.admitted_at) if t is not None), None)
+        start = start_of(run)
         # without a start its end moves with the clock: infinite keeps longest_to_go an upper
         # bound, which is all its users need
         end = math.inf if mr is None or start is None else start + mr
@@ -361,7 +361,7 @@ class State:
         computes it: fixed, or moving with the clock, or unknown (not booked)."""
         assert run.placement is not None
         mr = run.spec.max_runtime_s
-        start = next((t for t in (run.started_at, run.admitted_at) if t is not None), None)
+        start = start_of(run)
         if run.preempt_requested:
             fixed, offset = None, run.spec.checkpoint.grace_s
         elif mr is None:
