@@ -23,8 +23,10 @@ Invariants:
   with a fixed expected end (start + ``max_runtime``); ``moving_ends[node]`` maps run id ->
   (seconds after now, GPUs) for ends that move with the clock (a run being preempted ends
   within its grace). ``lines(node, now)`` equals ``backfill._timelines`` for that node.
-- ``_reached[node][(free, need)]`` caches ``reach`` on the node's fixed ends, unclamped; it is
-  dropped whenever ``ends[node]`` changes (clamping to the clock is applied at each read).
+- ``_reached[node][(free, need)]`` caches ``reach_fixed`` (the walk over the node's fixed
+  ends, unclamped); it is dropped whenever ``ends[node]`` changes. Every change of a node's
+  ends is also logged in ``cap.changes``, which the reservation's index follows
+  (``reach_index``).
 """
 
 from __future__ import annotations
