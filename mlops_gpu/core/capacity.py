@@ -96,7 +96,7 @@ class Capacity:
             node = self.nodes[slot.node]
             self._host(slot, -1, accepts)
             if not node.mig and slot.fraction >= 1.0 and slot.memory_mb is None:
-                self._take_whole(node, slot.devices)
+                self._take_devices(node, slot.devices)
                 continue
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
@@ -105,14 +105,14 @@ class Capacity:
                     if dev in free:
                         free.remove(dev)
                 elif slot.fraction >= 1.0 and slot.memory_mb is None:
-                    self._take_device(node, dev)
+                    self._take_devices(node, (dev,))
                 else:
                     frac, mem = self.shared[slot.node].get(dev, (0.0, 0))
                     self.shared[slot.node][dev] = (
                         frac + slot.fraction,
                         mem + (slot.memory_mb or 0),
                     )
-                    self._take_device(node, dev)
+                    self._take_devices(node, (dev,))
         self.used[(project, placement.gpu_type)] += placement.gpu_amount
         self.type_used[placement.gpu_type] += placement.gpu_amount
 
@@ -124,7 +124,7 @@ class Capacity:
             node = self.nodes[slot.node]
             self._host(slot, +1, accepts)
             if not node.mig and slot.fraction >= 1.0 and slot.memory_mb is None:
-                self._free_whole(node, slot.devices)
+                self._free_devices(node, slot.devices)
                 continue
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
@@ -133,13 +133,13 @@ class Capacity:
                     order = node.mig[mig_profile]
                     self.mig_free[slot.node][mig_profile].sort(key=order.index)
                 elif slot.fraction >= 1.0 and slot.memory_mb is None:
-                    self._free_device(node, dev)
+                    self._free_devices(node, (dev,))
                 else:
                     frac, mem = self.shared[slot.node][dev]
                     frac, mem = frac - slot.fraction, mem - (slot.memory_mb or 0)
                     if frac <= 1e-9 and mem <= 0:
                         del self.shared[slot.node][dev]
-                        self._free_device(node, dev)
+                        self._free_devices(node, (dev,))
                     else:
                         self.shared[slot.node][dev] = (frac, mem)
         self.used[(project, placement.gpu_type)] -= placement.gpu_amount
@@ -181,9 +181,10 @@ class Capacity:
             self._sigs[name] = sig
         return sig
 
-    def _take_whole(self, node: Node, devices: tuple[str, ...]) -> None:
-        """``_take_device`` for each of a whole-GPU slot's devices, moving the node between
-        free-count buckets once (the buckets end as after one move per device)."""
+    def _take_devices(self, node: Node, devices: tuple[str, ...]) -> None:
+        """Take the devices that are free, moving the node between free-count buckets once
+        (a whole-GPU slot's devices are taken together; the buckets end as after one move
+        per device)."""
         free = self.free[node.name]
         before = len(free)
         for dev in devices:
@@ -193,8 +194,9 @@ class Capacity:
             self._rebucket(node, before, len(free))
             self.note(node.name)
 
-    def _free_whole(self, node: Node, devices: tuple[str, ...]) -> None:
-        """``_free_device`` for each of a whole-GPU slot's devices, with one bucket move."""
+    def _free_devices(self, node: Node, devices: tuple[str, ...]) -> None:
+        """Give back the devices that are taken, in the node's device order, with one bucket
+        move."""
         free = self.free[node.name]
         before = len(free)
         pos = self._positions.get(node.name)
@@ -215,12 +217,6 @@ class Capacity:
             self.changes_base += len(self.changes)
             self.changes.clear()
         self.changes.append(name)
-
-    def _take_device(self, node: Node, dev: str) -> None:
-        self._take_whole(node, (dev,))
-
-    def _free_device(self, node: Node, dev: str) -> None:
-        self._free_whole(node, (dev,))
 
     def _rebucket(self, node: Node, old: int, new: int) -> None:
         b = self.buckets.get((node.gpu_type, node.backend))

@@ -79,17 +79,14 @@ def _hope(c: Cycle, project: str) -> Hope:
     for t in st.types:
         pool = st.victims.get((project, t))
         lowest = min(pool) if pool else None
-        end = -1.0
-        if lowest is not None:
-            ends = st.victim_ends.get((project, t, lowest))
-            end = ends[-1] if ends else -1.0
+        end = None if lowest is None else st.latest_victim_end(project, t, lowest)
         reclaim = -1.0
         if owner is not None and any(
             m != project and st.victims.get((m, t)) for m in c.lenders_at_start(owner, t)
         ):
             reclaim = quota.quota(project, t).nominal - quota.used[(project, t)]
         if lowest is not None or reclaim >= 0:
-            out[t] = (lowest, end, reclaim)
+            out[t] = (lowest, -1.0 if end is None else end, reclaim)
     st.hopes[project] = out
     return out
 

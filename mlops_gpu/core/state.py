@@ -299,8 +299,14 @@ class State:
         """The most time any victim candidate of (project, type, class) is expected to run on
         (as ``backfill.expected_end`` counts it), infinite for one without ``max_runtime``;
         -1 when there is none."""
+        end = self.latest_victim_end(project, gpu_type, class_value)
+        return -1.0 if end is None else max(end - now, 0.0)
+
+    def latest_victim_end(self, project: str, gpu_type: str, class_value: int) -> float | None:
+        """The latest expected end of a victim candidate of (project, type, class), None when
+        there is none (``longest_to_go`` before the clock)."""
         ends = self.victim_ends.get((project, gpu_type, class_value))
-        return max(ends[-1] - now, 0.0) if ends else -1.0
+        return ends[-1] if ends else None
 
     def ever_fits(self, run: Run) -> list[str]:
         """The acceptable GPU types on which an empty cluster could host the run (cached: it
