@@ -8,11 +8,15 @@ reason and ETA for every pending run) at the longest queue, peak RSS, and, in th
 naive FIFO first-fit baseline on the same workload. The last line printed is one JSON object.
 
     python benchmarks/core_throughput.py [--nodes 1000] [--runs 50000] [--seed 1]
-                                         [--core installed|compiled]
+                                         [--core auto|native|installed|compiled]
 
-``--core compiled`` runs the same source compiled with mypyc (``scripts/compiled_core.py``
-builds it, cached). ``decisions_sha256`` digests every cycle's admissions (run, nodes,
-devices) and preemptions, so two runs that print the same digest decided alike.
+The engine is the incremental one (``--engine from-scratch``: a snapshot per cycle). Its
+core: ``native`` is the engine in Rust (``mlops_gpu.core.native``; ``scripts/native_core.py``
+builds it with cargo, cached), ``installed`` the Python core as imported, ``compiled`` the same
+Python source compiled with mypyc (``scripts/compiled_core.py``, cached); ``auto``, the
+default, is native where it can be built and says so on stderr where it cannot.
+``decisions_sha256`` digests every cycle's admissions (run, nodes, devices) and preemptions, so
+two runs that print the same digest decided alike: the three cores print the same.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from types import MappingProxyType
 
 from mlops_gpu.core import PolicySettings, Snapshot
 from mlops_gpu.core.engine import FromScratch
+from mlops_gpu.core.native import NativeEngine, load
 from mlops_gpu.model import (
     BackendCapabilities,
     Cohort,
@@ -221,13 +226,17 @@ def main() -> int:
     )
     ap.add_argument(
         "--core",
-        choices=["installed", "compiled"],
-        default="installed",
-        help="the core as imported (default), or compiled with mypyc (scripts/compiled_core.py)",
+        choices=["auto", "native", "installed", "compiled"],
+        default="auto",
+        help="native: the engine in Rust (scripts/native_core.py builds it, cached); installed: "
+        "the Python core as imported; compiled: the Python core compiled with mypyc "
+        "(scripts/compiled_core.py); auto (default): native where cargo can build it, else "
+        "installed",
     )
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import compiled_core
+    import native_core
 
     if args.core == "compiled" and not compiled_core.is_compiled():
         if os.environ.get("MLOPS_GPU_COMPILED_CHILD"):
@@ -237,10 +246,25 @@ def main() -> int:
         env = {**os.environ, "PYTHONPATH": path, "MLOPS_GPU_COMPILED_CHILD": "1"}
         return subprocess.call([sys.executable, __file__, *sys.argv[1:]], env=env)
     template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order)
-    engine = make_engine(args.engine, template)
+    module = None
+    if args.core in ("auto", "native") and args.engine == "incremental":
+        try:
+            module = load(str(native_core.build()))
+        except SystemExit as e:  # no cargo, or the build failed: say so
+            if args.core == "native":
+                raise
+            print(f"core_throughput: {e}; measuring the Python core instead", file=sys.stderr)
+    elif args.core == "native":
+        raise SystemExit("core_throughput: --core native serves --engine incremental only")
+    core = (
+        "native" if module is not None else "compiled" if compiled_core.is_compiled() else "python"
+    )
+    engine = (
+        NativeEngine(template, module) if module is not None else make_engine(args.engine, template)
+    )
     print(
         f"core_throughput: {len(template.nodes)} nodes, {args.runs} runs, engine {args.engine}, "
-        f"core {'compiled' if compiled_core.is_compiled() else 'python'} ...",
+        f"core {core} ...",
         file=sys.stderr,
     )
     ours = simulate(engine, runs, durations, explain_at_longest=True)
@@ -249,7 +273,7 @@ def main() -> int:
     out = {
         "bench": "core_throughput",
         "engine": args.engine,
-        "core": "compiled" if compiled_core.is_compiled() else "python",
+        "core": core,
         "nodes": len(template.nodes),
         "gpus": sum(n.capacity for n in template.nodes),
         "runs": args.runs,

@@ -2,10 +2,12 @@
 # The whole test suite, as README.md and CI run it: install (into .venv), start the real
 # services the tests need (PostgreSQL and a 4-node Slurm cluster from Debian's packages, a
 # Kubernetes control plane with 100 kwok GPU nodes built from Go modules; they stay up for the
-# next run, `scripts/*.sh stop` ends them), lint, type-check, then pytest.
+# next run, `scripts/*.sh stop` ends them), lint, type-check (Python, and the native engine's
+# Rust with cargo where cargo is installed), then pytest.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"  # rustup's cargo, for the native engine (native/)
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
@@ -40,5 +42,13 @@ echo "== ruff" >&2
 .venv/bin/ruff format --check .
 echo "== mypy --strict (model, core, state, sim)" >&2
 .venv/bin/mypy
+if command -v cargo >/dev/null; then
+  echo "== cargo fmt --check, cargo clippy (native/)" >&2
+  (cd native && cargo fmt --check &&
+    CARGO_TARGET_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/mlops-gpu/native-target" \
+    PYO3_PYTHON="$PWD/../.venv/bin/python" cargo clippy --release --locked -q -- -D warnings)
+else
+  echo "cargo not found: the native engine's tests will skip (CI makes them fail)" >&2
+fi
 echo "== pytest" >&2
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,109 @@
+//! Free whole devices and quota usage (`mlops_gpu.core.capacity.Capacity`, whole GPUs only).
+//!
+//! Invariants:
+//! - `free[node]` lists the node's free device numbers in the node's device order;
+//! - `buckets[g][k]` lists, by name, the schedulable nodes of group `g` (a (type, backend)
+//!   pair of `Model::groups`) with exactly `k` free devices: best fit is the first node of the
+//!   first non-empty bucket at or above the need;
+//! - `used[pt(p, t)]` is the GPUs project `p` holds of type `t`;
+//! - `take` and `release` are exact inverses (a preemption trial undoes itself).
+
+use crate::model::Model;
+
+/// Where a run runs: one backend, one type, one slot (node, devices) per gang member.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub ty: usize,
+    pub backend: usize,
+    pub slots: Vec<(usize, Vec<u16>)>,
+}
+
+impl Placement {
+    pub fn amount(&self) -> f64 {
+        self.slots.iter().map(|(_, d)| d.len()).sum::<usize>() as f64
+    }
+}
+
+pub struct Capacity {
+    pub free: Vec<Vec<u16>>,
+    pub buckets: Vec<Vec<Vec<usize>>>,
+    pub group_of: Vec<Option<usize>>,
+    pub used: Vec<f64>,
+}
+
+impl Capacity {
+    pub fn new(m: &Model) -> Capacity {
+        let mut buckets: Vec<Vec<Vec<usize>>> = vec![Vec::new(); m.groups.len()];
+        let mut group_of = vec![None; m.nodes.len()];
+        for (i, n) in m.nodes.iter().enumerate() {
+            if !n.schedulable {
+                continue;
+            }
+            let g = m
+                .groups
+                .binary_search(&(n.ty, n.backend))
+                .expect("group of a node");
+            group_of[i] = Some(g);
+            let b = &mut buckets[g];
+            while b.len() <= n.ndev {
+                b.push(Vec::new());
+            }
+            b[n.ndev].push(i); // nodes are numbered by name: pushed in order
+        }
+        Capacity {
+            free: m
+                .nodes
+                .iter()
+                .map(|n| (0..n.ndev as u16).collect())
+                .collect(),
+            buckets,
+            group_of,
+            used: vec![0.0; m.projects.len() * m.n_types],
+        }
+    }
+
+    fn rebucket(&mut self, node: usize, old: usize, new: usize) {
+        if let Some(g) = self.group_of[node] {
+            let b = &mut self.buckets[g];
+            let i = b[old].binary_search(&node).expect("node in its bucket");
+            b[old].remove(i);
+            let j = b[new].binary_search(&node).unwrap_err();
+            b[new].insert(j, node);
+        }
+    }
+
+    pub fn take(&mut self, m: &Model, project: usize, p: &Placement) {
+        for (node, devs) in &p.slots {
+            let free = &mut self.free[*node];
+            let before = free.len();
+            free.retain(|d| !devs.contains(d));
+            let after = free.len();
+            if after != before {
+                self.rebucket(*node, before, after);
+            }
+        }
+        self.used[m.pt(project, p.ty)] += p.amount();
+    }
+
+    pub fn release(&mut self, m: &Model, project: usize, p: &Placement) {
+        for (node, devs) in &p.slots {
+            let free = &mut self.free[*node];
+            let before = free.len();
+            for d in devs {
+                if let Err(i) = free.binary_search(d) {
+                    free.insert(i, *d);
+                }
+            }
+            let after = free.len();
+            if after != before {
+                self.rebucket(*node, before, after);
+            }
+        }
+        self.used[m.pt(project, p.ty)] -= p.amount();
+    }
+
+    /// How many schedulable nodes of group `g` have `gpus` or more free devices.
+    pub fn count_at_least(&self, g: usize, gpus: usize) -> usize {
+        self.buckets[g].iter().skip(gpus).map(|b| b.len()).sum()
+    }
+}

@@ -1,0 +1,364 @@
+//! One scheduling cycle (`mlops_gpu.core.policy.Cycle`, every queue visited): classes from
+//! the highest; within a class the project with the lowest weighted dominant share takes its
+//! next run, first the runs within nominal quota, then those that borrow; within a project
+//! its runs in order, each queue judged by its head. A run that fits (respecting the
+//! reservation) and its quota admits is admitted; else it may choose victims (`preempt`).
+//!
+//! Invariant: the same decisions as the Python core's cycle on the same state; a cycle
+//! changes the state only through `cap` (admissions taken, trials given back), and the
+//! engine applies its admissions and victims after it.
+
+use std::cell::RefCell;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use rustc_hash::FxHashSet as HashSet;
+
+use crate::backfill::{anchor, reserve, Reservation};
+use crate::capacity::Placement;
+use crate::model::Model;
+use crate::placement::{node_sets, place};
+use crate::quota::{admits, room, within_nominal};
+use crate::state::{key_cmp, State};
+
+const EPS: f64 = 1e-9;
+
+#[derive(Clone, Copy)]
+pub struct Range {
+    pub queue: usize,
+    pub lo: usize,
+    pub hi: usize,
+}
+
+#[derive(PartialEq)]
+enum Outcome {
+    Admitted,
+    Blocked,
+    TryNext,
+    Reserved,
+}
+
+/// A project's place in the fair-share heap: lowest first.
+struct Turn {
+    key: (f64, i64),
+    project: usize,
+}
+
+impl PartialEq for Turn {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Turn {}
+impl PartialOrd for Turn {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Turn {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // reversed: BinaryHeap pops the greatest
+        key_cmp(&o.key, &self.key).then(o.project.cmp(&self.project))
+    }
+}
+
+pub struct Cycle<'a> {
+    pub m: &'a Model,
+    pub st: &'a mut State,
+    pub now: f64,
+    load: Vec<f64>,
+    shares: Vec<Option<f64>>,
+    pub admissions: Vec<(usize, Placement)>,
+    pub preemptions: Vec<(usize, usize)>,
+    pub going: HashSet<usize>,
+    pub used_at_start: Vec<f64>,
+    pub reservation: Option<Reservation>,
+    blocked: Vec<bool>,
+    /// Scratch: GPUs per node (`preempt`), all zero between uses.
+    pub freed: RefCell<Vec<usize>>,
+    pub touched: RefCell<Vec<usize>>,
+    /// `room` per (project, type): (admissions when worked out + 1, room); 0: not yet.
+    rooms: RefCell<Vec<(usize, f64)>>,
+}
+
+impl<'a> Cycle<'a> {
+    pub fn new(m: &'a Model, st: &'a mut State, now: f64, history: Option<&[f64]>) -> Self {
+        let h = m.policy.half_life_s.max(1.0);
+        let load = st
+            .cap
+            .used
+            .iter()
+            .enumerate()
+            .map(|(k, u)| history.map_or(0.0, |hist| hist[k] / h) + u)
+            .collect();
+        let going = st.going.iter().copied().collect();
+        let used_at_start = st.cap.used.clone();
+        let n = m.projects.len();
+        let mut c = Cycle {
+            m,
+            st,
+            now,
+            load,
+            shares: vec![None; n],
+            admissions: Vec::new(),
+            preemptions: Vec::new(),
+            going,
+            used_at_start,
+            reservation: None,
+            blocked: vec![false; n],
+            freed: RefCell::new(vec![0; m.nodes.len()]),
+            touched: RefCell::new(Vec::new()),
+            rooms: RefCell::new(vec![(0, 0.0); n * m.n_types]),
+        };
+        if m.policy.backfill {
+            if let Some((run, types)) = anchor(&c) {
+                c.reservation = reserve(c.m, c.st, run, &types, now);
+            }
+        }
+        c
+    }
+
+    pub fn run(&mut self) {
+        let n = self.m.projects.len();
+        let mut levels: BTreeMap<i64, Vec<Vec<Range>>> = BTreeMap::new();
+        for (p, qs) in self.st.queues.iter().enumerate() {
+            for (j, q) in qs.iter().enumerate() {
+                let level = levels
+                    .entry(q.key.class)
+                    .or_insert_with(|| vec![Vec::new(); n]);
+                level[p].push(Range {
+                    queue: j,
+                    lo: 0,
+                    hi: q.runs.len(),
+                });
+            }
+        }
+        for (_, mut ranges) in levels.into_iter().rev() {
+            let mut deferred: Vec<Vec<Range>> = vec![Vec::new(); n];
+            self.serve(&mut ranges, Some(&mut deferred)); // runs within nominal quota
+            self.serve(&mut deferred, None); // then the runs that borrow
+        }
+    }
+
+    fn share(&mut self, p: usize) -> f64 {
+        if let Some(s) = self.shares[p] {
+            return s;
+        }
+        let m = self.m;
+        let mut best: Option<f64> = None;
+        for (t, &c) in m.capacity_by_type.iter().enumerate() {
+            if c > 0.0 {
+                let x = self.load[m.pt(p, t)] / c;
+                if best.is_none_or(|b| x > b) {
+                    best = Some(x);
+                }
+            }
+        }
+        let s = best.unwrap_or(0.0) / m.projects[p].weight;
+        self.shares[p] = Some(s);
+        s
+    }
+
+    fn turn_key(&mut self, p: usize, ranges: &[Range]) -> (f64, i64) {
+        if self.m.policy.fair_share {
+            return (self.share(p), 0);
+        }
+        let qs = &self.st.queues[p];
+        ranges
+            .iter()
+            .filter(|rg| rg.lo < rg.hi)
+            .map(|rg| self.st.runs[qs[rg.queue].runs[rg.lo]].key)
+            .min_by(key_cmp)
+            .unwrap_or((0.0, 0))
+    }
+
+    fn serve(&mut self, ranges: &mut [Vec<Range>], mut defer: Option<&mut Vec<Vec<Range>>>) {
+        let mut heap = BinaryHeap::new();
+        for (p, rs) in ranges.iter().enumerate() {
+            if !rs.is_empty() {
+                heap.push(Turn {
+                    key: self.turn_key(p, rs),
+                    project: p,
+                });
+            }
+        }
+        while let Some(Turn { project, .. }) = heap.pop() {
+            if self.turn(project, &mut ranges[project], defer.as_deref_mut()) {
+                heap.push(Turn {
+                    key: self.turn_key(project, &ranges[project]),
+                    project,
+                });
+            }
+        }
+    }
+
+    /// The project's next run that can start: true once one is admitted, false when none can.
+    fn turn(
+        &mut self,
+        p: usize,
+        ranges: &mut [Range],
+        mut defer: Option<&mut Vec<Vec<Range>>>,
+    ) -> bool {
+        let strict = self.m.policy.strict_fifo;
+        if self.blocked[p] {
+            ranges.iter_mut().for_each(|rg| rg.lo = rg.hi);
+            return false;
+        }
+        loop {
+            let mut best: Option<(usize, usize, (f64, i64))> = None; // (range, run, key)
+            for (k, rg) in ranges.iter().enumerate() {
+                if rg.lo < rg.hi {
+                    let (run, key) = self.head(p, rg);
+                    if best.is_none_or(|b| key_cmp(&key, &b.2).is_lt()) {
+                        best = Some((k, run, key));
+                    }
+                }
+            }
+            let Some((b, run, _)) = best else {
+                return false;
+            };
+            if let Some(defer) = defer.as_deref_mut() {
+                if self.must_borrow(run) {
+                    for (k, r2) in ranges.iter_mut().enumerate() {
+                        if (strict || k == b) && r2.lo < r2.hi {
+                            defer[p].push(*r2);
+                            r2.lo = r2.hi;
+                        }
+                    }
+                    if strict {
+                        return false;
+                    }
+                    continue;
+                }
+            }
+            if !strict && self.surely_blocked(run) {
+                ranges[b].lo = ranges[b].hi;
+                continue;
+            }
+            let outcome = self.try_run(run);
+            let rg = &mut ranges[b];
+            if outcome == Outcome::Admitted {
+                rg.lo += 1;
+                return true;
+            }
+            if strict {
+                self.blocked[p] = true;
+                ranges.iter_mut().for_each(|rg| rg.lo = rg.hi);
+                return false;
+            }
+            match outcome {
+                Outcome::Blocked => rg.lo = rg.hi,
+                Outcome::Reserved => {
+                    // identical runs behind it differ only in max_runtime: try the first that
+                    // would end before the reservation
+                    let latest = self.reservation.as_ref().expect("reserved").at - self.now;
+                    let q = &self.st.queues[p][rg.queue].runs;
+                    let mut j = rg.lo + 1;
+                    while j < rg.hi {
+                        if self.st.runs[q[j]]
+                            .max_runtime
+                            .is_some_and(|mr| mr <= latest)
+                        {
+                            break;
+                        }
+                        j += 1;
+                    }
+                    rg.lo = j;
+                }
+                _ => rg.lo += 1,
+            }
+        }
+    }
+
+    fn head(&self, p: usize, rg: &Range) -> (usize, (f64, i64)) {
+        let i = self.st.queues[p][rg.queue].runs[rg.lo];
+        (i, self.st.runs[i].key)
+    }
+
+    /// `quota::room`, remembered until the next admission (only admissions change usage
+    /// between a cycle's trials).
+    pub fn room(&self, p: usize, t: usize) -> f64 {
+        let k = self.m.pt(p, t);
+        let stamp = self.admissions.len() + 1;
+        let got = self.rooms.borrow()[k];
+        if got.0 == stamp {
+            return got.1;
+        }
+        let r = room(self.m, &self.st.cap.used, p, t);
+        self.rooms.borrow_mut()[k] = (stamp, r);
+        r
+    }
+
+    fn must_borrow(&self, i: usize) -> bool {
+        let r = &self.st.runs[i];
+        let used = &self.st.cap.used;
+        !r.types
+            .iter()
+            .any(|&t| within_nominal(self.m, used, r.project, t, r.amount()))
+    }
+
+    /// A cheap test that `try_run` would find the run blocked with no side effect
+    /// (`Cycle._surely_blocked`).
+    fn surely_blocked(&self, i: usize) -> bool {
+        let m = self.m;
+        if m.policy.preemption && self.victims_possible(i) {
+            return false;
+        }
+        let r = &self.st.runs[i];
+        for &t in &r.types {
+            let open = r.amount() <= self.room(r.project, t) + EPS;
+            if open && node_sets(m, &self.st.cap, r, t) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn try_run(&mut self, i: usize) -> Outcome {
+        let m = self.m;
+        let mut fits_without_reservation = false;
+        let types = self.st.runs[i].types.clone();
+        for &t in &types {
+            let r = &self.st.runs[i];
+            let flt = self
+                .reservation
+                .as_ref()
+                .map(|res| (res, r.max_runtime.map(|mr| self.now + mr)));
+            let placed = place(m, &self.st.cap, r, t, flt);
+            if placed.is_none() && flt.is_some() {
+                fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
+            }
+            let amount = placed.as_ref().map_or(r.amount(), |p| p.amount());
+            if !admits(m, &self.st.cap.used, r.project, t, amount) {
+                continue;
+            }
+            if let Some(p) = placed {
+                self.admit(i, p);
+                return Outcome::Admitted;
+            }
+        }
+        if fits_without_reservation && self.reservation.is_some() {
+            return Outcome::Reserved;
+        }
+        if m.policy.preemption {
+            let search = self.victims_possible(i);
+            let before = self.preemptions.len();
+            if (search || !self.going.is_empty()) && self.preempt(i, &types, search) {
+                return if self.preemptions.len() > before {
+                    Outcome::TryNext
+                } else {
+                    Outcome::Blocked
+                };
+            }
+        }
+        Outcome::Blocked
+    }
+
+    fn admit(&mut self, i: usize, p: Placement) {
+        let project = self.st.runs[i].project;
+        self.st.cap.take(self.m, project, &p);
+        self.load[self.m.pt(project, p.ty)] += p.amount();
+        self.shares[project] = None;
+        self.admissions.push((i, p));
+    }
+}

@@ -1,0 +1,70 @@
+//! The cluster, projects and policy a native engine schedules for, interned to indices.
+//!
+//! Invariants (the Python side, `mlops_gpu/core/native.py`, builds it so):
+//! - GPU types, backends, nodes and projects are numbered in the sorted order of their names,
+//!   so comparing indices compares names (the Python core breaks ties by name);
+//! - `of_type[t]` lists the nodes of type `t` in the snapshot's node order (the order
+//!   `placement.eligible_nodes` walks);
+//! - `members[root]` lists a cohort tree's projects in the snapshot's project order;
+//! - every quota term is whole GPUs, so every sum of usage is exact in any order.
+
+/// One node: `ndev` whole devices (numbered in the node's own device order).
+pub struct Node {
+    pub ty: usize,
+    pub backend: usize,
+    pub ndev: usize,
+    pub schedulable: bool,
+}
+
+/// A project's quota on one GPU type (`mlops_gpu.model.Quota`).
+#[derive(Clone, Copy)]
+pub struct Term {
+    pub nominal: f64,
+    pub borrowing: Option<f64>,
+    pub lending: Option<f64>,
+}
+
+pub struct Project {
+    pub weight: f64,
+    pub root: Option<usize>,
+    /// One term per GPU type (a type without a quota entry: nominal 0, borrowing limit 0).
+    pub terms: Vec<Term>,
+}
+
+pub struct Policy {
+    /// `order: shortest` (else `submit`).
+    pub shortest: bool,
+    pub strict_fifo: bool,
+    pub fair_share: bool,
+    pub half_life_s: f64,
+    pub preemption: bool,
+    pub backfill: bool,
+    pub shortest_preempt_ratio: f64,
+}
+
+pub struct Model {
+    pub n_types: usize,
+    pub nodes: Vec<Node>,
+    /// Per backend: `BackendCapabilities.multi_node`.
+    pub multi_node: Vec<bool>,
+    pub projects: Vec<Project>,
+    pub members: Vec<Vec<usize>>,
+    /// Per GPU type: the devices of every node of the type (`Capacity.capacity_by_type`).
+    pub capacity_by_type: Vec<f64>,
+    pub of_type: Vec<Vec<usize>>,
+    /// The (type, backend) pairs with schedulable nodes, sorted: the free-count index's keys.
+    pub groups: Vec<(usize, usize)>,
+    pub policy: Policy,
+}
+
+impl Model {
+    pub fn term(&self, project: usize, ty: usize) -> Term {
+        self.projects[project].terms[ty]
+    }
+
+    /// Index of project `p`'s usage of type `t` in per-(project, type) vectors.
+    #[inline]
+    pub fn pt(&self, p: usize, t: usize) -> usize {
+        p * self.n_types + t
+    }
+}

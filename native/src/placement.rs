@@ -1,0 +1,80 @@
+//! Best-fit placement of whole-GPU runs over the free-count buckets
+//! (`mlops_gpu.core.placement._place_whole_indexed`): per backend, the first `nodes` nodes
+//! that fit, fewest free devices first, then by name; the backend whose choice leaves the
+//! fewest free devices (then the names) wins; each node gives its first free devices.
+
+use crate::backfill::Reservation;
+use crate::capacity::{Capacity, Placement};
+use crate::model::Model;
+use crate::state::Run;
+
+/// A reservation a placement must respect, with the run's expected end (None: unknown).
+pub type Filter<'a> = Option<(&'a Reservation, Option<f64>)>;
+
+/// Whether group `g` (a (type, backend) pair) may host the run on type `t`.
+pub fn group_serves(m: &Model, g: usize, t: usize, r: &Run) -> bool {
+    let (ty, backend) = m.groups[g];
+    ty == t && r.pinned.is_none_or(|p| p == backend) && (r.nodes <= 1 || m.multi_node[backend])
+}
+
+pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> Option<Placement> {
+    let mut best: Option<(usize, Vec<usize>, usize)> = None;
+    for g in 0..m.groups.len() {
+        if !group_serves(m, g, t, r) {
+            continue;
+        }
+        let buckets = &cap.buckets[g];
+        let mut chosen: Vec<usize> = Vec::with_capacity(r.nodes);
+        let mut total = 0;
+        'scan: for (k, bucket) in buckets.iter().enumerate().skip(r.gpus) {
+            for &n in bucket {
+                if let Some((res, ends)) = flt {
+                    if !res.allows(n, k - r.gpus, ends) {
+                        continue;
+                    }
+                }
+                chosen.push(n);
+                total += k;
+                if chosen.len() == r.nodes {
+                    break 'scan;
+                }
+            }
+        }
+        if chosen.len() < r.nodes {
+            continue;
+        }
+        let better = match &best {
+            None => true,
+            Some((bt, bc, _)) => (total, &chosen) < (*bt, bc),
+        };
+        if better {
+            best = Some((total, chosen, m.groups[g].1));
+        }
+    }
+    let (_, chosen, backend) = best?;
+    Some(Placement {
+        ty: t,
+        backend,
+        slots: chosen
+            .into_iter()
+            .map(|n| (n, cap.free[n][..r.gpus].to_vec()))
+            .collect(),
+    })
+}
+
+/// Whether a node set could take the run on `t` now (`parking.node_sets`).
+pub fn node_sets(m: &Model, cap: &Capacity, r: &Run, t: usize) -> bool {
+    (0..m.groups.len())
+        .any(|g| group_serves(m, g, t, r) && cap.count_at_least(g, r.gpus) >= r.nodes)
+}
+
+/// Schedulable nodes of `t` the run may use, in the snapshot's node order
+/// (`placement.eligible_nodes`).
+pub fn eligible<'a>(m: &'a Model, r: &'a Run, t: usize) -> impl Iterator<Item = usize> + 'a {
+    m.of_type[t].iter().copied().filter(move |&n| {
+        let node = &m.nodes[n];
+        node.schedulable
+            && r.pinned.is_none_or(|p| p == node.backend)
+            && (r.nodes <= 1 || m.multi_node[node.backend])
+    })
+}

@@ -1,0 +1,353 @@
+//! What a cycle reads, kept up to date by events (`mlops_gpu.core.state.State`, whole GPUs).
+//!
+//! Invariants:
+//! - a queued run is in exactly one queue of its project: the runs with the same class, GPUs
+//!   per node, nodes, accepted types and pinned backend, sorted by order key
+//!   ((max_runtime or infinity, seq) under `shortest`, else (submit time, seq));
+//! - `pools[pt(p, t)]` maps class -> the preemptible active runs of project `p` on type `t`
+//!   that are not being preempted (the victim candidates), with their expected ends sorted;
+//! - `ends[node]` holds (end, GPUs) of each active run with a fixed expected end (start +
+//!   max_runtime); `moving[node]` those whose end moves with the clock (run id, seconds after
+//!   now, GPUs): a run being preempted ends within its grace.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crate::capacity::{Capacity, Placement};
+use crate::model::Model;
+
+pub struct Run {
+    pub id: String,
+    pub project: usize,
+    pub class: i64,
+    pub gpus: usize,
+    pub nodes: usize,
+    /// The cluster's types the run accepts, ascending (`State.types_of`).
+    pub types: Vec<usize>,
+    pub pinned: Option<usize>,
+    pub max_runtime: Option<f64>,
+    pub preemptible: bool,
+    pub grace_s: f64,
+    pub last_checkpoint_at: Option<f64>,
+    /// (max_runtime or infinity | submit time, seq)
+    pub key: (f64, i64),
+    pub placement: Option<Placement>,
+    pub admitted_at: Option<f64>,
+    pub started_at: Option<f64>,
+    pub going: bool,
+    pub queued: bool,
+}
+
+impl Run {
+    pub fn amount(&self) -> f64 {
+        (self.gpus * self.nodes) as f64
+    }
+
+    pub fn start(&self) -> Option<f64> {
+        self.started_at.or(self.admitted_at)
+    }
+}
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct QueueKey {
+    pub class: i64,
+    pub gpus: usize,
+    pub nodes: usize,
+    pub types: Vec<usize>,
+    pub pinned: Option<usize>,
+}
+
+pub struct Queue {
+    pub key: QueueKey,
+    pub runs: VecDeque<usize>,
+}
+
+/// A victim candidate: its expected end (infinite when unknown), and the GPUs it holds on
+/// its first two nodes (node `NONE`: no such slot; `more`: it holds more nodes, read from
+/// the run), so that a search reads the pool without visiting every run.
+#[derive(Clone, Copy)]
+pub struct Entry {
+    pub end: f64,
+    pub run: usize,
+    pub held: [(u32, u32); 2],
+    pub more: bool,
+}
+
+pub const NONE: u32 = u32::MAX;
+
+/// The victim candidates of one class, sorted by (end, run).
+#[derive(Default)]
+pub struct Pool {
+    pub ends: Vec<Entry>,
+}
+
+pub fn key_cmp(a: &(f64, i64), b: &(f64, i64)) -> std::cmp::Ordering {
+    a.0.partial_cmp(&b.0)
+        .expect("order keys are never NaN")
+        .then(a.1.cmp(&b.1))
+}
+
+pub struct State {
+    pub cap: Capacity,
+    pub runs: Vec<Run>,
+    pub by_id: HashMap<String, usize>,
+    pub queues: Vec<Vec<Queue>>,
+    pub pools: Vec<BTreeMap<i64, Pool>>,
+    pub going: Vec<usize>,
+    pub ends: Vec<Vec<(f64, u32)>>,
+    pub moving: Vec<Vec<(usize, f64, u32)>>,
+}
+
+impl State {
+    pub fn new(m: &Model) -> State {
+        State {
+            cap: Capacity::new(m),
+            runs: Vec::new(),
+            by_id: HashMap::new(),
+            queues: (0..m.projects.len()).map(|_| Vec::new()).collect(),
+            pools: (0..m.projects.len() * m.n_types)
+                .map(|_| BTreeMap::new())
+                .collect(),
+            going: Vec::new(),
+            ends: vec![Vec::new(); m.nodes.len()],
+            moving: vec![Vec::new(); m.nodes.len()],
+        }
+    }
+
+    /// A run joins its queue (a run id seen before, e.g. a requeued victim, reuses its slot).
+    pub fn enqueue(&mut self, mut run: Run) -> Result<(), String> {
+        let key = queue_key(&run);
+        let (order, project) = (run.key, run.project);
+        run.queued = true;
+        let i = match self.by_id.get(&run.id) {
+            Some(&i) => {
+                let old = &self.runs[i];
+                if old.queued || old.placement.is_some() {
+                    return Err(format!("run {} is already queued or active", run.id));
+                }
+                self.runs[i] = run;
+                i
+            }
+            None => {
+                self.by_id.insert(run.id.clone(), self.runs.len());
+                self.runs.push(run);
+                self.runs.len() - 1
+            }
+        };
+        let qs = &mut self.queues[project];
+        let q = match qs.iter().position(|q| q.key == key) {
+            Some(j) => &mut qs[j],
+            None => {
+                qs.push(Queue {
+                    key,
+                    runs: VecDeque::new(),
+                });
+                qs.last_mut().expect("just pushed")
+            }
+        };
+        let runs = &self.runs;
+        let at = q
+            .runs
+            .partition_point(|&r| key_cmp(&runs[r].key, &order).is_le());
+        q.runs.insert(at, i);
+        Ok(())
+    }
+
+    /// Take a queued run out of its queue (admitted, or withdrawn).
+    pub fn dequeue(&mut self, i: usize) {
+        let key = queue_key(&self.runs[i]);
+        let qs = &mut self.queues[self.runs[i].project];
+        if let Some(j) = qs.iter().position(|q| q.key == key) {
+            let q = &mut qs[j];
+            // from the head: admitted runs are nearly always there
+            if let Some(at) = q.runs.iter().position(|&x| x == i) {
+                q.runs.remove(at);
+            }
+            if q.runs.is_empty() {
+                qs.remove(j);
+            }
+        }
+        self.runs[i].queued = false;
+    }
+
+    /// An admitted run holds its placement (already booked in `cap` by the cycle).
+    pub fn activate(&mut self, m: &Model, i: usize, p: Placement, now: f64) {
+        self.dequeue(i);
+        let r = &mut self.runs[i];
+        r.placement = Some(p);
+        r.admitted_at = Some(now);
+        r.started_at = Some(now);
+        r.going = false;
+        self.timeline(m, i, true);
+        if self.runs[i].preemptible {
+            self.pool(m, i, true);
+        }
+    }
+
+    /// The run was chosen as a victim: no longer a candidate; it ends within its grace.
+    pub fn mark_going(&mut self, m: &Model, i: usize) {
+        if self.runs[i].going {
+            return;
+        }
+        if self.runs[i].preemptible {
+            self.pool(m, i, false);
+        }
+        self.timeline(m, i, false);
+        self.runs[i].going = true;
+        self.timeline(m, i, true);
+        self.going.push(i);
+    }
+
+    pub fn finish(&mut self, m: &Model, i: usize) -> Result<(), String> {
+        let Some(p) = self.runs[i].placement.clone() else {
+            return Err(format!("run {} is not active", self.runs[i].id));
+        };
+        self.cap.release(m, self.runs[i].project, &p);
+        self.timeline(m, i, false);
+        if self.runs[i].going {
+            self.going.retain(|&g| g != i);
+        } else if self.runs[i].preemptible {
+            self.pool(m, i, false);
+        }
+        let r = &mut self.runs[i];
+        r.placement = None;
+        r.going = false;
+        Ok(())
+    }
+
+    /// The run's expected end if fixed (start + max_runtime), else None.
+    fn fixed_end(&self, i: usize) -> Option<f64> {
+        let r = &self.runs[i];
+        match (r.max_runtime, r.start()) {
+            (Some(mr), Some(s)) => Some(s + mr),
+            _ => None,
+        }
+    }
+
+    fn pool(&mut self, m: &Model, i: usize, add: bool) {
+        let r = &self.runs[i];
+        let p = r.placement.as_ref().expect("an active run");
+        // without a start its end moves with the clock: infinite keeps the latest end an
+        // upper bound (`State._victim`)
+        let end = self.fixed_end(i).unwrap_or(f64::INFINITY);
+        let mut held = [(NONE, 0u32); 2];
+        for (k, (n, d)) in p.slots.iter().take(2).enumerate() {
+            held[k] = (*n as u32, d.len() as u32);
+        }
+        let entry = Entry {
+            end,
+            run: i,
+            held,
+            more: p.slots.len() > 2,
+        };
+        let pools = &mut self.pools[m.pt(r.project, p.ty)];
+        let pool = pools.entry(r.class).or_default();
+        let at = pool
+            .ends
+            .partition_point(|e| e.end < end || (e.end == end && e.run < i));
+        if add {
+            pool.ends.insert(at, entry);
+        } else {
+            if at < pool.ends.len() && pool.ends[at].run == i {
+                pool.ends.remove(at);
+            }
+            if pool.ends.is_empty() {
+                pools.remove(&r.class);
+            }
+        }
+    }
+
+    fn timeline(&mut self, _m: &Model, i: usize, add: bool) {
+        let r = &self.runs[i];
+        let (fixed, offset) = if r.going {
+            (None, r.grace_s)
+        } else {
+            match (r.max_runtime, r.start()) {
+                (None, _) => return,
+                (Some(mr), None) => (None, mr),
+                (Some(mr), Some(s)) => (Some(s + mr), 0.0),
+            }
+        };
+        let p = r.placement.as_ref().expect("an active run");
+        for (node, devs) in &p.slots {
+            let n = devs.len() as u32;
+            match fixed {
+                None => {
+                    let mv = &mut self.moving[*node];
+                    if add {
+                        mv.push((i, offset, n));
+                    } else {
+                        mv.retain(|x| x.0 != i);
+                    }
+                }
+                Some(end) => {
+                    let line = &mut self.ends[*node];
+                    let item = (end, n);
+                    let at = line.partition_point(|x| x.0 < end || (x.0 == end && x.1 < n));
+                    if add {
+                        line.insert(at, item);
+                    } else if at < line.len() && line[at] == item {
+                        line.remove(at);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node's (expected end, GPUs released) timeline at `now`, sorted (`State.lines`).
+    pub fn lines(&self, node: usize, now: f64) -> Vec<(f64, u32)> {
+        let mut out: Vec<(f64, u32)> = self.ends[node]
+            .iter()
+            .map(|&(e, n)| (if e > now { e } else { now }, n))
+            .collect();
+        let moving = &self.moving[node];
+        out.extend(moving.iter().map(|&(_, off, n)| (now + off, n)));
+        if !moving.is_empty() || out.first().is_some_and(|x| x.0 <= now) {
+            out.sort_by(|a, b| a.0.partial_cmp(&b.0).expect("no NaN").then(a.1.cmp(&b.1)));
+        }
+        out
+    }
+
+    /// Walking the node's timeline at `now` from `free` GPUs free: the GPUs free and the time
+    /// once `need` are free, or all it ever frees and its last end (`backfill.reach_on` over
+    /// `lines`). Without moving ends the fixed ends are walked in place, clamped: clamping
+    /// keeps their order, and ends tied at `now` in another order change neither the time
+    /// `need` is reached nor whether it ever is.
+    pub fn reach(&self, node: usize, mut free: usize, need: usize, now: f64) -> (usize, f64) {
+        let mut when = now;
+        if self.moving[node].is_empty() {
+            for &(end, n) in &self.ends[node] {
+                free += n as usize;
+                when = if end > now { end } else { now };
+                if free >= need {
+                    break;
+                }
+            }
+            return (free, when);
+        }
+        for (end, n) in self.lines(node, now) {
+            free += n as usize;
+            when = end;
+            if free >= need {
+                break;
+            }
+        }
+        (free, when)
+    }
+
+    /// The latest expected end of a victim candidate of (project, type, class).
+    pub fn latest_victim_end(&self, m: &Model, p: usize, t: usize, class: i64) -> Option<f64> {
+        self.pools[m.pt(p, t)]
+            .get(&class)
+            .and_then(|pool| pool.ends.last().map(|x| x.end))
+    }
+}
+
+fn queue_key(r: &Run) -> QueueKey {
+    QueueKey {
+        class: r.class,
+        gpus: r.gpus,
+        nodes: r.nodes,
+        types: r.types.clone(),
+        pinned: r.pinned,
+    }
+}

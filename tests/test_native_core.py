@@ -1,0 +1,299 @@
+"""The native engine (``mlops_gpu.core.native``, Rust in ``native/``) is the same policy: over
+random clusters, quotas, cohort trees, policies and event sequences it admits, places and
+preempts exactly as the Python incremental engine, cycle by cycle (the Python engine is itself
+checked against from-scratch cycles in ``tests/core/test_differential.py``); it explains the
+same; on the throughput benchmark's workload it prints the Python core's digest; and it refuses,
+by name, what it does not implement.
+
+The extension is built with cargo (``scripts/native_core.py``, cached). Without cargo these
+tests skip, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI sets it): then they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.native import NativeEngine, NotSupported, load, run_unsupported, unsupported
+from mlops_gpu.model import BackendCapabilities, Budget, Cohort, Phase, Quota
+from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import native_core  # noqa: E402
+
+TYPES = ["a100-80gb", "h100-80gb"]
+PRIOS = ["low", "normal", "high"]
+
+
+@pytest.fixture(scope="module")
+def native() -> Any:
+    if shutil.which("cargo") is None:
+        if os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
+            pytest.fail("cargo not found: the native engine cannot be built")
+        pytest.skip("cargo not found: the native engine cannot be built")
+    return load(str(native_core.build()))
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
+    nodes = [
+        make_node(
+            f"n{i}",
+            draw(st.sampled_from([2, 4, 8])),
+            draw(st.sampled_from(TYPES)),
+            backend=draw(st.sampled_from(["b1", "b2"])),
+            schedulable=draw(st.sampled_from([True, True, True, False])),
+        )
+        for i in range(draw(st.integers(2, 6)))
+    ]
+    projects = [
+        make_project(
+            f"p{i}",
+            cohort=draw(st.sampled_from([None, "org", "team"])),
+            quotas={
+                t: Quota(
+                    draw(st.integers(0, 10)),
+                    draw(st.one_of(st.none(), st.integers(0, 6))),
+                    draw(st.one_of(st.none(), st.integers(0, 4))),
+                )
+                for t in TYPES
+            },
+            weight=draw(st.sampled_from([1.0, 1.0, 2.0, 0.5])),
+        )
+        for i in range(draw(st.integers(1, 4)))
+    ]
+    template = make_snapshot(
+        nodes,
+        projects,
+        now=0.0,
+        cohorts=["org", "team"],
+        capabilities={
+            "b1": BackendCapabilities(multi_node=True),
+            "b2": BackendCapabilities(multi_node=draw(st.booleans())),
+        },
+        queueing=draw(st.sampled_from(["best-effort-fifo", "best-effort-fifo", "strict-fifo"])),
+        order=draw(st.sampled_from(["submit", "shortest", "shortest"])),
+        backfill=draw(st.booleans()),
+        preemption=draw(st.sampled_from([True, True, False])),
+        fair_share=draw(st.sampled_from([True, True, False])),
+        shortest_preempt_ratio=draw(st.sampled_from([1.0, 8.0])),
+        half_life_s=draw(st.sampled_from([60.0, 3600.0])),
+    )
+    # a cohort tree: team lends and borrows within org
+    template = replace(template, cohorts={"org": Cohort("org"), "team": Cohort("team", "org")})
+    events: list[tuple[Any, ...]] = []
+    for i in range(draw(st.integers(5, 45))):
+        kind = draw(st.sampled_from(["submit", "submit", "submit", "cycle", "cycle", "finish"]))
+        if kind == "submit":
+            gpus, width = draw(st.sampled_from([(1, 1), (2, 1), (3, 1), (4, 1), (8, 1), (2, 2)]))
+            project = draw(st.sampled_from([*(p.name for p in projects), "nobody"]))
+            run = make_run(
+                f"r{i:02d}",
+                project,
+                gpus=gpus,
+                nodes=width,
+                seq=i,
+                priority=draw(st.sampled_from([*PRIOS, "normal", "urgent"])),
+                gpu_types=draw(st.sampled_from([[], TYPES[:1], TYPES[1:], TYPES])),
+                max_runtime_s=draw(st.one_of(st.none(), st.sampled_from([2.0, 5.0, 40.0, 400.0]))),
+                preemptible=draw(st.sampled_from([True, True, False])),
+                backend=draw(st.sampled_from([None, None, "b1", "b2", "gone"])),
+                grace_s=draw(st.sampled_from([0.0, 1.5, 30.0])),
+            )
+            events.append(("submit", run))
+        elif kind == "finish":
+            events.append(("finish", draw(st.integers(0, 50)), draw(st.booleans())))
+        else:
+            history = draw(st.sampled_from([None, None, {("p0", TYPES[0]): 7200.0}]))
+            events.append(("cycle", history))
+    events.append(("cycle", None))
+    return template, events
+
+
+def replay(
+    module: Any, template: Any, events: list[tuple[Any, ...]], native_template: Any = None
+) -> int:
+    """Drive both engines through ``events`` (the native one built from ``native_template``
+    when given); at every cycle their decisions, pending and active runs must be equal.
+    Returns how many cycles admitted or preempted something."""
+    ref = Incremental(template)
+    nat = NativeEngine(native_template or template, module)
+    now, busy = 0.0, 0
+    for ev in events:
+        now += 1.0
+        if ev[0] == "submit":
+            run = replace(ev[1], submitted_at=now)
+            ref.submit(run)
+            nat.submit(run)
+        elif ev[0] == "finish" and ref.active:
+            rid = sorted(ref.active)[ev[1] % len(ref.active)]
+            run = ref.finish(rid)
+            assert nat.finish(rid) == run
+            if run.preempt_requested:  # a victim exits and queues again, after a backoff
+                again = replace(
+                    run,
+                    phase=Phase.PENDING,
+                    placement=None,
+                    preempt_requested=False,
+                    attempt=run.attempt + 1,
+                    not_before=now + 2.0 if ev[2] else None,
+                    last_checkpoint_at=now - 0.5 if ev[2] else None,
+                )
+                ref.submit(again)
+                nat.submit(again)
+        elif ev[0] == "cycle":
+            want = ref.cycle(now, ev[1])
+            got = nat.cycle(now, ev[1])
+            assert got.admissions == want.admissions, now
+            assert got.preemptions == want.preemptions, now
+            assert nat.pending == ref.pending
+            assert nat.active == ref.active
+            busy += bool(got.admissions or got.preemptions)
+    return busy
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_native_engine_decides_as_the_python_engine(
+    native: Any, scenario: tuple[Any, list[tuple[Any, ...]]]
+) -> None:
+    template, events = scenario
+    replay(native, template, events)
+
+
+@st.composite
+def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
+    """A full cluster under ``order: shortest`` with preemption and backfill: the cascades of
+    victims, reservations and borrowing the throughput benchmark is made of."""
+    nodes = [
+        make_node(f"n{i}", 8, TYPES[i % 2], backend="b1") for i in range(draw(st.integers(2, 6)))
+    ]
+    projects = [
+        make_project(
+            f"p{i}",
+            cohort=f"c{i % 2}",
+            quotas={t: Quota(draw(st.integers(2, 16)), None) for t in TYPES},
+        )
+        for i in range(4)
+    ]
+    template = make_snapshot(nodes, projects, now=0.0, order="shortest")
+    events: list[tuple[Any, ...]] = []
+    for i in range(draw(st.integers(20, 70))):
+        kind = draw(st.sampled_from(["submit", "submit", "cycle", "cycle", "finish"]))
+        if kind == "submit":
+            gpus, width = draw(st.sampled_from([(1, 1), (2, 1), (4, 1), (8, 1), (4, 2)]))
+            run = make_run(
+                f"r{i:02d}",
+                draw(st.sampled_from(projects)).name,
+                gpus=gpus,
+                nodes=width,
+                seq=i,
+                priority=draw(st.sampled_from(PRIOS[:2])),
+                gpu_types=[draw(st.sampled_from(TYPES))],
+                max_runtime_s=draw(st.sampled_from([2.0, 5.0, 50.0, 400.0])),
+            )
+            events.append(("submit", run))
+        elif kind == "finish":
+            events.append(("finish", draw(st.integers(0, 50)), False))
+        else:
+            events.append(("cycle", None))
+    events.append(("cycle", None))
+    return template, events
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(contended())
+def test_native_engine_decides_as_the_python_engine_under_contention(
+    native: Any, scenario: tuple[Any, list[tuple[Any, ...]]]
+) -> None:
+    template, events = scenario
+    replay(native, template, events)
+
+
+def test_the_checks_can_fail(native: Any) -> None:
+    """A scenario with admissions, preemptions and reservations; the same replay against a
+    deliberately different policy (no preemption on one side) fails."""
+    nodes = [make_node("n0", 8, TYPES[0], backend="b1"), make_node("n1", 8, TYPES[0], backend="b1")]
+    projects = [
+        make_project(f"p{i}", cohort="org", quotas={TYPES[0]: Quota(8, None)}) for i in (0, 1)
+    ]
+    template = make_snapshot(nodes, projects, now=0.0, order="shortest")
+    events: list[tuple[Any, ...]] = []
+    for i in range(12):
+        run = make_run(f"r{i:02d}", f"p{i % 2}", gpus=4, seq=i, max_runtime_s=1000.0 / (i + 1))
+        events += [("submit", run), ("cycle", None)]
+    assert replay(native, template, events) >= 3
+    other = replace(template, policy=replace(template.policy, preemption=False))
+    with pytest.raises(AssertionError):
+        replay(native, template, events, native_template=other)
+
+
+def test_explanations_are_the_python_cores(native: Any) -> None:
+    nodes = [make_node("n0", 4, TYPES[0], backend="b1")]
+    projects = [make_project("p0", cohort="org", quotas={TYPES[0]: Quota(4, 0)})]
+    template = make_snapshot(nodes, projects, now=0.0)
+    ref, nat = Incremental(template), NativeEngine(template, native)
+    for i in range(4):
+        run = make_run(f"r{i}", "p0", gpus=2 + i % 2, seq=i, max_runtime_s=100.0 * (i + 1))
+        ref.submit(run)
+        nat.submit(run)
+    assert nat.cycle(1.0) == replace(ref.cycle(1.0), pending=())  # no reasons in a cycle's
+    got, want = nat.explain_all(2.0), ref.explain_all(2.0)
+    assert got == want and len(got) == 2 and all(p.eta is not None for p in got)
+
+
+def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
+    nodes = [make_node("n0", 4, TYPES[0])]
+    template = make_snapshot(nodes, [make_project("p0")], now=0.0)
+    assert unsupported(template) is None
+    las = replace(template, policy=replace(template.policy, order="las"))
+    with pytest.raises(NotSupported, match="order 'las'"):
+        NativeEngine(las, native)
+    budget = make_project("p0", budget=Budget(3600.0, gpu_hours=1.0))
+    assert "budget" in str(unsupported(make_snapshot(nodes, [budget])))
+    shared = make_snapshot([make_node("n0", 4, TYPES[0], shared=True)], [make_project("p0")])
+    assert "node n0" in str(unsupported(shared))
+    eng = NativeEngine(template, native)
+    for run, what in (
+        (make_run("f", "p0", gpu_fraction=0.5), "shared"),
+        (make_run("m", "p0", mig="1g.10gb"), "mig"),
+        (make_run("t", "p0", nodes=2, topology_key="rack"), "topology"),
+        (make_run("c", "p0", cpu_milli=1000), "host CPU"),
+    ):
+        assert run_unsupported(run) is not None
+        with pytest.raises(NotSupported, match=what):
+            eng.submit(run)
+    assert eng.pending == {}
+
+
+def _bench(*args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "core_throughput.py"),
+         "--nodes", "20", "--runs", "1000", *args],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+@pytest.mark.slow
+def test_the_benchmark_digest_is_the_python_cores(native: Any) -> None:
+    python, ours = _bench("--core", "installed"), _bench("--core", "native")
+    assert (python["core"], ours["core"]) == ("python", "native")
+    assert python["cycles"] == ours["cycles"] and python["cycles"] > 1000
+    assert python["preemptions"] == ours["preemptions"] > 0
+    assert python["decisions_sha256"] == ours["decisions_sha256"]
