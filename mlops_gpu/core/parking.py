@@ -1,6 +1,10 @@
 """The parking lot: which queues a cycle must visit, and which run holds the reservation,
 without judging every queue head in every cycle.
 
+Queues are skipped (``candidates``) only with fair share (``Cycle``): there a project's turn
+comes by its share, whatever queues it visits; without fair share it comes by the project's
+oldest queue head, which may be a parked one. The anchor serves every cycle.
+
 A queue is *parked* for a cycle when, as the cycle begins, it is surely blocked: on each
 acceptable GPU type its project has no room in quota for the request (``Cycle.room``) or the
 free-count index has no node set that could take it, and no active run could be its victim.

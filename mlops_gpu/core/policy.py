@@ -27,13 +27,15 @@ and judges each queue of interchangeable runs by its head: when the head is bloc
 followers could do nothing the head could not (no reservation to work around, no possible
 victims), they wait for the same reason without being tried one by one.
 
-Parking (``park=True``, best-effort FIFO): a queue that is surely blocked when the cycle begins
-(``parking.candidates``: no acceptable type both has room in quota and a node set with enough
-free GPUs, and no possible victim) is not visited at all. Within a cycle free capacity only
-shrinks, quota room only shrinks and the victim pools do not change, so such a queue would be
-judged surely blocked at its turn too, and a visit would change nothing: the decision is the
-same as a full visit's (the differential test checks it). The anchor does not depend on visit
-order for the same reason. Full visits are still used to explain every run.
+Parking (``park=True``, best-effort FIFO with fair share): a queue that is surely blocked when
+the cycle begins (``parking.candidates``: no acceptable type both has room in quota and a node
+set with enough free GPUs, and no possible victim) is not visited at all. Within a cycle free
+capacity only shrinks, quota room only shrinks and the victim pools do not change, so such a
+queue would be judged surely blocked at its turn too, and a visit would change nothing: the
+decision is the same as a full visit's (the differential test checks it). The anchor does not
+depend on visit order for the same reason. Without fair share the projects take turns by their
+oldest queue head, parked heads included, so there every queue is visited. Full visits are
+still used to explain every run.
 """
 
 from __future__ import annotations
@@ -102,7 +104,11 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.reasons: dict[str, PendingReason] = {}
         self.going: set[str] = set(state.going)
-        self.park = park and state.template.policy.queueing != "strict-fifo"
+        # Parking needs the order of turns not to depend on skipped queues: with fair share a
+        # project's turn comes by its share; without, by its oldest queue head, and a parked
+        # head counts there too (a from-scratch cycle visits it first and finds it blocked).
+        pol = state.template.policy
+        self.park = park and pol.queueing != "strict-fifo" and pol.fair_share
         self._reservation: Reservation | None = None
         self._reserved = False  # whether the anchor's reservation has been worked out
         self.blocked_projects: dict[str, str] = {}
