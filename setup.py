@@ -1,10 +1,19 @@
-"""One build option beside pyproject.toml: ``MLOPS_GPU_COMPILE=1`` compiles the scheduling core
-(``mlops_gpu/core`` and ``mlops_gpu/model``) with mypyc, as ``scripts/compiled_core.py`` does
-for the tests and benchmarks (same decisions, about twice the cycle throughput). Without
-it, the default, the package is pure Python. Not for editable installs: extensions built in
-place would shadow the sources being edited.
+"""Two build options beside pyproject.toml; without them, the default, the package is pure
+Python. Neither is for editable installs (extensions built in place would shadow the sources
+being edited).
+
+``MLOPS_GPU_COMPILE=1`` compiles the scheduling core (``mlops_gpu/core`` and
+``mlops_gpu/model``) with mypyc, as ``scripts/compiled_core.py`` does for the tests and
+benchmarks (same decisions, about twice the cycle throughput):
 
     pip install mypy wheel && MLOPS_GPU_COMPILE=1 pip install --no-build-isolation .
+
+``MLOPS_GPU_BUILD_NATIVE=1`` builds the native engine (``native/``, Rust) with cargo, as
+``scripts/native_core.py`` does, into the package (``mlops_gpu/core/mlops_gpu_native.so``),
+where ``mlops_gpu.core.native.installed()`` finds it (same decisions, about ten times the
+cycle throughput of the Python core):
+
+    MLOPS_GPU_BUILD_NATIVE=1 pip install .
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
 
 
 def compiled_extensions() -> list[object]:
@@ -39,4 +50,34 @@ def compiled_extensions() -> list[object]:
     return list(mypycify(["--config-file", str(ini), *files], opt_level="3"))
 
 
-setup(ext_modules=compiled_extensions())
+def _native() -> bool:
+    if os.environ.get("MLOPS_GPU_BUILD_NATIVE") != "1":
+        return False
+    if {"develop", "editable_wheel"} & set(sys.argv):
+        sys.exit("MLOPS_GPU_BUILD_NATIVE=1 is for `pip install .`, not editable installs")
+    return True
+
+
+class BuildPy(build_py):
+    """The pure-Python build, plus the native engine's library when asked for."""
+
+    def run(self) -> None:
+        super().run()
+        if not _native():
+            return
+        sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))
+        import native_core
+
+        built = native_core.build(quiet=False)
+        dest = Path(self.build_lib) / "mlops_gpu" / "core" / f"{native_core.NAME}.so"
+        self.copy_file(str(built), str(dest))
+
+
+class MaybeBinary(Distribution):
+    """A wheel with the native library in it is for this platform only."""
+
+    def has_ext_modules(self) -> bool:
+        return _native() or super().has_ext_modules()
+
+
+setup(ext_modules=compiled_extensions(), cmdclass={"build_py": BuildPy}, distclass=MaybeBinary)

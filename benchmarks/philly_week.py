@@ -7,18 +7,25 @@ line: the object ``mlops-gpu simulate --json`` prints, with ``gap_closed`` per p
 ``wall_s`` for the whole benchmark.
 
     python benchmarks/philly_week.py [--workers 2] [--days 7] [--policy NAME]...
+                                     [--engine auto|python|native]
+
+``--engine``: the core's engine for every replay (the decisions are the same): ``native`` (Rust;
+built with cargo by ``scripts/native_core.py``, cached) where it runs the policy, ``python``, or
+``auto`` (default: native where cargo can build it and it runs the policy, else python).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from mlops_gpu.core import native
 from mlops_gpu.sim import Cluster, load_philly
 from mlops_gpu.sim.compare import DEFAULT_POLICIES, compare
 
@@ -74,8 +81,19 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="policies replayed in parallel")
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--policy", action="append", dest="policies")
+    ap.add_argument("--engine", choices=["auto", "python", "native"], default="auto")
     args = ap.parse_args()
     t0 = time.perf_counter()
+    if args.engine != "python" and not os.environ.get(native.ENV):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+        import native_core
+
+        try:  # the replays (in worker processes too) find it through the environment
+            os.environ[native.ENV] = str(native_core.build())
+        except SystemExit as e:
+            if args.engine == "native":
+                raise
+            print(f"philly week: {e}; the Python engine replays", file=sys.stderr)
     trace = load_philly(
         DATA / "philly.csv.gz", DATA / "philly_vc_nodes.csv", date(2017, 10, 9), args.days, 8
     )
@@ -83,7 +101,7 @@ def main() -> int:
     print(f"philly week: {len(trace.jobs)} jobs on {cluster.gpus} GPUs", file=sys.stderr)
 
     def done(r: Any) -> None:
-        print(f"  {r.policy}: replayed in {r.wall_s:.1f}s", file=sys.stderr)
+        print(f"  {r.policy}: replayed in {r.wall_s:.1f}s ({r.engine} engine)", file=sys.stderr)
 
     out, _ = compare(
         trace,
@@ -91,6 +109,7 @@ def main() -> int:
         args.policies or DEFAULT_POLICIES,
         workers=args.workers,
         done=done,
+        engine=args.engine,
     )
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     rows = {r["policy"]: r for r in out["results"]}

@@ -24,9 +24,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mlops_gpu.core import native as native_mod
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.native import NativeEngine, NotSupported, load, run_unsupported, unsupported
+from mlops_gpu.core.policy import decide
 from mlops_gpu.model import BackendCapabilities, Budget, Cohort, Phase, Quota
+from mlops_gpu.sim import Cluster
+from mlops_gpu.sim.metrics import summarize
+from mlops_gpu.sim.simulator import simulate
+from mlops_gpu.sim.trace import synthetic
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,12 +45,17 @@ PRIOS = ["low", "normal", "high"]
 
 
 @pytest.fixture(scope="module")
-def native() -> Any:
+def native_path() -> str:
     if shutil.which("cargo") is None:
         if os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
             pytest.fail("cargo not found: the native engine cannot be built")
         pytest.skip("cargo not found: the native engine cannot be built")
-    return load(str(native_core.build()))
+    return str(native_core.build())
+
+
+@pytest.fixture(scope="module")
+def native(native_path: str) -> Any:
+    return load(native_path)
 
 
 @st.composite
@@ -127,8 +138,9 @@ def replay(
     module: Any, template: Any, events: list[tuple[Any, ...]], native_template: Any = None
 ) -> int:
     """Drive both engines through ``events`` (the native one built from ``native_template``
-    when given); at every cycle their decisions, pending and active runs must be equal.
-    Returns how many cycles admitted or preempted something."""
+    when given); at every cycle their decisions, pending and active runs must be equal, and
+    the decisions those of a from-scratch cycle (``decide``) on the same snapshot. Returns how
+    many cycles admitted or preempted something."""
     ref = Incremental(template)
     nat = NativeEngine(native_template or template, module)
     now, busy = 0.0, 0
@@ -155,10 +167,12 @@ def replay(
                 ref.submit(again)
                 nat.submit(again)
         elif ev[0] == "cycle":
+            snap = ref.snapshot(now)
+            scratch = decide(snap if ev[1] is None else replace(snap, usage_history=ev[1]))
             want = ref.cycle(now, ev[1])
             got = nat.cycle(now, ev[1])
-            assert got.admissions == want.admissions, now
-            assert got.preemptions == want.preemptions, now
+            assert got.admissions == want.admissions == scratch.admissions, now
+            assert got.preemptions == want.preemptions == scratch.preemptions, now
             assert nat.pending == ref.pending
             assert nat.active == ref.active
             busy += bool(got.admissions or got.preemptions)
@@ -297,3 +311,44 @@ def test_the_benchmark_digest_is_the_python_cores(native: Any) -> None:
     assert python["cycles"] == ours["cycles"] and python["cycles"] > 1000
     assert python["preemptions"] == ours["preemptions"] > 0
     assert python["decisions_sha256"] == ours["decisions_sha256"]
+
+
+#: What differs between two replays that decided alike: how long they took.
+TIMING = {"decisions_per_s", "wall_s"}
+
+
+@pytest.mark.parametrize(
+    "policy", ["default", "fifo", "fifo-backfill", "kueue-like", "drf", "srtf-oracle"]
+)
+def test_the_simulator_replays_alike_on_either_engine(
+    native_path: str, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    monkeypatch.setenv(native_mod.ENV, native_path)
+    trace = synthetic(seed=3, jobs=400, days=0.5)
+    cluster = Cluster(6, 8)
+    py = simulate(trace, cluster, policy, engine="python")
+    nat = simulate(trace, cluster, policy, engine="native")
+    assert (py.engine, nat.engine) == ("python", "native")
+    assert nat.segments == py.segments and len(py.segments) >= 400
+    assert nat.quota_violations == py.quota_violations
+    want = {k: v for k, v in summarize(py).items() if k not in TIMING}
+    assert {k: v for k, v in summarize(nat).items() if k not in TIMING} == want
+    assert simulate(trace, cluster, policy).engine == "native"  # auto: installed, able
+
+
+def test_the_simulator_falls_back_to_python_where_native_cannot(
+    native_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = synthetic(seed=3, jobs=50, days=0.1)
+    cluster = Cluster(2, 8)
+    monkeypatch.setenv(native_mod.ENV, native_path)
+    assert simulate(trace, cluster, "las").engine == "python"
+    with pytest.raises(NotSupported, match=r"policy las: policy\.order 'las'"):
+        simulate(trace, cluster, "las", engine="native")
+    monkeypatch.setenv(native_mod.ENV, "off")
+    assert simulate(trace, cluster, "default").engine == "python"
+    with pytest.raises(NotSupported, match="not installed"):
+        simulate(trace, cluster, "default", engine="native")
+    monkeypatch.setenv(native_mod.ENV, "/nowhere/mlops_gpu_native.so")
+    with pytest.raises((ImportError, OSError, FileNotFoundError)):
+        simulate(trace, cluster, "default")

@@ -92,6 +92,15 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
     default=None,
     help="Write PNG plots (JCT CDF, utilization, share per project) to this folder.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "python", "native"]),
+    default="auto",
+    show_default=True,
+    help="The core's engine: native (Rust, the same decisions; $MLOPS_GPU_NATIVE names the "
+    "library scripts/native_core.py builds) where installed and able to run the policy and "
+    "trace, else python; 'native' insists.",
+)
 def simulate(
     trace_name: str,
     start: str | None,
@@ -102,6 +111,7 @@ def simulate(
     seed: int,
     as_json: bool,
     plot: Path | None,
+    engine: str,
 ) -> None:
     """Replay a GPU cluster trace under scheduling policies, side by side."""
     from mlops_gpu.cli.main import UserError
@@ -130,10 +140,14 @@ def simulate(
         click.echo(f"\r  {p}: {done}/{total} jobs finished", err=True, nl=False)
 
     def finished(r: Any) -> None:
-        click.echo(f"\r  {r.policy}: done in {r.wall_s:.1f}s{' ' * 20}", err=True)
+        click.echo(
+            f"\r  {r.policy}: done in {r.wall_s:.1f}s ({r.engine} engine){' ' * 12}", err=True
+        )
 
     try:
-        out, results = compare(trace, cluster, chosen, progress=progress, done=finished)
+        out, results = compare(
+            trace, cluster, chosen, progress=progress, done=finished, engine=engine
+        )
     except ValueError as e:  # a trace the cluster cannot express (priorities, types)
         raise UserError(str(e)) from None
     if plot is not None:

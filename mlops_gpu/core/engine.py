@@ -89,6 +89,11 @@ class Incremental:
     def snapshot(self, now: float) -> Snapshot:
         return self.state.snapshot(now)
 
+    @property
+    def used(self) -> Mapping[tuple[str, str], float]:
+        """GPUs held per (project, GPU type) (``Capacity.used``)."""
+        return self.state.cap.used
+
     def set_nodes(self, nodes: tuple[Node, ...], now: float) -> None:
         """Capacity changed (nodes came, went, drained): rebuild the state around it."""
         snap = replace(self.state.snapshot(now), nodes=nodes)

@@ -15,7 +15,10 @@ their ``not_before``, as in ``State``. A cycle's decision carries no pending rea
 of the Python core explains the same state on demand (``explain_all``).
 
 The extension is ``native/`` (Rust), built by ``scripts/native_core.py`` (cached by source
-hash); ``load(path)`` imports it from a built file.
+hash) or into an installed package (``MLOPS_GPU_BUILD_NATIVE=1 pip install .``);
+``load(path)`` imports it from a built file, ``installed()`` finds it (``$MLOPS_GPU_NATIVE``, a
+path; or the package's own copy). Finding and loading the extension is the only file access
+here; the engine itself is as pure as the Python one.
 
 Invariant: the indices given to the extension number GPU types, backends, nodes and projects
 in the sorted order of their names (the Python core breaks its ties by name), so that index
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import heapq
 import importlib.util
+import os
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
@@ -38,6 +43,8 @@ from mlops_gpu.core.state import State
 from mlops_gpu.model import NodeSlot, Phase, Placement, Run
 
 MODULE = "mlops_gpu_native"
+#: The built extension's path (``scripts/native_core.py build`` prints it); ``off``: none.
+ENV = "MLOPS_GPU_NATIVE"
 
 
 class NotSupported(ValueError):
@@ -52,6 +59,18 @@ def load(path: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def installed() -> Any | None:
+    """The extension named by ``$MLOPS_GPU_NATIVE`` (an error if it does not load), else the
+    one built into this package, else None (``off`` in the variable: None)."""
+    path = os.environ.get(ENV, "")
+    if path == "off":
+        return None
+    if path:
+        return load(path)
+    found = sorted(Path(__file__).parent.glob(f"{MODULE}*.so"))
+    return load(str(found[0])) if found else None
 
 
 def unsupported(template: Snapshot) -> str | None:
@@ -93,7 +112,6 @@ class NativeEngine:
         self.template = template
         self.pending: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
-        self._invalid: set[str] = set()
         self._backoff: list[tuple[float, int, str]] = []
         self._now = template.now
         self.types = sorted({n.gpu_type for n in template.nodes})
@@ -165,8 +183,8 @@ class NativeEngine:
         t = self.template
         self.pending[run.id] = run
         if run.project not in t.projects or run.spec.priority not in t.priority_classes:
-            self._invalid.add(run.id)  # waits, as ``State.invalid``
-        elif run.not_before is not None and run.not_before > self._now:
+            return  # it waits, as in ``State.invalid`` (``explain_all`` says why)
+        if run.not_before is not None and run.not_before > self._now:
             heapq.heappush(self._backoff, (run.not_before, run.seq, run.id))
         else:
             self._enqueue(run)
@@ -198,6 +216,17 @@ class NativeEngine:
         run = self.active.pop(run_id)
         self._engine.finish(run_id)
         return run
+
+    @property
+    def used(self) -> dict[tuple[str, str], float]:
+        """GPUs held per (project, GPU type), as ``Capacity.used``."""
+        got = self._engine.used()
+        n = len(self.types)
+        return {
+            (p, t): got[i * n + j]
+            for i, p in enumerate(self.projects)
+            for j, t in enumerate(self.types)
+        }
 
     def snapshot(self, now: float) -> Snapshot:
         return replace(

@@ -29,8 +29,9 @@ DEFAULT_POLICIES = (
 )
 
 
-def _one(args: tuple[Trace, Cluster, str]) -> SimResult:
-    return simulate(*args)
+def _one(args: tuple[Trace, Cluster, str, str]) -> SimResult:
+    trace, cluster, policy, engine = args
+    return simulate(trace, cluster, policy, None, engine)
 
 
 def compare(
@@ -41,20 +42,22 @@ def compare(
     workers: int = 1,
     progress: Callable[[str, int, int], None] | None = None,
     done: Callable[[SimResult], None] | None = None,
+    engine: str = "auto",
 ) -> tuple[dict[str, Any], list[SimResult]]:
     """Replay ``trace`` under each policy. ``progress(policy, finished, total)`` is called
-    during a replay (only with ``workers == 1``); ``done(result)`` after each replay."""
+    during a replay (only with ``workers == 1``); ``done(result)`` after each replay;
+    ``engine``: as ``simulate``'s."""
     results: list[SimResult] = []
     if workers <= 1:
         for p in policies:
             cb = None if progress is None else (lambda d, n, p=p: progress(p, d, n))
-            r = simulate(trace, cluster, p, cb)
+            r = simulate(trace, cluster, p, cb, engine)
             if done is not None:
                 done(r)
             results.append(r)
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_one, (trace, cluster, p)) for p in policies]
+            futures = [pool.submit(_one, (trace, cluster, p, engine)) for p in policies]
             for f in futures:
                 r = f.result()
                 if done is not None:

@@ -1,6 +1,10 @@
 """A discrete-event simulator: the real core (``core.engine.Incremental``) on a virtual clock,
 with a fake backend that "runs" a job for its trace duration.
 
+The engine is the Python one, or the native one (``core.native``: the same decisions, in Rust)
+where it is installed and implements the policy and every job of the trace (``engine``:
+``auto``, ``python`` or ``native``, which insists).
+
 Each event time (arrivals, completions) runs one scheduling cycle, and another at once while a
 cycle preempts (victims stop instantly here: the simulated grace is 0). The preemption model of
 BENCHMARKS.md: jobs are preemptible and checkpoint every ``CHECKPOINT_S`` seconds of progress;
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from mlops_gpu.core import native
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.fairshare import decayed
 from mlops_gpu.core.snapshot import Snapshot
@@ -105,6 +110,8 @@ class SimResult:
     wall_s: float
     unfinished: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    #: ``python`` or ``native``: which engine made the decisions (the same ones either way)
+    engine: str = "python"
 
     @property
     def preemptions(self) -> int:
@@ -186,18 +193,21 @@ class _Attempt:
     gpu_type: str
 
 
+ENGINES = ("auto", "python", "native")
+
+
 class Simulation:
-    def __init__(self, trace: Trace, cluster: Cluster, policy: str) -> None:
+    def __init__(self, trace: Trace, cluster: Cluster, policy: str, engine: str = "auto") -> None:
         self.trace, self.cluster = trace, cluster
         self.preset = preset(policy)
         self.template, self.nominal = template(trace, cluster, self.preset)
-        self.engine = Incremental(self.template)
         self.jobs = {j.id: j for j in trace.jobs}
         self.out = {j.id: JobOutcome(j) for j in trace.jobs}
         self.remaining = {j.id: j.duration_s for j in trace.jobs}
         #: GPU-seconds held over earlier attempts, lost work included (what LAS orders by,
         #: as ``Run.attained_gpu_s`` in production)
         self.attained: dict[str, float] = defaultdict(float)
+        self.engine: Incremental | native.NativeEngine = self._engine(engine)
         self.running: dict[str, _Attempt] = {}
         self.ends: list[tuple[float, int, str]] = []
         self.segments: list[tuple[str, float, float, float]] = []
@@ -205,6 +215,30 @@ class Simulation:
         self.history_at = 0.0
         self.violations = 0
         self.cycles, self.cycle_s = 0, 0.0
+
+    def _engine(self, choice: str) -> Incremental | native.NativeEngine:
+        if choice not in ENGINES:
+            raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
+        module = None if choice == "python" else native.installed()
+        why = (
+            f"the native engine is not installed (build it with scripts/native_core.py and set "
+            f"${native.ENV} to the path it prints)"
+            if module is None
+            else native.unsupported(self.template)
+            or next(
+                (
+                    w
+                    for j in self.trace.jobs
+                    if (w := native.run_unsupported(self._run_for(j, 0, 1, 0.0, 0.0)))
+                ),
+                None,
+            )
+        )
+        if why is None:
+            return native.NativeEngine(self.template, module)
+        if choice == "native":
+            raise native.NotSupported(f"policy {self.preset.name}: {why}")
+        return Incremental(self.template)
 
     def _run_for(self, job: TraceJob, seq: int, attempt: int, overhead: float, now: float) -> Run:
         project = job.project if self.preset.quotas else POOL
@@ -293,7 +327,7 @@ class Simulation:
     def _check_quota(self) -> None:
         if not self.preset.quotas or self.preset.unlimited:
             return
-        used = self.engine.state.cap.used
+        used = self.engine.used
         for name, proj in self.template.projects.items():
             for t in self.template.gpu_types:
                 q = proj.quota(t)
@@ -345,6 +379,7 @@ class Simulation:
             cycle_wall_s=self.cycle_s,
             wall_s=time.perf_counter() - t_start,
             unfinished=sum(1 for o in self.out.values() if o.finish is None),
+            engine="native" if isinstance(self.engine, native.NativeEngine) else "python",
         )
 
 
@@ -353,6 +388,8 @@ def simulate(
     cluster: Cluster,
     policy: str = "default",
     progress: Callable[[int, int], None] | None = None,
+    engine: str = "auto",
 ) -> SimResult:
-    """Replay ``trace`` on ``cluster`` under ``policy`` (a name of ``sim.policies.PRESETS``)."""
-    return Simulation(trace, cluster, policy).run(progress)
+    """Replay ``trace`` on ``cluster`` under ``policy`` (a name of ``sim.policies.PRESETS``)
+    with ``engine`` (``ENGINES``)."""
+    return Simulation(trace, cluster, policy, engine).run(progress)

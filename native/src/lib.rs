@@ -173,15 +173,9 @@ impl Engine {
         self.st.enqueue(run).map_err(PyValueError::new_err)
     }
 
-    /// A queued run leaves its queue without running (cancelled).
-    fn withdraw(&mut self, id: &str) -> PyResult<()> {
-        match self.st.by_id.get(id) {
-            Some(&i) if self.st.runs[i].queued => {
-                self.st.dequeue(i);
-                Ok(())
-            }
-            _ => Err(PyValueError::new_err(format!("run {id} is not queued"))),
-        }
+    /// GPUs held per (project, type), project-major.
+    fn used(&self) -> Vec<f64> {
+        self.st.cap.used.clone()
     }
 
     /// An active run ended: its GPUs are free.

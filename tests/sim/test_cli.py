@@ -84,3 +84,18 @@ def test_simulate_openb_runs_on_the_traces_own_nodes() -> None:
 def test_simulate_openb_rejects_a_date_as_start() -> None:
     res = CliRunner().invoke(cli, ["simulate", "--trace", "openb", "--start", "2017-10-09"])
     assert res.exit_code != 0 and "day number" in res.output
+
+
+def test_simulate_engine_native_says_when_it_is_not_there(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.csv"
+    rows = [f"{i * 60},{600 + i},{1 + i % 2},team-{i % 2}" for i in range(20)]
+    trace.write_text("submit_time,duration_s,gpus,project\n" + "\n".join(rows) + "\n")
+    args = ["simulate", "--trace", str(trace), "--nodes", "2", "--policy", "default", "--json"]
+    env = {"MLOPS_GPU_NATIVE": "off"}
+    res = CliRunner().invoke(cli, [*args, "--engine", "native"], env=env)
+    assert res.exit_code != 0
+    assert "the native engine is not installed" in res.output
+    assert "MLOPS_GPU_NATIVE" in res.output
+    res = CliRunner().invoke(cli, args, env=env)  # auto: the Python engine
+    assert res.exit_code == 0, res.output
+    assert "(python engine)" in res.output
