@@ -1,11 +1,16 @@
 """The controller's ``Mirror`` (change feed + incremental core) against the from-scratch core:
 over random submits, cancels, completions, preemptions and a node change, every tick's decision
 equals ``decide`` on the snapshot of the same moment, and the mirror ends holding exactly the
-store's live runs."""
+store's live runs; with the Python engine, and with the native one where cargo builds it (which
+the mirror takes when ``$MLOPS_GPU_NATIVE`` names it), and back to Python for a run the native
+engine cannot take."""
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +23,8 @@ from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.controller.loop import template
 from mlops_gpu.controller.mirror import Mirror
-from mlops_gpu.core import Decision, decide
+from mlops_gpu.core import Decision, decide, native
+from mlops_gpu.core.engine import Incremental
 from mlops_gpu.model import ResourceRequest
 from mlops_gpu.testing import config_yaml
 
@@ -43,9 +49,33 @@ def runtime(tmp_path: Path, clock: Clock) -> Runtime:
     return rt
 
 
+@pytest.fixture(scope="module")
+def native_path() -> str:
+    """The built native engine (skipped without cargo, unless ``MLOPS_GPU_REQUIRE_NATIVE``)."""
+    if shutil.which("cargo") is None:
+        if os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
+            pytest.fail("cargo not found: the native engine cannot be built")
+        pytest.skip("cargo not found: the native engine cannot be built")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import native_core
+
+    return str(native_core.build())
+
+
+@pytest.fixture(params=["python", "native"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which engine the mirror should take: ``$MLOPS_GPU_NATIVE`` names the built extension,
+    or is ``off``."""
+    if request.param == "python":
+        monkeypatch.setenv(native.ENV, "off")
+    else:
+        monkeypatch.setenv(native.ENV, request.getfixturevalue("native_path"))
+    return str(request.param)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_mirror_decides_as_the_core_does_from_scratch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, engine: str
 ) -> None:
     rng = random.Random(seed)
     clock = Clock()
@@ -90,6 +120,8 @@ def test_mirror_decides_as_the_core_does_from_scratch(
             fake.nodes = fake.nodes[:1]
         clock.now += rng.uniform(1, 20)
         ctl.tick()
+        kind = Incremental if engine == "python" else native.NativeEngine
+        assert isinstance(ctl.mirror.engine, kind)
     assert any(d.admissions for d in checked) and any(d.preemptions for d in checked)
     ctl.mirror.refresh(template(rt, clock()))  # the last tick's own writes
     live, _ = rt.store.live_runs()
@@ -102,3 +134,25 @@ def test_mirror_decides_as_the_core_does_from_scratch(
     assert engine is not None
     assert set(engine.pending) == {r.id for r in live if r.phase.value == "pending"}
     assert set(engine.active) == {r.id for r in live if r.placement is not None}
+
+
+def test_a_run_the_native_engine_cannot_take_moves_the_mirror_to_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_path: str
+) -> None:
+    monkeypatch.setenv(native.ENV, native_path)
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    ctl = Controller(rt, clock=clock)
+    whole = rt.spec(("train",), project="p", request=ResourceRequest(gpus=1))
+    rt.submit(whole)
+    ctl.tick()
+    assert isinstance(ctl.mirror.engine, native.NativeEngine)
+    # host CPU: the native engine does not implement host resources
+    cpu = rt.spec(("train",), project="p", request=ResourceRequest(gpus=1, cpu_milli=500))
+    rt.submit(cpu)
+    clock.now += 5
+    ctl.tick()  # that run cannot go native: the engine is rebuilt in Python
+    assert isinstance(ctl.mirror.engine, Incremental)
+    assert set(ctl.mirror.engine.pending) | set(ctl.mirror.engine.active) == {
+        r.id for r in rt.store.live_runs()[0]
+    }

@@ -6,7 +6,10 @@ the store through its change feed, so that a tick costs what changed, not the qu
   has it (pending; active with a placement; nowhere once terminal). The first refresh, and any
   after ``reset``, loads every live run (``Store.live_runs``) into a fresh engine.
 - ``cycle`` runs one cycle of the incremental engine (``core.engine.Incremental``), whose
-  decisions equal ``decide`` on the same snapshot (the core's differential test). The engine
+  decisions equal ``decide`` on the same snapshot (the core's differential test); or of the
+  native one (``core.native``, the same decisions) where it is installed and can take the
+  config and every live run. A run or config it cannot take (``NotSupported``) rebuilds the
+  engine in Python, which stays until the config changes. The engine
   applies its own decision; the store writes that follow come back through the feed and replace
   the engine's copies, so a write that did not happen (an admission refused because the run was
   cancelled meanwhile) is undone by the cancel's own change.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from mlops_gpu.core import native
 from mlops_gpu.core.decision import Decision, PendingReason
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.snapshot import Snapshot
@@ -33,12 +37,15 @@ class Mirror:
         self.store = store
         self.runs: dict[str, Run] = {}
         self.rev: int | None = None
-        self.engine: Incremental | None = None
+        self.engine: Incremental | native.NativeEngine | None = None
         self._template: Snapshot | None = None
+        #: the native engine could not take the config or a run: Python until the config changes
+        self._python_only = False
 
     def reset(self) -> None:
         """Forget everything: the next refresh reloads the live runs from the store."""
         self.rev, self.engine, self._template, self.runs = None, None, None, {}
+        self._python_only = False
 
     def refresh(self, template: Snapshot) -> None:
         """Catch up with the store; ``template`` (no runs) gives nodes, projects and policy."""
@@ -90,36 +97,54 @@ class Mirror:
             self.runs[run.id] = run
 
     def _forget(self, run_id: str) -> None:
-        assert self.engine is not None
-        st = self.engine.state
-        if run_id in st.pending:
-            st.remove_pending(run_id)
-        elif run_id in st.active:
-            st.finish(run_id)
+        engine = self.engine
+        assert engine is not None
+        if run_id in engine.pending:
+            engine.remove_pending(run_id)
+        elif run_id in engine.active:
+            engine.finish(run_id)
 
     def _learn(self, run: Run) -> None:
-        assert self.engine is not None
-        if run.phase is Phase.PENDING:
-            self.engine.submit(run)
-        elif run.phase in ACTIVE_PHASES and run.placement is not None:
-            self.engine.state.add_active(run)
+        assert self.engine is not None and self._template is not None
+        try:
+            _load(self.engine, run)
+        except native.NotSupported:  # the runs noted so far, this one included, in Python
+            self._python_only = True
+            self._rebuild(self._template)
 
     def _differs(self, template: Snapshot) -> bool:
         t = self._template
         return t is None or _static(t) != _static(template)
 
     def _rebuild(self, template: Snapshot) -> None:
+        if self._template is not None and _static(self._template) != _static(template):
+            self._python_only = False  # a new config: the native engine may take it
         self._template = template
-        active = tuple(
-            r for r in self.runs.values() if r.phase in ACTIVE_PHASES and r.placement is not None
-        )
-        pending = (r for r in self.runs.values() if r.phase is Phase.PENDING)
+        held = [r for r in self.runs.values() if r.phase in ACTIVE_PHASES and r.placement]
+        waiting = [r for r in self.runs.values() if r.phase is Phase.PENDING]
+        runs = sorted(held, key=_seq) + sorted(waiting, key=_seq)
+        module = None if self._python_only else native.installed()
+        if module is not None:
+            try:
+                engine: Incremental | native.NativeEngine = native.NativeEngine(template, module)
+                for r in runs:
+                    _load(engine, r)
+                self.engine = engine
+                return
+            except native.NotSupported:
+                self._python_only = True
         engine = Incremental(template)
-        for a in sorted(active, key=_seq):
-            engine.state.add_active(a)
-        for p in sorted(pending, key=_seq):
-            engine.submit(p)
+        for r in runs:
+            _load(engine, r)
         self.engine = engine
+
+
+def _load(engine: Incremental | native.NativeEngine, run: Run) -> None:
+    """Put a live run where the engine keeps it: queued, or holding its placement."""
+    if run.phase is Phase.PENDING:
+        engine.submit(run)
+    elif run.phase in ACTIVE_PHASES and run.placement is not None:
+        engine.add_active(run)
 
 
 def _seq(run: Run) -> int:

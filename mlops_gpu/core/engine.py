@@ -86,6 +86,14 @@ class Incremental:
     def finish(self, run_id: str) -> Run:
         return self.state.finish(run_id)
 
+    def remove_pending(self, run_id: str) -> Run:
+        """A pending run leaves without running (cancelled, or changed in the store)."""
+        return self.state.remove_pending(run_id)
+
+    def add_active(self, run: Run) -> None:
+        """A run that holds its placement already (loaded from the store)."""
+        self.state.add_active(run)
+
     def snapshot(self, now: float) -> Snapshot:
         return self.state.snapshot(now)
 

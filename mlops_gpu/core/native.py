@@ -51,13 +51,20 @@ class NotSupported(ValueError):
     """The native engine does not implement what the snapshot or run asks for."""
 
 
+_LOADED: dict[str, Any] = {}
+
+
 def load(path: str) -> Any:
-    """The extension module built at ``path`` (``scripts/native_core.py build`` prints it)."""
+    """The extension module built at ``path`` (``scripts/native_core.py build`` prints it);
+    loaded once per path."""
+    if path in _LOADED:
+        return _LOADED[path]
     spec = importlib.util.spec_from_file_location(MODULE, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{path}: not a loadable extension module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    _LOADED[path] = module
     return module
 
 
@@ -113,6 +120,7 @@ class NativeEngine:
         self.pending: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
         self._backoff: list[tuple[float, int, str]] = []
+        self._queued: set[str] = set()  # the pending runs in the extension's queues
         self._now = template.now
         self.types = sorted({n.gpu_type for n in template.nodes})
         self._type_ix = {t: i for i, t in enumerate(self.types)}
@@ -190,13 +198,18 @@ class NativeEngine:
             self._enqueue(run)
 
     def _enqueue(self, run: Run) -> None:
+        self._engine.submit(*self._spec(run))
+        self._queued.add(run.id)
+
+    def _spec(self, run: Run) -> tuple[object, ...]:
+        """The run as the extension's ``submit`` and ``add_active`` take it."""
         req, spec = run.request, run.spec
         types = [i for i, t in enumerate(self.types) if req.accepts(t)]
         pinned = None
         if spec.backend is not None:
             # a backend the cluster lacks gets a number no node has: nothing can host it
             pinned = self._backend_ix.get(spec.backend, len(self.backends))
-        self._engine.submit(
+        return (
             run.id,
             run.seq,
             self._project_ix[run.project],
@@ -211,6 +224,57 @@ class NativeEngine:
             run.submitted_at,
             run.last_checkpoint_at,
         )
+
+    def remove_pending(self, run_id: str) -> Run:
+        """A pending run leaves without running (``State.remove_pending``)."""
+        run = self.pending.pop(run_id)
+        if run_id in self._queued:
+            self._queued.discard(run_id)
+            self._engine.withdraw(run_id)
+        return run  # (one in backoff is skipped when its time comes: it is no longer pending)
+
+    def add_active(self, run: Run) -> None:
+        """A run that holds its placement already, e.g. loaded from the store
+        (``State.add_active``)."""
+        why = run_unsupported(run) or self._placement_unsupported(run)
+        if why is not None:
+            raise NotSupported(why)
+        assert run.placement is not None
+        p = run.placement
+        # slots on nodes the cluster no longer has count in the GPUs held, as in ``Capacity``
+        slots = [
+            (n, [self._nodes[n].devices.index(d) for d in s.devices])
+            for s in p.slots
+            if (n := self._node_ix.get(s.node)) is not None
+        ]
+        self._engine.add_active(
+            *self._spec(run),
+            self._backend_ix[p.backend],
+            self._type_ix[p.gpu_type],
+            slots,
+            p.total_gpus,
+            run.admitted_at,
+            run.started_at,
+            run.preempt_requested,
+        )
+        self.active[run.id] = run
+
+    def _placement_unsupported(self, run: Run) -> str | None:
+        p = run.placement
+        if p is None:
+            return f"run {run.id} is active without a placement"
+        if p.backend not in self._backend_ix or p.gpu_type not in self._type_ix:
+            return f"run {run.id} is placed on backend {p.backend}, type {p.gpu_type}: not here"
+        if run.project not in self._project_ix:
+            return f"run {run.id} holds GPUs for unknown project {run.project}"
+        for s in p.slots:
+            whole = s.fraction == 1.0 and s.memory_mb is None
+            if not whole or len(set(s.devices)) != len(s.devices):
+                return f"run {run.id} holds part of a GPU (the native engine: whole GPUs)"
+            node = self._node_ix.get(s.node)
+            if node is not None and not set(s.devices) <= set(self._nodes[node].devices):
+                return f"run {run.id} holds devices that node {s.node} does not have"
+        return None
 
     def finish(self, run_id: str) -> Run:
         run = self.active.pop(run_id)
@@ -261,12 +325,13 @@ class NativeEngine:
         while self._backoff and self._backoff[0][0] <= now:
             _, _, rid = heapq.heappop(self._backoff)
             run = self.pending.get(rid)
-            if run is not None:
+            if run is not None and rid not in self._queued:
                 self._enqueue(run)
         admitted, preempted = self._engine.cycle(now, self._history(usage_history))
         admissions = []
         for rid, backend, t, slots in admitted:
             run = self.pending.pop(rid)
+            self._queued.discard(rid)
             req = run.request
             placement = Placement(
                 self.backends[backend],

@@ -10,17 +10,20 @@
 
 use crate::model::Model;
 
-/// Where a run runs: one backend, one type, one slot (node, devices) per gang member.
+/// Where a run runs: one backend, one type, one slot (node, devices) per gang member on a node
+/// of the cluster, and the GPUs it holds in all (`Placement.gpu_amount`; a run loaded from a
+/// store may hold GPUs on a node that has left the inventory: counted here, in no slot).
 #[derive(Clone, Debug)]
 pub struct Placement {
     pub ty: usize,
     pub backend: usize,
     pub slots: Vec<(usize, Vec<u16>)>,
+    pub gpus: usize,
 }
 
 impl Placement {
     pub fn amount(&self) -> f64 {
-        self.slots.iter().map(|(_, d)| d.len()).sum::<usize>() as f64
+        self.gpus as f64
     }
 }
 

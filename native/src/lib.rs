@@ -130,29 +130,9 @@ impl Engine {
         submitted_at: f64,
         last_checkpoint_at: Option<f64>,
     ) -> PyResult<()> {
-        if project >= self.m.projects.len() || types.iter().any(|&t| t >= self.m.n_types) {
-            return Err(PyValueError::new_err(format!(
-                "run {id}: unknown project or GPU type"
-            )));
-        }
-        let numbers = [
-            Some(submitted_at),
-            max_runtime,
-            last_checkpoint_at,
-            Some(grace_s),
-        ];
-        if numbers.iter().flatten().any(|x| x.is_nan()) || gpus == 0 || nodes == 0 {
-            return Err(PyValueError::new_err(format!(
-                "run {id}: a time is NaN, or it asks for no GPU or no node"
-            )));
-        }
-        let first = if self.m.policy.shortest {
-            max_runtime.unwrap_or(f64::INFINITY)
-        } else {
-            submitted_at
-        };
-        let run = Run {
+        let spec = (
             id,
+            seq,
             project,
             class,
             gpus,
@@ -160,17 +140,84 @@ impl Engine {
             types,
             pinned,
             max_runtime,
-            preemptible,
-            grace_s,
-            last_checkpoint_at,
-            key: (first, seq),
-            placement: None,
-            admitted_at: None,
-            started_at: None,
-            going: false,
-            queued: false,
-        };
+        );
+        let run = self.run(spec, preemptible, grace_s, submitted_at, last_checkpoint_at)?;
         self.st.enqueue(run).map_err(PyValueError::new_err)
+    }
+
+    /// A run that already holds GPUs (loaded from a store): `slots` are (node, device numbers)
+    /// on `backend` and `ty`, `held` all the GPUs it holds (some may be on nodes the cluster no
+    /// longer has); `going`: it is being preempted.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (id, seq, project, class, gpus, nodes, types, pinned, max_runtime,
+                        preemptible, grace_s, submitted_at, last_checkpoint_at, backend, ty,
+                        slots, held, admitted_at, started_at, going))]
+    fn add_active(
+        &mut self,
+        id: String,
+        seq: i64,
+        project: usize,
+        class: i64,
+        gpus: usize,
+        nodes: usize,
+        types: Vec<usize>,
+        pinned: Option<usize>,
+        max_runtime: Option<f64>,
+        preemptible: bool,
+        grace_s: f64,
+        submitted_at: f64,
+        last_checkpoint_at: Option<f64>,
+        backend: usize,
+        ty: usize,
+        slots: Slots,
+        held: usize,
+        admitted_at: Option<f64>,
+        started_at: Option<f64>,
+        going: bool,
+    ) -> PyResult<()> {
+        let m = &self.m;
+        let bad = |(n, d): &(usize, Vec<u16>)| {
+            *n >= m.nodes.len() || d.iter().any(|&x| x as usize >= m.nodes[*n].ndev)
+        };
+        if ty >= m.n_types || backend >= m.multi_node.len() || slots.iter().any(bad) {
+            return Err(PyValueError::new_err(format!(
+                "run {id}: its placement names an unknown type, backend, node or device"
+            )));
+        }
+        let spec = (
+            id,
+            seq,
+            project,
+            class,
+            gpus,
+            nodes,
+            types,
+            pinned,
+            max_runtime,
+        );
+        let mut run = self.run(spec, preemptible, grace_s, submitted_at, last_checkpoint_at)?;
+        run.admitted_at = admitted_at;
+        run.started_at = started_at;
+        let p = capacity::Placement {
+            ty,
+            backend,
+            slots,
+            gpus: held,
+        };
+        self.st
+            .hold(&self.m, run, p, going)
+            .map_err(PyValueError::new_err)
+    }
+
+    /// A queued run leaves its queue without running (cancelled, or changed in the store).
+    fn withdraw(&mut self, id: &str) -> PyResult<()> {
+        match self.st.by_id.get(id) {
+            Some(&i) if self.st.runs[i].queued => {
+                self.st.dequeue(i);
+                Ok(())
+            }
+            _ => Err(PyValueError::new_err(format!("run {id} is not queued"))),
+        }
     }
 
     /// GPUs held per (project, type), project-major.
@@ -225,6 +272,72 @@ impl Engine {
             self.st.mark_going(m, v);
         }
         Ok((out_a, out_p))
+    }
+}
+
+type RunSpec = (
+    String,
+    i64,
+    usize,
+    i64,
+    usize,
+    usize,
+    Vec<usize>,
+    Option<usize>,
+    Option<f64>,
+);
+
+impl Engine {
+    /// A run as the engine keeps it, checked.
+    fn run(
+        &self,
+        spec: RunSpec,
+        preemptible: bool,
+        grace_s: f64,
+        submitted_at: f64,
+        last_checkpoint_at: Option<f64>,
+    ) -> PyResult<Run> {
+        let (id, seq, project, class, gpus, nodes, types, pinned, max_runtime) = spec;
+        if project >= self.m.projects.len() || types.iter().any(|&t| t >= self.m.n_types) {
+            return Err(PyValueError::new_err(format!(
+                "run {id}: unknown project or GPU type"
+            )));
+        }
+        let numbers = [
+            Some(submitted_at),
+            max_runtime,
+            last_checkpoint_at,
+            Some(grace_s),
+        ];
+        if numbers.iter().flatten().any(|x| x.is_nan()) || gpus == 0 || nodes == 0 {
+            return Err(PyValueError::new_err(format!(
+                "run {id}: a time is NaN, or it asks for no GPU or no node"
+            )));
+        }
+        let first = if self.m.policy.shortest {
+            max_runtime.unwrap_or(f64::INFINITY)
+        } else {
+            submitted_at
+        };
+        Ok(Run {
+            id,
+            project,
+            class,
+            gpus,
+            nodes,
+            types,
+            pinned,
+            max_runtime,
+            preemptible,
+            grace_s,
+            last_checkpoint_at,
+            key: (first, seq),
+            placement: None,
+            admitted_at: None,
+            started_at: None,
+            going: false,
+            queued: false,
+        })
     }
 }
 

@@ -55,6 +55,7 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
     Some(Placement {
         ty: t,
         backend,
+        gpus: r.gpus * r.nodes,
         slots: chosen
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))

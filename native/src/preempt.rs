@@ -246,10 +246,7 @@ impl Cycle<'_> {
             cap.free[n].len()
                 + on_node[&n]
                     .iter()
-                    .map(|&v| {
-                        let p = runs[v].placement.as_ref().expect("an active run");
-                        p.slots.iter().map(|s| s.1.len()).sum::<usize>()
-                    })
+                    .map(|&v| runs[v].placement.as_ref().expect("an active run").gpus)
                     .sum::<usize>()
         };
         let mut nodes: Vec<(usize, usize)> = eligible(m, &runs[i], t)

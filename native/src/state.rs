@@ -113,26 +113,31 @@ impl State {
         }
     }
 
-    /// A run joins its queue (a run id seen before, e.g. a requeued victim, reuses its slot).
-    pub fn enqueue(&mut self, mut run: Run) -> Result<(), String> {
-        let key = queue_key(&run);
-        let (order, project) = (run.key, run.project);
-        run.queued = true;
-        let i = match self.by_id.get(&run.id) {
+    /// Number the run (a run id seen before, e.g. a requeued victim, reuses its slot).
+    fn register(&mut self, run: Run) -> Result<usize, String> {
+        match self.by_id.get(&run.id) {
             Some(&i) => {
                 let old = &self.runs[i];
                 if old.queued || old.placement.is_some() {
                     return Err(format!("run {} is already queued or active", run.id));
                 }
                 self.runs[i] = run;
-                i
+                Ok(i)
             }
             None => {
                 self.by_id.insert(run.id.clone(), self.runs.len());
                 self.runs.push(run);
-                self.runs.len() - 1
+                Ok(self.runs.len() - 1)
             }
-        };
+        }
+    }
+
+    /// A run joins its queue.
+    pub fn enqueue(&mut self, mut run: Run) -> Result<(), String> {
+        let key = queue_key(&run);
+        let (order, project) = (run.key, run.project);
+        run.queued = true;
+        let i = self.register(run)?;
         let qs = &mut self.queues[project];
         let q = match qs.iter().position(|q| q.key == key) {
             Some(j) => &mut qs[j],
@@ -181,6 +186,31 @@ impl State {
         if self.runs[i].preemptible {
             self.pool(m, i, true);
         }
+    }
+
+    /// A run that holds `p` already (loaded from a store): booked in `cap`, its end on the
+    /// timelines, and a victim candidate unless it is being preempted (`going`).
+    pub fn hold(
+        &mut self,
+        m: &Model,
+        mut run: Run,
+        p: Placement,
+        going: bool,
+    ) -> Result<(), String> {
+        run.queued = false;
+        let project = run.project;
+        let i = self.register(run)?;
+        self.cap.take(m, project, &p);
+        let r = &mut self.runs[i];
+        r.placement = Some(p);
+        r.going = going;
+        self.timeline(m, i, true);
+        if going {
+            self.going.push(i);
+        } else if self.runs[i].preemptible {
+            self.pool(m, i, true);
+        }
+        Ok(())
     }
 
     /// The run was chosen as a victim: no longer a candidate; it ends within its grace.
