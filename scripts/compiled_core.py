@@ -8,25 +8,25 @@ package is copied beside it unchanged.
 
     python scripts/compiled_core.py build    # print the directory to put first on PYTHONPATH
 
-The build is cached under ``~/.cache/mlops-gpu/compiled-core/<key>``, where the key hashes
-every ``mlops_gpu`` source file, the mypy version and the Python version: any edit builds
-again (about a minute on two cores), nothing stale is ever imported. It needs mypy (a test
-dependency) and a C compiler with the Python headers.
+The build is cached under ``~/.cache/mlops-gpu/compiled-core/<key>`` (``build_cache``), where
+the key hashes every ``mlops_gpu`` source file, the mypy version and the Python version: any
+edit builds again (about a minute on two cores), nothing stale is ever imported. It needs mypy
+(a test dependency) and a C compiler with the Python headers.
 
-Invariants: a cache directory exists only complete (built aside, then renamed into place);
-the compiled modules are exactly ``MODULES``; the package under it is a copy of this
-checkout's ``mlops_gpu`` at the key's sources.
+Invariants: a cache directory exists only complete (``build_cache.publish``); the compiled
+modules are exactly ``MODULES``; the package under it is a copy of this checkout's
+``mlops_gpu`` at the key's sources.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+import build_cache
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "mlops_gpu"
@@ -35,13 +35,10 @@ MODULES = ("core", "model")
 #: mypyc type-checks what it compiles; the rest of the package (and mlflow, prefect, ...) is
 #: not followed: their types are Any here (the full check is ``mypy --strict`` in the tests).
 MYPY_INI = "[mypy]\nfollow_imports = skip\nignore_missing_imports = True\n"
-#: Builds kept in the cache (the newest).
-KEEP = 3
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mlops-gpu" / "compiled-core"
+    return build_cache.cache_root() / "compiled-core"
 
 
 def key() -> str:
@@ -62,8 +59,7 @@ def build(quiet: bool = True) -> Path:
     mypyc = Path(sys.executable).with_name("mypyc")
     if not mypyc.exists():
         raise SystemExit(f"compiled_core: {mypyc} not found: install mypy (pip install mypy)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=out.parent))
+    work = build_cache.workdir(out)
     try:
         shutil.copytree(PACKAGE, work / "mlops_gpu",
                         ignore=shutil.ignore_patterns("__pycache__", "*.so"))  # fmt: skip
@@ -82,17 +78,10 @@ def build(quiet: bool = True) -> Path:
                 if not list(p.parent.glob(f"{p.stem}.*.so")):
                     raise SystemExit(f"compiled_core: no extension built for {p}")
         shutil.rmtree(work / "build", ignore_errors=True)
-        try:
-            work.rename(out)
-        except OSError:  # built meanwhile by another process: theirs is as good
-            if not (out / "mlops_gpu").is_dir():
-                raise
-    finally:
+    except BaseException:
         shutil.rmtree(work, ignore_errors=True)
-    builds = sorted((d for d in out.parent.iterdir() if not d.name.startswith("build-")),
-                    key=lambda d: d.stat().st_mtime)  # fmt: skip
-    for old in builds[:-KEEP]:  # (about 8 MB each; every edit of the package makes one)
-        shutil.rmtree(old, ignore_errors=True)
+        raise
+    build_cache.publish(work, out, out / "mlops_gpu")  # (about 8 MB a build)
     return out
 
 

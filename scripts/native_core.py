@@ -9,8 +9,7 @@ directory, ``~/.cache/mlops-gpu/native-target``, keeps the compiled dependencies
 is ever loaded. It needs ``cargo`` (Rust 1.82 or later) and the crate registry, or the crates in
 Cargo's cache.
 
-Invariant: a cache directory exists only complete (the extension is copied aside, then renamed
-into place).
+Invariant: a cache directory exists only complete (``build_cache.publish``).
 """
 
 from __future__ import annotations
@@ -20,19 +19,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+import build_cache
 
 REPO = Path(__file__).resolve().parents[1]
 CRATE = REPO / "native"
 NAME = "mlops_gpu_native"
-#: Builds kept in the cache (the newest).
-KEEP = 3
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mlops-gpu"
 
 
 def _rustc_version() -> str:
@@ -54,14 +47,14 @@ def key() -> str:
 
 def build(quiet: bool = True) -> Path:
     """The path of the built extension (built when missing)."""
-    out = cache_root() / "native-core" / key()
+    out = build_cache.cache_root() / "native-core" / key()
     ext = out / f"{NAME}.so"
     if ext.is_file():
         return ext
     cargo = shutil.which("cargo")
     if cargo is None:
         raise SystemExit("native_core: cargo not found: install Rust (rustup, or Debian's cargo)")
-    target = cache_root() / "native-target"
+    target = build_cache.cache_root() / "native-target"
     env = {**os.environ, "CARGO_TARGET_DIR": str(target), "PYO3_PYTHON": sys.executable}
     print("native_core: building the native engine with cargo ...", file=sys.stderr)
     proc = subprocess.run([cargo, "build", "--release", "--locked"], cwd=CRATE, env=env,
@@ -72,21 +65,9 @@ def build(quiet: bool = True) -> Path:
     built = target / "release" / f"lib{NAME}.so"
     if not built.is_file():
         raise SystemExit(f"native_core: cargo built no {built}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=out.parent))
-    try:
-        shutil.copy2(built, work / ext.name)
-        try:
-            work.rename(out)
-        except OSError:  # built meanwhile by another process: theirs is as good
-            if not ext.is_file():
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    builds = sorted((d for d in out.parent.iterdir() if not d.name.startswith("build-")),
-                    key=lambda d: d.stat().st_mtime)  # fmt: skip
-    for old in builds[:-KEEP]:
-        shutil.rmtree(old, ignore_errors=True)
+    work = build_cache.workdir(out)
+    shutil.copy2(built, work / ext.name)
+    build_cache.publish(work, out, ext)
     return ext
 
 

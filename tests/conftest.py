@@ -1,8 +1,10 @@
 """Shared fixtures: a config folder on the local backend, a PostgreSQL URL from the repo's own
-script, and the CLI as a subprocess."""
+script, the CLI as a subprocess, the native engine's built library, and the throughput
+benchmark at a small scale."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -12,12 +14,39 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mlops_gpu.testing import config_yaml
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def native_path() -> str:
+    """The native engine's library, built with cargo (``scripts/native_core.py``, cached).
+    Without cargo the test skips, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI): it fails."""
+    if shutil.which("cargo") is None:
+        if os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
+            pytest.fail("cargo not found: the native engine cannot be built")
+        pytest.skip("cargo not found: the native engine cannot be built")
+    sys.path.insert(0, str(REPO / "scripts"))
+    import native_core
+
+    return str(native_core.build())
+
+
+def core_bench(*args: str) -> dict[str, Any]:
+    """``benchmarks/core_throughput.py`` at 20 nodes x 1,000 runs: its JSON line."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "core_throughput.py"),
+         "--nodes", "20", "--runs", "1000", *args],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ preemption)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -19,21 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import compiled_core  # noqa: E402
-
-
-def bench(*args: str) -> dict[str, object]:
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "core_throughput.py"),
-         "--nodes", "20", "--runs", "1000", *args],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
+from conftest import core_bench  # noqa: E402
 
 
 def test_the_compiled_core_decides_exactly_as_the_python_core() -> None:
-    python, compiled = bench("--core", "installed"), bench("--core", "compiled")
+    python, compiled = core_bench("--core", "installed"), core_bench("--core", "compiled")
     assert (python["core"], compiled["core"]) == ("python", "compiled")
     assert python["cycles"] == compiled["cycles"] and python["cycles"] > 1000
     assert python["preemptions"] == compiled["preemptions"]

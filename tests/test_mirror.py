@@ -7,10 +7,7 @@ engine cannot take."""
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,19 +44,6 @@ def runtime(tmp_path: Path, clock: Clock) -> Runtime:
     nodes = rt.cfg.model_nodes("fake")
     rt.__dict__["backends"] = {"fake": FakeBackend("fake", nodes, clock=clock)}
     return rt
-
-
-@pytest.fixture(scope="module")
-def native_path() -> str:
-    """The built native engine (skipped without cargo, unless ``MLOPS_GPU_REQUIRE_NATIVE``)."""
-    if shutil.which("cargo") is None:
-        if os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
-            pytest.fail("cargo not found: the native engine cannot be built")
-        pytest.skip("cargo not found: the native engine cannot be built")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import native_core
-
-    return str(native_core.build())
 
 
 @pytest.fixture(params=["python", "native"])

@@ -11,16 +11,11 @@ tests skip, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI sets it): then they f
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import core_bench
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,22 +30,8 @@ from mlops_gpu.sim.simulator import simulate
 from mlops_gpu.sim.trace import synthetic
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import native_core  # noqa: E402
-
 TYPES = ["a100-80gb", "h100-80gb"]
 PRIOS = ["low", "normal", "high"]
-
-
-@pytest.fixture(scope="module")
-def native_path() -> str:
-    if shutil.which("cargo") is None:
-        if os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
-            pytest.fail("cargo not found: the native engine cannot be built")
-        pytest.skip("cargo not found: the native engine cannot be built")
-    return str(native_core.build())
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +77,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             "b2": BackendCapabilities(multi_node=draw(st.booleans())),
         },
         queueing=draw(st.sampled_from(["best-effort-fifo", "best-effort-fifo", "strict-fifo"])),
-        order=draw(st.sampled_from(["submit", "shortest", "shortest"])),
+        order=draw(st.sampled_from(["submit", "shortest", "shortest", "las"])),
         backfill=draw(st.booleans()),
         preemption=draw(st.sampled_from([True, True, False])),
         fair_share=draw(st.sampled_from([True, True, False])),
@@ -123,6 +104,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 preemptible=draw(st.sampled_from([True, True, False])),
                 backend=draw(st.sampled_from([None, None, "b1", "b2", "gone"])),
                 grace_s=draw(st.sampled_from([0.0, 1.5, 30.0])),
+                attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 5000.0, 50000.0])),
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -190,8 +172,8 @@ def test_native_engine_decides_as_the_python_engine(
 
 @st.composite
 def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
-    """A full cluster under ``order: shortest`` with preemption and backfill: the cascades of
-    victims, reservations and borrowing the throughput benchmark is made of."""
+    """A full cluster under ``order: shortest`` (or ``las``) with preemption and backfill: the
+    cascades of victims, reservations and borrowing the throughput benchmark is made of."""
     nodes = [
         make_node(f"n{i}", 8, TYPES[i % 2], backend="b1") for i in range(draw(st.integers(2, 6)))
     ]
@@ -203,7 +185,9 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         )
         for i in range(4)
     ]
-    template = make_snapshot(nodes, projects, now=0.0, order="shortest")
+    template = make_snapshot(
+        nodes, projects, now=0.0, order=draw(st.sampled_from(["shortest", "las"]))
+    )
     events: list[tuple[Any, ...]] = []
     for i in range(draw(st.integers(20, 70))):
         kind = draw(st.sampled_from(["submit", "submit", "cycle", "cycle", "finish"]))
@@ -218,6 +202,7 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 priority=draw(st.sampled_from(PRIOS[:2])),
                 gpu_types=[draw(st.sampled_from(TYPES))],
                 max_runtime_s=draw(st.sampled_from([2.0, 5.0, 50.0, 400.0])),
+                attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 4000.0, 40000.0])),
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -273,9 +258,9 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     nodes = [make_node("n0", 4, TYPES[0])]
     template = make_snapshot(nodes, [make_project("p0")], now=0.0)
     assert unsupported(template) is None
-    las = replace(template, policy=replace(template.policy, order="las"))
-    with pytest.raises(NotSupported, match="order 'las'"):
-        NativeEngine(las, native)
+    bogus = replace(template, policy=replace(template.policy, order="random"))
+    with pytest.raises(NotSupported, match="order 'random'"):
+        NativeEngine(bogus, native)
     budget = make_project("p0", budget=Budget(3600.0, gpu_hours=1.0))
     assert "budget" in str(unsupported(make_snapshot(nodes, [budget])))
     shared = make_snapshot([make_node("n0", 4, TYPES[0], shared=True)], [make_project("p0")])
@@ -293,20 +278,9 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     assert eng.pending == {}
 
 
-def _bench(*args: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "core_throughput.py"),
-         "--nodes", "20", "--runs", "1000", *args],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
-
-
 @pytest.mark.slow
 def test_the_benchmark_digest_is_the_python_cores(native: Any) -> None:
-    python, ours = _bench("--core", "installed"), _bench("--core", "native")
+    python, ours = core_bench("--core", "installed"), core_bench("--core", "native")
     assert (python["core"], ours["core"]) == ("python", "native")
     assert python["cycles"] == ours["cycles"] and python["cycles"] > 1000
     assert python["preemptions"] == ours["preemptions"] > 0
@@ -318,7 +292,7 @@ TIMING = {"decisions_per_s", "wall_s"}
 
 
 @pytest.mark.parametrize(
-    "policy", ["default", "fifo", "fifo-backfill", "kueue-like", "drf", "srtf-oracle"]
+    "policy", ["default", "fifo", "fifo-backfill", "kueue-like", "drf", "srtf-oracle", "las"]
 )
 def test_the_simulator_replays_alike_on_either_engine(
     native_path: str, monkeypatch: pytest.MonkeyPatch, policy: str
@@ -342,9 +316,11 @@ def test_the_simulator_falls_back_to_python_where_native_cannot(
     trace = synthetic(seed=3, jobs=50, days=0.1)
     cluster = Cluster(2, 8)
     monkeypatch.setenv(native_mod.ENV, native_path)
-    assert simulate(trace, cluster, "las").engine == "python"
-    with pytest.raises(NotSupported, match=r"policy las: policy\.order 'las'"):
-        simulate(trace, cluster, "las", engine="native")
+    # a job asking for host CPU: the native engine does not implement host resources
+    cpu = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], cpu_milli=500)))
+    assert simulate(cpu, cluster, "default").engine == "python"
+    with pytest.raises(NotSupported, match=r"policy default: run \S+ asks for host CPU"):
+        simulate(cpu, cluster, "default", engine="native")
     monkeypatch.setenv(native_mod.ENV, "off")
     assert simulate(trace, cluster, "default").engine == "python"
     with pytest.raises(NotSupported, match="not installed"):

@@ -120,7 +120,9 @@ class Mirror:
         if self._template is not None and _static(self._template) != _static(template):
             self._python_only = False  # a new config: the native engine may take it
         self._template = template
-        held = [r for r in self.runs.values() if r.phase in ACTIVE_PHASES and r.placement]
+        held = [
+            r for r in self.runs.values() if r.phase in ACTIVE_PHASES and r.placement is not None
+        ]
         waiting = [r for r in self.runs.values() if r.phase is Phase.PENDING]
         runs = sorted(held, key=_seq) + sorted(waiting, key=_seq)
         module = None if self._python_only else native.installed()

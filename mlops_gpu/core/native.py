@@ -9,7 +9,7 @@ It serves what the extension implements, and says what it does not (``unsupporte
 ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
 - whole GPUs, without topology or host CPU and memory, on nodes without MIG slices, shared
   devices or tracked host resources;
-- ``order`` ``shortest`` or ``submit`` (not ``las``), no project budgets.
+- no project budgets (every ``order``: ``shortest``, ``submit``, ``las``).
 Runs with an unknown project or class wait (as ``invalid``) and runs in backoff wait here until
 their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: a cycle
 of the Python core explains the same state on demand (``explain_all``).
@@ -83,8 +83,8 @@ def installed() -> Any | None:
 def unsupported(template: Snapshot) -> str | None:
     """Why the native engine cannot schedule for ``template``, or None when it can."""
     p = template.policy
-    if p.order not in ("shortest", "submit"):
-        return f"policy.order {p.order!r} (the native engine orders by shortest or submit)"
+    if p.order not in ("shortest", "submit", "las"):
+        return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
     for name, proj in template.projects.items():
         if proj.budget is not None:
             return f"project {name} has a budget (the native engine has no budgets)"
@@ -173,7 +173,8 @@ class NativeEngine:
             capacity,
             of_type,
             (
-                p.order == "shortest",
+                p.order,
+                [float(x) for x in p.las_thresholds_gpu_s],
                 p.queueing == "strict-fifo",
                 p.fair_share,
                 float(p.half_life_s),
@@ -198,10 +199,10 @@ class NativeEngine:
             self._enqueue(run)
 
     def _enqueue(self, run: Run) -> None:
-        self._engine.submit(*self._spec(run))
+        self._engine.submit(self._spec(run))
         self._queued.add(run.id)
 
-    def _spec(self, run: Run) -> tuple[object, ...]:
+    def _spec(self, run: Run) -> tuple[tuple[object, ...], tuple[object, ...]]:
         """The run as the extension's ``submit`` and ``add_active`` take it."""
         req, spec = run.request, run.spec
         types = [i for i, t in enumerate(self.types) if req.accepts(t)]
@@ -210,19 +211,24 @@ class NativeEngine:
             # a backend the cluster lacks gets a number no node has: nothing can host it
             pinned = self._backend_ix.get(spec.backend, len(self.backends))
         return (
-            run.id,
-            run.seq,
-            self._project_ix[run.project],
-            self.template.priority_of(run),
-            req.gpus,
-            req.nodes,
-            types,
-            pinned,
-            spec.max_runtime_s,
-            spec.preemptible,
-            float(spec.checkpoint.grace_s),
-            run.submitted_at,
-            run.last_checkpoint_at,
+            (
+                run.id,
+                run.seq,
+                self._project_ix[run.project],
+                self.template.priority_of(run),
+                req.gpus,
+                req.nodes,
+                types,
+                pinned,
+                spec.max_runtime_s,
+            ),
+            (
+                spec.preemptible,
+                float(spec.checkpoint.grace_s),
+                run.submitted_at,
+                run.last_checkpoint_at,
+                run.attained_gpu_s,
+            ),
         )
 
     def remove_pending(self, run_id: str) -> Run:
@@ -248,7 +254,7 @@ class NativeEngine:
             if (n := self._node_ix.get(s.node)) is not None
         ]
         self._engine.add_active(
-            *self._spec(run),
+            self._spec(run),
             self._backend_ix[p.backend],
             self._type_ix[p.gpu_type],
             slots,

@@ -19,7 +19,7 @@ use crate::capacity::Placement;
 use crate::model::Model;
 use crate::placement::{node_sets, place};
 use crate::quota::{admits, room, within_nominal};
-use crate::state::{key_cmp, State};
+use crate::state::{key_cmp, Key, State};
 
 const EPS: f64 = 1e-9;
 
@@ -40,7 +40,7 @@ enum Outcome {
 
 /// A project's place in the fair-share heap: lowest first.
 struct Turn {
-    key: (f64, i64),
+    key: Key,
     project: usize,
 }
 
@@ -159,9 +159,9 @@ impl<'a> Cycle<'a> {
         s
     }
 
-    fn turn_key(&mut self, p: usize, ranges: &[Range]) -> (f64, i64) {
+    fn turn_key(&mut self, p: usize, ranges: &[Range]) -> Key {
         if self.m.policy.fair_share {
-            return (self.share(p), 0);
+            return (0, self.share(p), 0);
         }
         let qs = &self.st.queues[p];
         ranges
@@ -169,7 +169,7 @@ impl<'a> Cycle<'a> {
             .filter(|rg| rg.lo < rg.hi)
             .map(|rg| self.st.runs[qs[rg.queue].runs[rg.lo]].key)
             .min_by(key_cmp)
-            .unwrap_or((0.0, 0))
+            .unwrap_or((0, 0.0, 0))
     }
 
     fn serve(&mut self, ranges: &mut [Vec<Range>], mut defer: Option<&mut Vec<Vec<Range>>>) {
@@ -205,7 +205,7 @@ impl<'a> Cycle<'a> {
             return false;
         }
         loop {
-            let mut best: Option<(usize, usize, (f64, i64))> = None; // (range, run, key)
+            let mut best: Option<(usize, usize, Key)> = None; // (range, run, key)
             for (k, rg) in ranges.iter().enumerate() {
                 if rg.lo < rg.hi {
                     let (run, key) = self.head(p, rg);
@@ -270,7 +270,7 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    fn head(&self, p: usize, rg: &Range) -> (usize, (f64, i64)) {
+    fn head(&self, p: usize, rg: &Range) -> (usize, Key) {
         let i = self.st.queues[p][rg.queue].runs[rg.lo];
         (i, self.st.runs[i].key)
     }

@@ -1,9 +1,9 @@
 //! `mlops_gpu_native`: the scheduling core's incremental engine in Rust.
 //!
 //! The same decisions as `mlops_gpu.core.engine.Incremental` for the requests and policies it
-//! serves (whole GPUs without topology or host resources, `order` `shortest` or `submit`, no
-//! budgets, nodes without MIG or shared devices); `mlops_gpu/core/native.py` checks that,
-//! turns names into indices and builds the `Decision`. Pure: the clock comes in each call.
+//! serves (whole GPUs without topology or host resources, no budgets, nodes without MIG or
+//! shared devices); `mlops_gpu/core/native.py` checks that, turns names into indices and
+//! builds the `Decision`. Pure: the clock comes in each call.
 
 mod backfill;
 mod capacity;
@@ -17,13 +17,13 @@ mod state;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::model::{Model, Node, Policy, Project, Term};
+use crate::model::{Model, Node, Order, Policy, Project, Term};
 use crate::state::{Run, State};
 
 type NodeSpec = (usize, usize, usize, bool);
 type TermSpec = (f64, Option<f64>, Option<f64>);
 type ProjectSpec = (f64, Option<usize>, Vec<TermSpec>);
-type PolicySpec = (bool, bool, bool, f64, bool, bool, f64);
+type PolicySpec = (String, Vec<f64>, bool, bool, f64, bool, bool, f64);
 type Slots = Vec<(usize, Vec<u16>)>;
 
 #[pyclass]
@@ -86,7 +86,26 @@ impl Engine {
                     .collect(),
             })
             .collect();
-        let (shortest, strict_fifo, fair_share, half_life_s, preemption, backfill, ratio) = policy;
+        let (
+            order,
+            las_thresholds,
+            strict_fifo,
+            fair_share,
+            half_life_s,
+            preemption,
+            backfill,
+            ratio,
+        ) = policy;
+        let order = match order.as_str() {
+            "shortest" => Order::Shortest,
+            "submit" => Order::Submit,
+            "las" => Order::Las,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "policy.order: expected shortest, submit or las, got {other:?}"
+                )))
+            }
+        };
         let m = Model {
             n_types,
             nodes,
@@ -97,7 +116,8 @@ impl Engine {
             of_type,
             groups,
             policy: Policy {
-                shortest,
+                order,
+                las_thresholds,
                 strict_fifo,
                 fair_share,
                 half_life_s,
@@ -111,37 +131,8 @@ impl Engine {
     }
 
     /// A run joins its project's queue.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (id, seq, project, class, gpus, nodes, types, pinned, max_runtime,
-                        preemptible, grace_s, submitted_at, last_checkpoint_at))]
-    fn submit(
-        &mut self,
-        id: String,
-        seq: i64,
-        project: usize,
-        class: i64,
-        gpus: usize,
-        nodes: usize,
-        types: Vec<usize>,
-        pinned: Option<usize>,
-        max_runtime: Option<f64>,
-        preemptible: bool,
-        grace_s: f64,
-        submitted_at: f64,
-        last_checkpoint_at: Option<f64>,
-    ) -> PyResult<()> {
-        let spec = (
-            id,
-            seq,
-            project,
-            class,
-            gpus,
-            nodes,
-            types,
-            pinned,
-            max_runtime,
-        );
-        let run = self.run(spec, preemptible, grace_s, submitted_at, last_checkpoint_at)?;
+    fn submit(&mut self, run: RunArgs) -> PyResult<()> {
+        let run = self.run(run)?;
         self.st.enqueue(run).map_err(PyValueError::new_err)
     }
 
@@ -149,24 +140,9 @@ impl Engine {
     /// on `backend` and `ty`, `held` all the GPUs it holds (some may be on nodes the cluster no
     /// longer has); `going`: it is being preempted.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (id, seq, project, class, gpus, nodes, types, pinned, max_runtime,
-                        preemptible, grace_s, submitted_at, last_checkpoint_at, backend, ty,
-                        slots, held, admitted_at, started_at, going))]
     fn add_active(
         &mut self,
-        id: String,
-        seq: i64,
-        project: usize,
-        class: i64,
-        gpus: usize,
-        nodes: usize,
-        types: Vec<usize>,
-        pinned: Option<usize>,
-        max_runtime: Option<f64>,
-        preemptible: bool,
-        grace_s: f64,
-        submitted_at: f64,
-        last_checkpoint_at: Option<f64>,
+        run: RunArgs,
         backend: usize,
         ty: usize,
         slots: Slots,
@@ -181,21 +157,11 @@ impl Engine {
         };
         if ty >= m.n_types || backend >= m.multi_node.len() || slots.iter().any(bad) {
             return Err(PyValueError::new_err(format!(
-                "run {id}: its placement names an unknown type, backend, node or device"
+                "run {}: its placement names an unknown type, backend, node or device",
+                (run.0).0
             )));
         }
-        let spec = (
-            id,
-            seq,
-            project,
-            class,
-            gpus,
-            nodes,
-            types,
-            pinned,
-            max_runtime,
-        );
-        let mut run = self.run(spec, preemptible, grace_s, submitted_at, last_checkpoint_at)?;
+        let mut run = self.run(run)?;
         run.admitted_at = admitted_at;
         run.started_at = started_at;
         let p = capacity::Placement {
@@ -275,29 +241,30 @@ impl Engine {
     }
 }
 
-type RunSpec = (
-    String,
-    i64,
-    usize,
-    i64,
-    usize,
-    usize,
-    Vec<usize>,
-    Option<usize>,
-    Option<f64>,
+/// A run as `native.py` passes it: (id, seq, project, class, GPUs per node, nodes, accepted
+/// types, pinned backend, max_runtime) and (preemptible, grace, submit time, last checkpoint,
+/// attained GPU-seconds).
+type RunArgs = (
+    (
+        String,
+        i64,
+        usize,
+        i64,
+        usize,
+        usize,
+        Vec<usize>,
+        Option<usize>,
+        Option<f64>,
+    ),
+    (bool, f64, f64, Option<f64>, f64),
 );
 
 impl Engine {
     /// A run as the engine keeps it, checked.
-    fn run(
-        &self,
-        spec: RunSpec,
-        preemptible: bool,
-        grace_s: f64,
-        submitted_at: f64,
-        last_checkpoint_at: Option<f64>,
-    ) -> PyResult<Run> {
+    fn run(&self, args: RunArgs) -> PyResult<Run> {
+        let (spec, terms) = args;
         let (id, seq, project, class, gpus, nodes, types, pinned, max_runtime) = spec;
+        let (preemptible, grace_s, submitted_at, last_checkpoint_at, attained) = terms;
         if project >= self.m.projects.len() || types.iter().any(|&t| t >= self.m.n_types) {
             return Err(PyValueError::new_err(format!(
                 "run {id}: unknown project or GPU type"
@@ -314,10 +281,11 @@ impl Engine {
                 "run {id}: a time is NaN, or it asks for no GPU or no node"
             )));
         }
-        let first = if self.m.policy.shortest {
-            max_runtime.unwrap_or(f64::INFINITY)
-        } else {
-            submitted_at
+        let policy = &self.m.policy;
+        let key = match policy.order {
+            Order::Shortest => (0, max_runtime.unwrap_or(f64::INFINITY), seq),
+            Order::Submit => (0, submitted_at, seq),
+            Order::Las => (policy.las_level(attained), submitted_at, seq),
         };
         Ok(Run {
             id,
@@ -331,7 +299,8 @@ impl Engine {
             preemptible,
             grace_s,
             last_checkpoint_at,
-            key: (first, seq),
+            attained,
+            key,
             placement: None,
             admitted_at: None,
             started_at: None,

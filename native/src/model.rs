@@ -31,9 +31,19 @@ pub struct Project {
     pub terms: Vec<Term>,
 }
 
+/// The order inside a priority class and project (`PolicySettings.order`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Shortest,
+    Submit,
+    /// least attained service, by level (`las_thresholds`)
+    Las,
+}
+
 pub struct Policy {
-    /// `order: shortest` (else `submit`).
-    pub shortest: bool,
+    pub order: Order,
+    /// GPU-seconds of attained service that start each next LAS level, ascending.
+    pub las_thresholds: Vec<f64>,
     pub strict_fifo: bool,
     pub fair_share: bool,
     pub half_life_s: f64,
@@ -55,6 +65,15 @@ pub struct Model {
     /// The (type, backend) pairs with schedulable nodes, sorted: the free-count index's keys.
     pub groups: Vec<(usize, usize)>,
     pub policy: Policy,
+}
+
+impl Policy {
+    /// A run's LAS level: how many thresholds its attained service reached
+    /// (`fairshare.las_level`).
+    pub fn las_level(&self, attained_gpu_s: f64) -> i64 {
+        self.las_thresholds
+            .partition_point(|&t| t <= attained_gpu_s) as i64
+    }
 }
 
 impl Model {

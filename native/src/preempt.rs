@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::capacity::Placement;
 use crate::cycle::Cycle;
+use crate::model::Order;
 use crate::placement::{eligible, group_serves, place};
 use crate::quota::{admits, within_nominal};
 use crate::state::{Entry, NONE};
@@ -69,7 +70,11 @@ impl Cycle<'_> {
             None => -1.0,
             Some(end) => (end - self.now).max(0.0),
         };
-        self.m.policy.shortest && self.outlasts(i, to_go)
+        match self.m.policy.order {
+            Order::Las => true,
+            Order::Shortest => self.outlasts(i, to_go),
+            Order::Submit => false,
+        }
     }
 
     /// Under `shortest`: whether a run with `to_go` seconds left goes on for more than the
@@ -91,6 +96,16 @@ impl Cycle<'_> {
 
     fn borrowed_at_start(&self, p: usize, t: usize) -> bool {
         self.used_at_start[self.m.pt(p, t)] > self.m.term(p, t).nominal + 1e-9
+    }
+
+    /// GPU-seconds over all attempts, the current one included (`fairshare.attained_now`).
+    fn attained_now(&self, v: usize) -> f64 {
+        let a = &self.st.runs[v];
+        let held = match (&a.placement, a.admitted_at) {
+            (Some(p), Some(at)) => p.amount() * (self.now - at).max(0.0),
+            _ => 0.0,
+        };
+        a.attained + held
     }
 
     fn lost_gpu_s(&self, v: usize) -> f64 {
@@ -183,10 +198,11 @@ impl Cycle<'_> {
             // the pool's parts that hold candidates (runs chosen as victims this cycle, in
             // `going`, are skipped as they are read)
             let mut parts: Vec<&[Entry]> = Vec::new();
+            let mut las: Vec<Entry> = Vec::new();
             for (&class, pool) in &self.st.pools[m.pt(r.project, t)] {
                 if class < r.class {
                     parts.push(&pool.ends);
-                } else if class == r.class && m.policy.shortest {
+                } else if class == r.class && m.policy.order == Order::Shortest {
                     // Its own class under `shortest`: the runs expected to go on for more than
                     // the ratio x its max_runtime, a suffix of the pool sorted by end (the time
                     // to go only grows with the end).
@@ -194,6 +210,15 @@ impl Cycle<'_> {
                         .ends
                         .partition_point(|e| !self.outlasts(i, self.to_go(e.end)));
                     parts.push(&pool.ends[from..]);
+                } else if class == r.class && m.policy.order == Order::Las {
+                    // Its own class under `las`: the runs in a later LAS level by the service
+                    // attained so far (kept apart: not a part of the pool as sorted)
+                    let mine = m.policy.las_level(r.attained);
+                    for e in &pool.ends {
+                        if m.policy.las_level(self.attained_now(e.run)) > mine {
+                            las.push(*e);
+                        }
+                    }
                 }
             }
             // Cohort members that borrowed `t` as the cycle began, while the run stays within
@@ -207,6 +232,7 @@ impl Cycle<'_> {
                     }
                 }
             }
+            parts.push(&las);
             if self.could_fit_without_all(i, t, &parts) {
                 for part in parts {
                     cands.extend(

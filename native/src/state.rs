@@ -1,9 +1,10 @@
 //! What a cycle reads, kept up to date by events (`mlops_gpu.core.state.State`, whole GPUs).
 //!
 //! Invariants:
-//! - a queued run is in exactly one queue of its project: the runs with the same class, GPUs
-//!   per node, nodes, accepted types and pinned backend, sorted by order key
-//!   ((max_runtime or infinity, seq) under `shortest`, else (submit time, seq));
+//! - a queued run is in exactly one queue of its project: the runs with the same class, LAS
+//!   level, GPUs per node, nodes, accepted types and pinned backend, sorted by order key
+//!   ((0, max_runtime or infinity, seq) under `shortest`, (LAS level, submit time, seq) under
+//!   `las`, else (0, submit time, seq));
 //! - `pools[pt(p, t)]` maps class -> the preemptible active runs of project `p` on type `t`
 //!   that are not being preempted (the victim candidates), with their expected ends sorted;
 //! - `ends[node]` holds (end, GPUs) of each active run with a fixed expected end (start +
@@ -28,8 +29,9 @@ pub struct Run {
     pub preemptible: bool,
     pub grace_s: f64,
     pub last_checkpoint_at: Option<f64>,
-    /// (max_runtime or infinity | submit time, seq)
-    pub key: (f64, i64),
+    /// GPU-seconds held over earlier attempts (`Run.attained_gpu_s`)
+    pub attained: f64,
+    pub key: Key,
     pub placement: Option<Placement>,
     pub admitted_at: Option<f64>,
     pub started_at: Option<f64>,
@@ -50,6 +52,7 @@ impl Run {
 #[derive(Clone, PartialEq, Eq)]
 pub struct QueueKey {
     pub class: i64,
+    pub level: i64,
     pub gpus: usize,
     pub nodes: usize,
     pub types: Vec<usize>,
@@ -80,10 +83,13 @@ pub struct Pool {
     pub ends: Vec<Entry>,
 }
 
-pub fn key_cmp(a: &(f64, i64), b: &(f64, i64)) -> std::cmp::Ordering {
-    a.0.partial_cmp(&b.0)
-        .expect("order keys are never NaN")
-        .then(a.1.cmp(&b.1))
+/// A run's place in its project's order: (LAS level, max_runtime or submit time, seq).
+pub type Key = (i64, f64, i64);
+
+pub fn key_cmp(a: &Key, b: &Key) -> std::cmp::Ordering {
+    a.0.cmp(&b.0)
+        .then(a.1.partial_cmp(&b.1).expect("order keys are never NaN"))
+        .then(a.2.cmp(&b.2))
 }
 
 pub struct State {
@@ -375,6 +381,7 @@ impl State {
 fn queue_key(r: &Run) -> QueueKey {
     QueueKey {
         class: r.class,
+        level: r.key.0,
         gpus: r.gpus,
         nodes: r.nodes,
         types: r.types.clone(),
