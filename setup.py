@@ -10,7 +10,7 @@ benchmarks (same decisions, about twice the cycle throughput):
 
 ``MLOPS_GPU_BUILD_NATIVE=1`` builds the native engine (``native/``, Rust) with cargo, as
 ``scripts/native_core.py`` does, into the package (``mlops_gpu/core/mlops_gpu_native.so``),
-where ``mlops_gpu.core.native.installed()`` finds it (same decisions, about ten times the
+where ``mlops_gpu.core.native.installed()`` finds it (same decisions, about 20 times the
 cycle throughput of the Python core):
 
     MLOPS_GPU_BUILD_NATIVE=1 pip install .
