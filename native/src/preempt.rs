@@ -139,8 +139,8 @@ impl Cycle<'_> {
     /// Choose victims for run `i` (or find it waits only for runs being preempted): true when
     /// the run is blocked for that reason (`Cycle._preempt`).
     pub fn preempt(&mut self, i: usize, types: &[usize], search: bool) -> bool {
-        let mut going: Vec<usize> = self.going.iter().copied().collect();
-        going.sort_unstable(); // (any order gives back the same devices)
+        // (in any order: giving back and taking devices commute)
+        let going: Vec<usize> = self.going.iter().copied().collect();
         for &g in &going {
             self.release(g);
         }
@@ -453,8 +453,7 @@ impl Cycle<'_> {
         if peers.is_empty() {
             return true;
         }
-        let mut going: Vec<usize> = self.going.iter().copied().collect();
-        going.sort_unstable();
+        let going: Vec<usize> = self.going.iter().copied().collect();
         let gone: Vec<usize> = plan
             .victims
             .iter()

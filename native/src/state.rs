@@ -348,26 +348,14 @@ impl State {
     /// `lines`). Without moving ends the fixed ends are walked in place, clamped: clamping
     /// keeps their order, and ends tied at `now` in another order change neither the time
     /// `need` is reached nor whether it ever is.
-    pub fn reach(&self, node: usize, mut free: usize, need: usize, now: f64) -> (usize, f64) {
-        let mut when = now;
+    pub fn reach(&self, node: usize, free: usize, need: usize, now: f64) -> (usize, f64) {
         if self.moving[node].is_empty() {
-            for &(end, n) in &self.ends[node] {
-                free += n as usize;
-                when = if end > now { end } else { now };
-                if free >= need {
-                    break;
-                }
-            }
-            return (free, when);
+            let clamped = self.ends[node]
+                .iter()
+                .map(|&(e, n)| (if e > now { e } else { now }, n));
+            return walk(clamped, free, need, now);
         }
-        for (end, n) in self.lines(node, now) {
-            free += n as usize;
-            when = end;
-            if free >= need {
-                break;
-            }
-        }
-        (free, when)
+        walk(self.lines(node, now).into_iter(), free, need, now)
     }
 
     /// The latest expected end of a victim candidate of (project, type, class).
@@ -376,6 +364,25 @@ impl State {
             .get(&class)
             .and_then(|pool| pool.ends.last().map(|x| x.end))
     }
+}
+
+/// Walking a timeline (end, GPUs released) in order from `free` GPUs free at `now`: the GPUs
+/// free and the end at which `need` are, or all it frees and its last end.
+fn walk(
+    line: impl Iterator<Item = (f64, u32)>,
+    mut free: usize,
+    need: usize,
+    now: f64,
+) -> (usize, f64) {
+    let mut when = now;
+    for (end, n) in line {
+        free += n as usize;
+        when = end;
+        if free >= need {
+            break;
+        }
+    }
+    (free, when)
 }
 
 fn queue_key(r: &Run) -> QueueKey {
