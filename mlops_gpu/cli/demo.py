@@ -195,14 +195,25 @@ def run_demo(directory: str, scale: int = 1) -> int:
     console.print(
         f"\nDone in {wall:.1f} s ({'all runs succeeded' if ok else 'NOT all runs succeeded'})."
         " Look at the results:\n"
+        f"  mlops-gpu {cfg_arg} report      # GPU-hours, cost, queue wait per project\n"
         f"  mlops-gpu {cfg_arg} status\n"
         f"  mlops-gpu {cfg_arg} logs {ids[0] if ids else 'RUN_ID'}\n"
-        f"  mlops-gpu {cfg_arg} nodes\n"
+        f"  {mlflow_ui_hint(rt.cfg.tracking_uri(dict(os.environ)))}\n"
         f"Config, state store and run logs are in {d}",
         soft_wrap=True,
         highlight=False,
+        markup=False,
     )
     return 0 if ok else 1
+
+
+def mlflow_ui_hint(uri: str) -> str:
+    """How to see the demo's MLflow runs: the UI command for a local store, else the server."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri} in a browser   # the MLflow server with the runs"
+    return (
+        f"mlflow ui --backend-store-uri {uri}   # the MLflow runs, then open http://127.0.0.1:5000"
+    )
 
 
 def _drain(rt: object, ctl: object, ids: list[str]) -> None:
@@ -241,7 +252,7 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
         "SUCCEEDED",
         "PREEMPTED",
         "GPU-HOURS",
-        "MEAN WAIT",
+        "MEAN QUEUE WAIT",
         "ALLOCATED UTIL",
     ):
         t.add_column(c, justify="right" if c != "PROJECT" else "left")
@@ -249,7 +260,9 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
     for proj in sorted({r.project for r in runs}):
         pr = [r for r in runs if r.project == proj]
         gpu_s = sum(u.gpu_seconds for u in usage if u.project == proj)
-        waits = [r.started_at - r.submitted_at for r in pr if r.started_at is not None]
+        # queue wait, as ``report`` and MLflow's mlops_gpu.queue_wait_s define it: per attempt,
+        # from joining the queue (submit or requeue) to admission
+        waits = [u.start - u.queued_at for u in usage if u.project == proj and u.queued_at]
         t.add_row(
             proj,
             str(len(pr)),
@@ -272,5 +285,7 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
     console.print(t)
     console.print(
         "Allocated utilization = GPU-time allocated / GPU-time available over the demo "
-        f"({capacity_gpus} GPUs x {wall:.1f} s); virtual GPUs have no device utilization."
+        f"({capacity_gpus} GPUs x {wall:.1f} s); virtual GPUs have no device utilization.\n"
+        "Queue wait = per attempt, admission minus the time it joined the queue (its submit or "
+        "requeue): the same as `report`'s mean_wait_s and MLflow's mlops_gpu.queue_wait_s."
     )

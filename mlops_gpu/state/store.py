@@ -487,6 +487,16 @@ class Store:
             )
         return True
 
+    @staticmethod
+    def _preempted_attempts(conn: Connection, run_id: str) -> int:
+        """How many of the run's attempts ended preempted (requeued by the scheduler)."""
+        q = (
+            select(func.count())
+            .select_from(events)
+            .where(events.c.run_id == run_id, events.c.kind == "preempted")
+        )
+        return int(conn.execute(q).scalar_one())
+
     def requeue(
         self,
         run_id: str,
@@ -521,14 +531,17 @@ class Store:
                     attained_gpu_s=attained,
                 )
                 return Phase.CANCELLED
-            if max_attempts is not None and row.attempt >= max_attempts:
+            # preemptions are the scheduler's doing: only the other attempts use up retries
+            counted = row.attempt - self._preempted_attempts(conn, run_id)
+            if max_attempts is not None and counted >= max_attempts:
                 self._move(
                     conn,
                     row,
                     Phase.FAILED,
                     now,
                     kind,
-                    f"{reason}; attempt {row.attempt} of {max_attempts}, no retries left",
+                    f"{reason}; attempt {counted} of {max_attempts} (preemptions not counted), "
+                    "no retries left",
                     finished_at=now,
                     reason=reason,
                     attained_gpu_s=attained,
