@@ -13,6 +13,8 @@ from typing import Any
 import click
 
 from mlops_gpu.cli.parse import parse_duration, parse_env
+from mlops_gpu.cli.safe_text import visible
+from mlops_gpu.cli.text_args import TextArgsGroup
 
 CONFIG_HELP = "Config file (default: $MLOPS_GPU_CONFIG, ./mlops-gpu.yaml, ~/.config/mlops-gpu/)."
 
@@ -21,7 +23,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"mlops-gpu: error: {self.format_message()}", err=True)
+        click.echo(f"mlops-gpu: error: {visible(self.format_message())}", err=True)
 
 
 def _runtime(ctx: click.Context) -> Any:
@@ -38,7 +40,7 @@ def _dump(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TextArgsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", metavar="PATH", default=None, help=CONFIG_HELP)
 @click.version_option(package_name="mlops-gpu")
 @click.pass_context
@@ -206,6 +208,7 @@ def submit(
     from mlops_gpu.controller.daemon import ensure_scheduler
     from mlops_gpu.model import CheckpointPolicy, ResourceRequest
     from mlops_gpu.model.public import run_to_public
+    from mlops_gpu.model.text import spec_text_problems
 
     sig = stop_signal.upper() if stop_signal.upper().startswith("SIG") else "SIG" + stop_signal
     if not isinstance(getattr(signal_mod, sig, None), signal_mod.Signals):
@@ -244,6 +247,9 @@ def submit(
         max_attempts=max_attempts,
     )
     try:
+        # argv is checked by TextArgsGroup; the working directory and user name are not argv
+        if problems := spec_text_problems(spec):
+            raise SubmitError("; ".join(problems))
         run = rt.submit(spec)
     except SubmitError as e:
         raise UserError(str(e)) from None
