@@ -41,6 +41,12 @@ words = st.one_of(
 numbers = st.one_of(st.integers(1, 8).map(str), st.integers(-(10**20), 10**20).map(str), words)
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fuzzed paths (init --path, submit --workdir) are relative to a scratch folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A fake-backend config (nothing is ever run), one run already queued."""
