@@ -236,3 +236,14 @@ def test_a_cell_is_never_markup() -> None:
     c = Console(width=80, file=open("/dev/null", "w"), record=True)  # noqa: SIM115
     c.print(cell("[/bold] [red]x[/red] :smile:"))
     assert c.export_text().strip() == "[/bold] [red]x[/red] :smile:"
+
+
+def test_scheduler_log_lines_show_names_literally() -> None:
+    import logging
+
+    from mlops_gpu.cli.daemon import _VisibleFormatter
+
+    record = logging.LogRecord("mlops_gpu", logging.INFO, __file__, 1, "started %s on %s",
+                               ("evil\x1b[2J\nnext", "[/n]\u202e"), None)  # fmt: skip
+    line = _VisibleFormatter("%(levelname)s %(message)s").format(record)
+    assert line == "INFO started evil\\x1b[2J\\nnext on [/n]\\u202e"
