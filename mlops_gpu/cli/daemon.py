@@ -8,6 +8,16 @@ import signal
 import sys
 from typing import Any
 
+from mlops_gpu.cli.safe_text import visible
+
+
+class _VisibleFormatter(logging.Formatter):
+    """Log lines name runs, projects and nodes (users' strings): one line each, with control
+    characters escaped (``safe_text``); a traceback keeps its line breaks."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return visible(super().formatMessage(record))
+
 
 def run_scheduler(
     rt: Any, *, once: bool, idle_exit: float | None, quiet_if_running: bool, verbose: bool
@@ -15,11 +25,10 @@ def run_scheduler(
     from mlops_gpu.controller import Controller
     from mlops_gpu.controller.loop import LeaderError
 
-    logging.basicConfig(
-        level=logging.INFO if verbose or not once else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_VisibleFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose or not once else logging.WARNING,
+                        handlers=[handler])  # fmt: skip
     ctl = Controller(rt)
     try:
         ctl.acquire()

@@ -12,7 +12,9 @@ from typing import Any
 
 import click
 
+from mlops_gpu.cli.args import ArgsGroup
 from mlops_gpu.cli.parse import parse_duration, parse_env
+from mlops_gpu.cli.safe_text import visible
 
 CONFIG_HELP = "Config file (default: $MLOPS_GPU_CONFIG, ./mlops-gpu.yaml, ~/.config/mlops-gpu/)."
 
@@ -21,7 +23,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"mlops-gpu: error: {self.format_message()}", err=True)
+        click.echo(f"mlops-gpu: error: {visible(self.format_message())}", err=True)
 
 
 def _runtime(ctx: click.Context) -> Any:
@@ -38,7 +40,7 @@ def _dump(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ArgsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", metavar="PATH", default=None, help=CONFIG_HELP)
 @click.version_option(package_name="mlops-gpu")
 @click.pass_context
@@ -52,7 +54,7 @@ def cli(ctx: click.Context, config: str | None) -> None:
 @click.option("--path", default="mlops-gpu.yaml", show_default=True, help="Where to write it.")
 @click.option(
     "--virtual-gpus",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=4096),  # the config's bound on a node's GPUs
     default=None,
     help="Use N virtual GPUs instead of the GPUs NVML finds.",
 )
@@ -65,9 +67,12 @@ def init(path: str, virtual_gpus: int | None, gpu_type: str, force: bool) -> Non
     from mlops_gpu.controller.setup import write_starter
 
     try:
-        click.echo(write_starter(path, virtual_gpus=virtual_gpus, gpu_type=gpu_type, force=force))
+        said = write_starter(path, virtual_gpus=virtual_gpus, gpu_type=gpu_type, force=force)
+        click.echo(visible(said))
     except FileExistsError as e:
         raise UserError(str(e)) from None
+    except OSError as e:  # a folder that cannot be made or written
+        raise UserError(f"--path {path}: {e.strerror}") from None
 
 
 @cli.command()
@@ -206,6 +211,7 @@ def submit(
     from mlops_gpu.controller.daemon import ensure_scheduler
     from mlops_gpu.model import CheckpointPolicy, ResourceRequest
     from mlops_gpu.model.public import run_to_public
+    from mlops_gpu.model.text import spec_text_problems
 
     sig = stop_signal.upper() if stop_signal.upper().startswith("SIG") else "SIG" + stop_signal
     if not isinstance(getattr(signal_mod, sig, None), signal_mod.Signals):
@@ -244,6 +250,9 @@ def submit(
         max_attempts=max_attempts,
     )
     try:
+        # argv is checked by ArgsGroup; the working directory and user name are not argv
+        if problems := spec_text_problems(spec):
+            raise SubmitError("; ".join(problems))
         run = rt.submit(spec)
     except SubmitError as e:
         raise UserError(str(e)) from None

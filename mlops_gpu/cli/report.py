@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from mlops_gpu.cli.safe_text import CELL_LIMIT, visible
+
 # the report's groupings (``controller.usage_report.BY``), here so the CLI imports no controller
 BY = ("project", "user", "gpu_type", "day")
 
@@ -44,7 +46,8 @@ def to_table(out: dict[str, Any]) -> str:
         return ["-" if row[k] is None else f.format(row[k]) for k, _, f in COLUMNS]
 
     head = [out["by"].upper(), *(h for _, h, _ in COLUMNS)]
-    body = [[r["key"], *cells(r)] for r in out["rows"]]
+    # project and user names are the users': shown literally, a long one cut (safe_text)
+    body = [[visible(r["key"], CELL_LIMIT), *cells(r)] for r in out["rows"]]
     body.append(["TOTAL", *cells(out["total"])])
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
 

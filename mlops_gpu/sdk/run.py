@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from mlops_gpu.config import find_config, user_config_path
-from mlops_gpu.controller import Runtime
+from mlops_gpu.controller import Runtime, SubmitError
 from mlops_gpu.controller.daemon import ensure_scheduler
 from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
+from mlops_gpu.model.text import spec_text_problems
 
 _RUNTIMES: dict[str, Runtime] = {}
 
@@ -128,6 +129,9 @@ def submit(
         backend=backend,
         max_attempts=max_attempts,
     )
+    # text only (model.text): a surrogateescape'd argv or path cannot be stored
+    if problems := spec_text_problems(spec):
+        raise SubmitError("; ".join(problems))
     record = rt.submit(spec)
     if start_scheduler:
         ensure_scheduler(rt)
