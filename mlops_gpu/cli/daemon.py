@@ -56,7 +56,12 @@ def run_scheduler(
             return 0
         ctl.warm()  # "started" means ready: the first submit does not wait for connections
         logging.getLogger("mlops_gpu").info("scheduler started for %s", rt.cfg.store_url)
-        ctl.run_forever(idle_exit_s=idle_exit, should_stop=lambda: stop["flag"])
+        try:
+            ctl.run_forever(idle_exit_s=idle_exit, should_stop=lambda: stop["flag"])
+        except LeaderError as e:  # replaced while stopped or hung: fenced, it must go
+            logging.getLogger("mlops_gpu").error("%s", e)
+            print(f"mlops-gpu: error: {e}", file=sys.stderr)
+            return 3
         return 0
     finally:
         ctl.release()

@@ -1,8 +1,8 @@
 """Starting the scheduler daemon on demand, for the embedded default (SDK and CLI submits).
 
 ``ensure_scheduler`` starts ``mlops-gpu scheduler --idle-exit S`` in its own session when no
-scheduler holds the store's leader lock. Two callers racing both may spawn one: the loser finds
-the lock taken and exits at once, so at most one scheduler ever runs.
+scheduler holds the store's lease (``state.lock``). Two callers racing both may spawn one: the
+loser finds the lease taken and exits at once, so at most one scheduler ever runs.
 """
 
 from __future__ import annotations
@@ -12,15 +12,12 @@ import sys
 from pathlib import Path
 
 from mlops_gpu.controller.runtime import Runtime
-from mlops_gpu.state import LeaderLock
+from mlops_gpu.state.lock import current_holder
 
 
 def scheduler_running(rt: Runtime) -> bool:
-    lock = LeaderLock(rt.store)
-    if lock.acquire():
-        lock.release()
-        return False
-    return True
+    """Whether a scheduler holds the store's lease now (read only: asking takes nothing)."""
+    return current_holder(rt.store) is not None
 
 
 def ensure_scheduler(rt: Runtime) -> bool:

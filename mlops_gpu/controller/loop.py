@@ -45,7 +45,7 @@ from mlops_gpu.controller.tracking import Tracker
 from mlops_gpu.controller.tracking_queue import Ended, TrackingQueue
 from mlops_gpu.core import Snapshot
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
-from mlops_gpu.state import ConflictError, LeaderLock, UsageRow
+from mlops_gpu.state import ConflictError, LeaderLock, LeadershipLost, UsageRow
 
 log = logging.getLogger("mlops_gpu.controller")
 
@@ -172,10 +172,22 @@ class Controller:
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
-        lock = LeaderLock(self.rt.store)
+        lock = LeaderLock(self.rt.store, self.rt.cfg.scheduler.lease_s)
         if not lock.acquire():
             raise LeaderError(f"another scheduler is running against {self.rt.cfg.store_url}")
         self._lock = lock
+
+    def _renew(self) -> None:
+        """Renew the lease before the tick writes anything; a scheduler replaced while it was
+        stopped learns it here (or at its first write) and stops (``LeaderError``)."""
+        if self._lock is None:
+            return
+        try:
+            self._lock.renew()
+        except LeadershipLost as e:
+            self._lock.epoch = None  # (nothing to give up: it is another's now)
+            self._lock = None
+            raise LeaderError(str(e)) from e
 
     def release(self) -> None:
         self.tracking.close()  # (what it cannot close in time, the next start's reconcile does)
@@ -254,7 +266,14 @@ class Controller:
     # -- the tick -------------------------------------------------------------------------
     def tick(self) -> TickReport:
         try:
+            self._renew()
             return self._tick()
+        except LeadershipLost as e:  # fenced at a write: another scheduler leads now
+            self.mirror.reset()
+            if self._lock is not None:
+                self._lock.epoch = None
+                self._lock = None
+            raise LeaderError(str(e)) from e
         except BaseException:
             self.mirror.reset()  # whatever the engine applied may not have reached the store
             self._flush_tracking()  # what did end is queued for its MLflow close all the same

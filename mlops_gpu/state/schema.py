@@ -119,6 +119,18 @@ usage = Table(
     Index("ix_usage_run", "run_id"),
 )
 
+#: v6: the scheduler's lease (``lease.py``): one row, leadership and its fencing epoch.
+leader = Table(
+    "leader",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("holder", String(300), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("host", String(255), nullable=False),
+)
+
 schema_version = Table(
     "schema_version",
     metadata,
@@ -181,9 +193,13 @@ def _v5(conn: Connection) -> None:
         conn.execute(events.insert(), note_rows(done, time.time()))
 
 
+def _v6(conn: Connection) -> None:
+    leader.create(conn, checkfirst=True)
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5),
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

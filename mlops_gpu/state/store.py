@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event,
 from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
+from mlops_gpu.state import lease
 from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many, rows_of
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.ledger import UsageRow, read_usage, record_usage
@@ -115,6 +116,11 @@ class Store:
         self.engine = _engine(url)
         # run id -> (the row last read, the Run built from it); see ``_run``.
         self._runs: dict[str, tuple[tuple[Any, ...], Run]] = {}
+        #: The epoch of the scheduler lease this process holds (``LeaderLock``), else None.
+        #: While set, every write transaction first checks that the store still holds that
+        #: epoch for this process (fencing: ``lease.check``), so a leader that lost its lease
+        #: commits nothing more.
+        self.fence: tuple[int, str] | None = None  # (epoch, holder)
         with self._tx() as conn:
             migrate(conn)
 
@@ -143,6 +149,8 @@ class Store:
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
+            if self.fence is not None:
+                lease.check(conn, self.fence)
             yield conn
 
     @staticmethod
