@@ -182,9 +182,14 @@ def test_restart_only_sections_keep_their_loaded_values(
     assert watch.error is not None and "unknown GPU type 'a100-80gb'" in watch.error
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
 def test_invalid_run_becomes_schedulable_when_the_config_names_its_project(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, engine: str
 ) -> None:
+    from mlops_gpu.core import native
+
+    monkeypatch.setenv(native.ENV, "off" if engine == "python" else
+                       request.getfixturevalue("native_path"))  # fmt: skip
     cfg = tmp_path / "mlops-gpu.yaml"
     _write(cfg, {"p": (4, 0)})
     rt = Runtime(load_config(cfg))
@@ -192,6 +197,8 @@ def test_invalid_run_becomes_schedulable_when_the_config_names_its_project(
                                     workdir=str(tmp_path)))  # fmt: skip
     ctl, watch = Controller(rt), ConfigWatch(rt.cfg)
     rep = ctl.tick()
+    assert type(ctl.mirror.engine).__name__ == ("NativeEngine" if engine == "native" else
+                                                "Incremental")  # fmt: skip
     got = rt.store.get(run.id)
     assert rep.invalid == 1 and got is not None and got.reason_code == "invalid"
     _write(cfg, {"p": (4, 0), "vision": (1, 0)})  # (another size: the stat shows it)
@@ -199,6 +206,8 @@ def test_invalid_run_becomes_schedulable_when_the_config_names_its_project(
     assert new is not None
     apply(ctl, new)
     rep = ctl.tick()
+    assert type(ctl.mirror.engine).__name__ == ("NativeEngine" if engine == "native" else
+                                                "Incremental")  # fmt: skip
     got = rt.store.get(run.id)
     assert rep.admitted == 1 and got is not None and got.phase is not Phase.PENDING
     ctl.release()

@@ -68,13 +68,22 @@ def test_status_stop_restart_and_the_no_scheduler_line(tmp_path: Path) -> None:
     for verb in ("queue", "status"):
         assert NO_SCHEDULER not in run_cli(*base, verb).stderr
 
-    # restart: a new process, the same idle exit
+    # an edit of a restart-only section (more GPUs): loaded, and status says it waits
+    cfg.write_text(config_yaml(nodes=[("node-a", 8)], extra=QUICK))
+    deadline = time.time() + 30
+    while _status(cfg)[1]["config"]["restart_needed"] != ["backends"]:
+        assert time.time() < deadline, _status(cfg)
+        time.sleep(0.2)
+    assert "backends changed: applied at" in run_cli(*base, "scheduler", "status").stdout
+
+    # restart: a new process, the same idle exit, the whole file applied
     r = run_cli(*base, "scheduler", "restart")
     assert r.returncode == 0, r.stderr
     assert f"was pid {st['pid']}" in r.stdout
     assert not pid_alive(st["pid"])
     st2 = _wait_running(cfg)
     assert st2["pid"] != st["pid"] and st2["idle_exit_s"] == 120
+    assert st2["config"]["restart_needed"] == []
 
     # stop: graceful, waits for the exit
     r = run_cli(*base, "scheduler", "stop")

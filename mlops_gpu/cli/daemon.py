@@ -104,7 +104,8 @@ def _publish_and_follow(ctl: Any, idle_exit: float | None) -> Any:
             if new is not None and loaded is not None:
                 apply(ctl, new)
                 _quietly(lambda: hb.publish_config(
-                    rt.store, config_hash=loaded.sha256, config_mtime=loaded.mtime))  # fmt: skip
+                    rt.store, config_hash=loaded.sha256, config_mtime=loaded.mtime,
+                    restart=watch.restart_needed))  # fmt: skip
                 error = None
             elif watch.error != error:
                 error = watch.error

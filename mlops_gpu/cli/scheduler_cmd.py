@@ -239,6 +239,7 @@ def status_dict(rt: Any) -> dict[str, Any]:
             "mtime": info.config_mtime,
             "loaded_at": info.config_loaded_at,
             "error": info.config_error,
+            "restart_needed": info.config_restart.split(", ") if info.config_restart else [],
             "file_sha256": disk.sha256 if disk else None,
             "file_changed": disk is not None and disk.sha256 != info.config_hash,
         },
@@ -270,6 +271,9 @@ def _status_lines(s: dict[str, Any]) -> list[str]:
         lines.append(f"           latest edit refused, the loaded version runs: {c['error']}")
     elif c["file_changed"]:
         lines.append("           the file changed since: it is loaded at the next tick")
+    if c["restart_needed"]:
+        lines.append(f"           {', '.join(c['restart_needed'])} changed: applied at "
+                     "`mlops-gpu scheduler restart`")  # fmt: skip
     idle = f"after {s['idle_exit_s']:g}s with nothing to do" if s["idle_exit_s"] else "never"
     lines.append(f"idle exit: {idle}")
     return lines

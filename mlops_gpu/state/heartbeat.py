@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,6 +49,7 @@ class SchedulerInfo:
     config_mtime: float | None
     config_loaded_at: float | None
     config_error: str | None
+    config_restart: str | None
     version: str | None
     stopped_at: float | None
 
@@ -81,6 +83,7 @@ def publish_start(
         config_mtime=config_mtime,
         config_loaded_at=t,
         config_error=None,
+        config_restart=None,
         version=version,
         stopped_at=None,
     )
@@ -93,10 +96,14 @@ def beat(store: Store, *, tick_at: float, ticks: int, engine: str | None) -> Non
     _update(store, beat_at=time.time(), tick_at=tick_at, ticks=ticks, engine=engine)
 
 
-def publish_config(store: Store, *, config_hash: str, config_mtime: float) -> None:
-    """A config version loaded (the last refusal cleared)."""
+def publish_config(
+    store: Store, *, config_hash: str, config_mtime: float, restart: Sequence[str] = ()
+) -> None:
+    """A config version loaded (the last refusal cleared); ``restart``: the restart-only
+    sections it changed, which wait for a restart."""
     _update(store, config_hash=config_hash, config_mtime=config_mtime,
-            config_loaded_at=time.time(), config_error=None)  # fmt: skip
+            config_loaded_at=time.time(), config_error=None,
+            config_restart=", ".join(restart) or None)  # fmt: skip
 
 
 def publish_config_error(store: Store, error: str | None) -> None:

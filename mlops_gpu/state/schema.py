@@ -138,6 +138,8 @@ scheduler_status = Table(
     Column("config_mtime", Float),
     Column("config_loaded_at", Float),
     Column("config_error", Text),
+    #: restart-only sections (comma-separated) the loaded file changed: applied at a restart
+    Column("config_restart", Text),
     Column("version", String(50)),
     Column("stopped_at", Float),
 )
