@@ -106,7 +106,9 @@ class ConfigWatch:
             self._refuse("unreadable", f"{self.path}: cannot read the file")
             return None
         if self.version is not None and digest == self.version.sha256:
-            self.error = None  # (an edit undone: the loaded version is the file again)
+            # an edit undone: the loaded version is the file again (a later bad one is news)
+            self.error = None
+            self._refused.clear()
             return None
         if digest in self._refused:
             return None
