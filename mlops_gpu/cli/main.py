@@ -268,6 +268,7 @@ def submit(
 def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
     """Pending runs (highest class, then oldest first) with the reason each waits and its ETA."""
     from mlops_gpu.cli.render import runs_table
+    from mlops_gpu.cli.scheduler_cmd import warn_if_none
     from mlops_gpu.model import Phase
     from mlops_gpu.model.public import run_to_public
 
@@ -281,6 +282,7 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
         _dump([run_to_public(r) for r in runs])
     else:
         runs_table(runs, title=f"Queue: {len(runs)} pending", with_reason=True)
+    warn_if_none(rt)
 
 
 @cli.command()
@@ -302,6 +304,7 @@ def status(
 ) -> None:
     """Runs and their phases (the newest first), or the runs named."""
     from mlops_gpu.cli.render import events_table, runs_table
+    from mlops_gpu.cli.scheduler_cmd import warn_if_none
     from mlops_gpu.model.public import event_to_public, run_to_public
 
     rt = _runtime(ctx)
@@ -317,10 +320,12 @@ def status(
         for item in out if events else ():
             item["events"] = [event_to_public(e) for e in history[item["id"]]]
         _dump(out)
+        warn_if_none(rt)
         return
     runs_table(runs, title="Runs", with_reason=True)
     for r in runs if events else ():
         events_table(r.id, history[r.id])
+    warn_if_none(rt)  # (after the output: an error above is the only line then)
 
 
 def _get_run(rt: Any, run_id: str) -> Any:
@@ -403,40 +408,14 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
         nodes_table(snap.nodes, {k: len(v) for k, v in cap.free.items()}, holders)
 
 
-@cli.command()
-@click.option("--once", is_flag=True, help="Reconcile, run one tick and exit.")
-@click.option(
-    "--idle-exit",
-    type=float,
-    default=None,
-    help="Exit after this many seconds with nothing pending or running.",
-)
-@click.option("--quiet-if-running", is_flag=True, hidden=True)
-@click.option("--verbose", "-v", is_flag=True, help="Log every event.")
-@click.pass_context
-def scheduler(
-    ctx: click.Context, once: bool, idle_exit: float | None, quiet_if_running: bool, verbose: bool
-) -> None:
-    """Run the scheduling loop in the foreground (the daemon)."""
-    from mlops_gpu.cli.daemon import run_scheduler
-
-    sys.exit(
-        run_scheduler(
-            _runtime(ctx),
-            once=once,
-            idle_exit=idle_exit,
-            quiet_if_running=quiet_if_running,
-            verbose=verbose,
-        )
-    )
-
-
 def _register() -> None:
     from mlops_gpu.cli.report import report
+    from mlops_gpu.cli.scheduler_cmd import scheduler
     from mlops_gpu.cli.simulate import simulate
 
     cli.add_command(simulate)
     cli.add_command(report)
+    cli.add_command(scheduler)  # (scheduler, scheduler run|status|stop|restart)
 
 
 _register()

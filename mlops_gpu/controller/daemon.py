@@ -24,6 +24,14 @@ def ensure_scheduler(rt: Runtime) -> bool:
     """Start a background scheduler if none runs; True if one was started."""
     if scheduler_running(rt):
         return False
+    start_background(rt, rt.cfg.scheduler.idle_exit_s)
+    return True
+
+
+def start_background(rt: Runtime, idle_exit_s: float | None) -> int:
+    """Start ``mlops-gpu scheduler`` in its own session, logging to ``STATE/scheduler.log``
+    (``idle_exit_s`` None: it runs until stopped); its pid. It exits at once, quietly, if
+    another scheduler holds the store's leader lock."""
     source = rt.cfg.source
     if source is None:
         raise RuntimeError("cannot start a scheduler for a config that has no file")
@@ -36,12 +44,11 @@ def ensure_scheduler(rt: Runtime) -> bool:
         "--config",
         str(Path(source).resolve()),
         "scheduler",
-        "--idle-exit",
-        str(rt.cfg.scheduler.idle_exit_s),
+        *(["--idle-exit", str(idle_exit_s)] if idle_exit_s is not None else []),
         "--quiet-if-running",
     ]
     with open(state / "scheduler.log", "ab") as log:
-        subprocess.Popen(
+        proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -49,4 +56,4 @@ def ensure_scheduler(rt: Runtime) -> bool:
             start_new_session=True,
             close_fds=True,
         )
-    return True
+    return proc.pid

@@ -131,6 +131,31 @@ leader = Table(
     Column("host", String(255), nullable=False),
 )
 
+#: v6 too: what the running scheduler publishes about itself (one row, ``id`` 1): see
+#: ``state.heartbeat``. Kept apart from the leader lock: it says who runs, never decides it.
+scheduler_status = Table(
+    "scheduler_status",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("pid", Integer, nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("beat_at", Float, nullable=False),
+    Column("tick_at", Float),
+    Column("ticks", _Id, nullable=False, default=0),
+    Column("engine", String(20)),
+    Column("idle_exit_s", Float),
+    Column("config_path", Text),
+    Column("config_hash", String(64)),
+    Column("config_mtime", Float),
+    Column("config_loaded_at", Float),
+    Column("config_error", Text),
+    #: restart-only sections (comma-separated) the loaded file changed: applied at a restart
+    Column("config_restart", Text),
+    Column("version", String(50)),
+    Column("stopped_at", Float),
+)
+
 schema_version = Table(
     "schema_version",
     metadata,
@@ -195,6 +220,7 @@ def _v5(conn: Connection) -> None:
 
 def _v6(conn: Connection) -> None:
     leader.create(conn, checkfirst=True)
+    scheduler_status.create(conn, checkfirst=True)
 
 
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
