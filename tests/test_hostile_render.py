@@ -92,7 +92,8 @@ def invoke(cfg: Path, *args: str) -> str:
     result = CliRunner().invoke(cli, ["--config", str(cfg), *args])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
     assert result.exit_code == 0, result.output
-    return result.output
+    # stdout only: stderr may carry a hint ("no scheduler is running"), never inside --json
+    return result.stdout
 
 
 def visible(text: str) -> str:
