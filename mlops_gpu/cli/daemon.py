@@ -20,6 +20,7 @@ def run_scheduler(
         format="%(asctime)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    rt.store.check_pages()  # a damaged store is refused before the loop writes to it
     ctl = Controller(rt)
     try:
         ctl.acquire()

@@ -2,7 +2,8 @@
 
 ``ensure_scheduler`` starts ``mlops-gpu scheduler --idle-exit S`` in its own session when no
 scheduler holds the store's leader lock. Two callers racing both may spawn one: the loser finds
-the lock taken and exits at once, so at most one scheduler ever runs.
+the lock taken and exits at once, so at most one scheduler ever runs. A submit starts it before
+it stores its run (``Runtime.submit``), so a scheduler that cannot start stores no run.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mlops_gpu.controller.prepare import unwritable
 from mlops_gpu.controller.runtime import Runtime
-from mlops_gpu.state import LeaderLock
+from mlops_gpu.state import LeaderLock, SetupError
 
 
 def scheduler_running(rt: Runtime) -> bool:
@@ -31,7 +33,6 @@ def ensure_scheduler(rt: Runtime) -> bool:
     if source is None:
         raise RuntimeError("cannot start a scheduler for a config that has no file")
     state = rt.cfg.state_path
-    state.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
         "-m",
@@ -43,13 +44,17 @@ def ensure_scheduler(rt: Runtime) -> bool:
         str(rt.cfg.scheduler.idle_exit_s),
         "--quiet-if-running",
     ]
-    with open(state / "scheduler.log", "ab") as log:
-        subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        with open(state / "scheduler.log", "ab") as log:
+            subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+    except OSError as e:
+        raise SetupError(f"cannot start the scheduler: {unwritable(rt.cfg, state, e)}") from None
     return True

@@ -13,7 +13,6 @@ from typing import Any
 
 from mlops_gpu.config import find_config, user_config_path
 from mlops_gpu.controller import Runtime
-from mlops_gpu.controller.daemon import ensure_scheduler
 from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
@@ -97,7 +96,9 @@ def submit(
 
     ``gpus`` is per node, as are ``cpu_milli`` and ``host_memory_mb`` (``gpus=0`` with either:
     a CPU-only run); ``max_runtime`` and ``grace`` are seconds. Raises ``ValueError`` (a
-    ``SubmitError``) for a request the config or cluster cannot take; nothing is queued then.
+    ``SubmitError``) for a request the config or cluster cannot take, and
+    ``mlops_gpu.state.SetupError`` (one line: which file, what to do) for a store or state folder
+    that cannot be used, or a background scheduler that cannot start; nothing is queued then.
     """
     rt = _runtime(config)
     command, callable_name = _command(target, rt, args, kwargs or {})
@@ -128,9 +129,7 @@ def submit(
         backend=backend,
         max_attempts=max_attempts,
     )
-    record = rt.submit(spec)
-    if start_scheduler:
-        ensure_scheduler(rt)
+    record = rt.submit(spec, start_scheduler=start_scheduler)
     return Run(record.id, rt)
 
 
