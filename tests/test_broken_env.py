@@ -341,3 +341,11 @@ def test_an_unwritable_state_dir_stores_no_run(cfg_path: Path) -> None:
     proc = cli(cfg_path, "submit", "--no-start", "--project", "p", "--", "echo", "hi")
     assert proc.returncode == 0, proc.stderr
     assert stored(cfg_path) == 1
+
+
+def test_a_scheduler_lock_that_cannot_be_opened_is_one_line(cfg_path: Path) -> None:
+    assert cli(cfg_path, "status").returncode == 0  # a good store
+    lock = cfg_path.parent / "state.db.scheduler.lock"
+    lock.mkdir()
+    line = error_line(cli(cfg_path, "scheduler", "--once"))
+    assert line.startswith(f"mlops-gpu: error: {lock} cannot be opened (Is a directory)"), line

@@ -2,7 +2,8 @@
 
 Beside a SQLite file it is an ``flock`` on ``<db>.scheduler.lock`` (the holder's pid is written
 in it); on PostgreSQL a session advisory lock on a connection held for as long as the lock.
-Either is released by ``release()`` or by the holding process dying.
+Either is released by ``release()`` or by the holding process dying. A lock file that cannot be
+opened is a one-line ``StoreError``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 
 from sqlalchemy import Connection, text
 
+from mlops_gpu.state.errors import StoreError
 from mlops_gpu.state.store import Store
 
 
@@ -28,8 +30,15 @@ class LeaderLock:
         if self._fd is not None or self._conn is not None:
             return True  # already ours
         if self.store.dialect == "sqlite":
-            db = self.store.url.split("///", 1)[1]
-            self._fd = os.open(db + ".scheduler.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            path = self.store.url.split("///", 1)[1] + ".scheduler.lock"
+            try:
+                self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise StoreError(
+                    path,
+                    f"cannot be opened ({e.strerror})",
+                    "make the store's folder writable by this user",
+                ) from None
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
