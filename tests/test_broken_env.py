@@ -24,7 +24,7 @@ import pytest
 from conftest import run_cli
 
 from mlops_gpu.config import load_config
-from mlops_gpu.state import Store, StoreError, open_check
+from mlops_gpu.state import SetupError, Store, StoreError, open_check
 from mlops_gpu.testing import make_spec
 
 
@@ -349,3 +349,19 @@ def test_a_scheduler_lock_that_cannot_be_opened_is_one_line(cfg_path: Path) -> N
     lock.mkdir()
     line = error_line(cli(cfg_path, "scheduler", "--once"))
     assert line.startswith(f"mlops-gpu: error: {lock} cannot be opened (Is a directory)"), line
+
+
+@pytest.mark.parametrize("target", ["echo hi", print], ids=["command", "callable"])
+def test_an_sdk_submit_into_an_unwritable_state_dir_raises_one_line_and_stores_none(
+    cfg_path: Path, target: object
+) -> None:
+    import mlops_gpu.sdk as mg
+
+    blocker = _state_dir_is_a_file(cfg_path.parent)
+    with pytest.raises(SetupError, match=r"cannot be written .*no run was stored$") as e:
+        mg.submit(target, project="p", config=cfg_path, start_scheduler=False)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value) and str(blocker) in str(e.value)
+    assert stored(cfg_path) == 0
+    blocker.unlink()
+    mg.submit(target, project="p", config=cfg_path, start_scheduler=False)  # type: ignore[arg-type]
+    assert stored(cfg_path) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -13,9 +14,11 @@ from typing import Any
 
 from mlops_gpu.config import find_config, user_config_path
 from mlops_gpu.controller import Runtime
+from mlops_gpu.controller.prepare import unwritable
 from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
+from mlops_gpu.state import SetupError
 
 _RUNTIMES: dict[str, Runtime] = {}
 
@@ -48,13 +51,16 @@ def _command(
         import cloudpickle  # comes with prefect; only needed for callables
 
         calls = rt.cfg.state_path / "calls"
-        calls.mkdir(parents=True, exist_ok=True)
         path = calls / f"{uuid.uuid4().hex}.pkl"
         # The job gets the submitter's import path, so functions defined in the submitter's
         # own modules (pickled by reference) import there too; notebook functions (in
         # __main__) are pickled by value anyway.
         payload = cloudpickle.dumps((target, tuple(args), dict(kwargs)))
-        path.write_bytes(cloudpickle.dumps((list(sys.path), payload)))
+        try:
+            calls.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(cloudpickle.dumps((list(sys.path), payload)))
+        except OSError as e:
+            raise SetupError(unwritable(rt.cfg, calls, e)) from None
         name = getattr(target, "__qualname__", "callable")
         return (sys.executable, "-m", "mlops_gpu.sdk.call", str(path)), name
     if isinstance(target, str):
@@ -129,7 +135,13 @@ def submit(
         backend=backend,
         max_attempts=max_attempts,
     )
-    record = rt.submit(spec, start_scheduler=start_scheduler)
+    try:
+        record = rt.submit(spec, start_scheduler=start_scheduler)
+    except BaseException:
+        if callable(target):  # a submit that fails leaves nothing behind: not its pickle either
+            with contextlib.suppress(OSError):
+                os.unlink(command[-1])
+        raise
     return Run(record.id, rt)
 
 
