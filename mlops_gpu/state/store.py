@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event, func, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
@@ -82,10 +83,10 @@ def _engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN" if ro else "BEGIN IMMEDIATE")
 
         return eng
-    # A server that does not answer fails the open in seconds, not after TCP's minutes.
-    return create_engine(
-        url, pool_pre_ping=True, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 10}
-    )
+    # A server that does not answer fails the open in seconds, not after TCP's minutes (unless
+    # the URL sets its own connect_timeout).
+    args = {} if "connect_timeout" in make_url(url).query else {"connect_timeout": 10}
+    return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4, connect_args=args)
 
 
 def _row_to_run(r: Row[Any], spec: RunSpec | None = None) -> Run:
