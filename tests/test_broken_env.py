@@ -365,3 +365,13 @@ def test_an_sdk_submit_into_an_unwritable_state_dir_raises_one_line_and_stores_n
     blocker.unlink()
     mg.submit(target, project="p", config=cfg_path, start_scheduler=False)  # type: ignore[arg-type]
     assert stored(cfg_path) == 1
+
+
+def test_a_new_store_in_a_folder_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    with read_only(folder), pytest.raises(StoreError) as e:
+        Store(f"sqlite:///{folder}/state.db")
+    assert str(e.value).startswith(f"{folder}/state.db cannot be created (")
+    assert "make it and its folder writable" in str(e.value) and "\n" not in str(e.value)
+    assert list(folder.iterdir()) == []

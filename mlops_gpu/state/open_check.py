@@ -135,6 +135,8 @@ def create_new(path: str, build: Callable[[str], None], hints: Hints) -> None:
         raise StoreError(
             path, f"cannot be created ({e.strerror}: {e.filename or folder})", hints.permissions
         ) from None
+    except DBAPIError as e:  # SQLite could not make the new file in ``folder``
+        raise StoreError(path, f"cannot be created ({e.orig})", hints.permissions) from None
     finally:
         for leftover in (tmp, tmp + "-wal", tmp + "-shm", tmp + "-journal") if tmp else ():
             with contextlib.suppress(FileNotFoundError):
