@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from mlops_gpu.cli.args import ArgsGroup
+
 
 class SetupFailure(click.ClickException):
     """The environment's fault, not the input's: exit status 1."""
@@ -21,8 +23,8 @@ class SetupFailure(click.ClickException):
         click.echo(f"mlops-gpu: error: {self.format_message()}", err=True)
 
 
-class SetupErrorsAsOneLine(click.Group):
-    """A group whose commands' ``SetupError`` becomes a one-line ``SetupFailure``."""
+class SetupErrorsAsOneLine(ArgsGroup):
+    """``ArgsGroup`` whose commands' ``SetupError`` becomes a one-line ``SetupFailure``."""
 
     def invoke(self, ctx: click.Context) -> Any:
         from mlops_gpu.state import SetupError

@@ -9,7 +9,7 @@ Invariants:
 - Imports only ``mlops_gpu.model`` (and SQLAlchemy).
 """
 
-from mlops_gpu.state.errors import ConflictError, SetupError, StoreError
+from mlops_gpu.state.errors import ConflictError, LeadershipLost, SetupError, StoreError
 from mlops_gpu.state.ledger import UsageRow
 from mlops_gpu.state.lock import LeaderLock
 from mlops_gpu.state.store import Event, Store, open_store
@@ -18,6 +18,7 @@ __all__ = [
     "ConflictError",
     "Event",
     "LeaderLock",
+    "LeadershipLost",
     "SetupError",
     "Store",
     "StoreError",

@@ -24,3 +24,7 @@ class StoreError(SetupError):
     def __init__(self, where: str, what: str, todo: str) -> None:
         super().__init__(f"{where} {what}: {todo}")
         self.where, self.what, self.todo = where, what, todo
+
+
+class LeadershipLost(RuntimeError):
+    """A scheduler's write was refused: another scheduler took over its lease (fencing)."""

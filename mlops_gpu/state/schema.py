@@ -119,6 +119,43 @@ usage = Table(
     Index("ix_usage_run", "run_id"),
 )
 
+#: v6: the scheduler's lease (``lease.py``): one row, leadership and its fencing epoch.
+leader = Table(
+    "leader",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("holder", String(300), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("host", String(255), nullable=False),
+)
+
+#: v6 too: what the running scheduler publishes about itself (one row, ``id`` 1): see
+#: ``state.heartbeat``. Kept apart from the leader lock: it says who runs, never decides it.
+scheduler_status = Table(
+    "scheduler_status",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("pid", Integer, nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("beat_at", Float, nullable=False),
+    Column("tick_at", Float),
+    Column("ticks", _Id, nullable=False, default=0),
+    Column("engine", String(20)),
+    Column("idle_exit_s", Float),
+    Column("config_path", Text),
+    Column("config_hash", String(64)),
+    Column("config_mtime", Float),
+    Column("config_loaded_at", Float),
+    Column("config_error", Text),
+    #: restart-only sections (comma-separated) the loaded file changed: applied at a restart
+    Column("config_restart", Text),
+    Column("version", String(50)),
+    Column("stopped_at", Float),
+)
+
 schema_version = Table(
     "schema_version",
     metadata,
@@ -181,9 +218,14 @@ def _v5(conn: Connection) -> None:
         conn.execute(events.insert(), note_rows(done, time.time()))
 
 
+def _v6(conn: Connection) -> None:
+    leader.create(conn, checkfirst=True)
+    scheduler_status.create(conn, checkfirst=True)
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5),
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 
