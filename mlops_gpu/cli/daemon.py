@@ -36,6 +36,7 @@ def run_scheduler(
     handler.setFormatter(_VisibleFormatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO if verbose or not once else logging.WARNING,
                         handlers=[handler])  # fmt: skip
+    rt.store.check_pages()  # a damaged store is refused before the loop writes to it
     ctl = Controller(rt)
     try:
         ctl.acquire()

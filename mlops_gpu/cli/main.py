@@ -1,7 +1,8 @@
 """``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, scheduler, simulate.
 
 Every read verb takes ``--json`` (the run keys of DESIGN.md). Errors are one line on stderr,
-``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures.
+``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures (a store or
+state folder that cannot be used: ``SetupError``, naming the file and what to do).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 
-from mlops_gpu.cli.args import ArgsGroup
+from mlops_gpu.cli.errors import SetupErrorsAsOneLine
 from mlops_gpu.cli.parse import parse_duration, parse_env
 from mlops_gpu.cli.safe_text import visible
 
@@ -40,7 +41,7 @@ def _dump(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2))
 
 
-@click.group(cls=ArgsGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SetupErrorsAsOneLine, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", metavar="PATH", default=None, help=CONFIG_HELP)
 @click.version_option(package_name="mlops-gpu")
 @click.pass_context
@@ -208,7 +209,6 @@ def submit(
     import signal as signal_mod
 
     from mlops_gpu.controller import SubmitError
-    from mlops_gpu.controller.daemon import ensure_scheduler
     from mlops_gpu.model import CheckpointPolicy, ResourceRequest
     from mlops_gpu.model.public import run_to_public
     from mlops_gpu.model.text import spec_text_problems
@@ -253,11 +253,9 @@ def submit(
         # argv is checked by ArgsGroup; the working directory and user name are not argv
         if problems := spec_text_problems(spec):
             raise SubmitError("; ".join(problems))
-        run = rt.submit(spec)
+        run = rt.submit(spec, start_scheduler=not no_start)
     except SubmitError as e:
         raise UserError(str(e)) from None
-    if not no_start:
-        ensure_scheduler(rt)
     click.echo(json.dumps(run_to_public(run)) if as_json else run.id)
 
 

@@ -2,7 +2,8 @@
 
 ``ensure_scheduler`` starts ``mlops-gpu scheduler --idle-exit S`` in its own session when no
 scheduler holds the store's lease (``state.lock``). Two callers racing both may spawn one: the
-loser finds the lease taken and exits at once, so at most one scheduler ever runs.
+loser finds the lease taken and exits at once, so at most one scheduler ever runs. A submit starts
+it before it stores its run (``Runtime.submit``), so a scheduler that cannot start stores no run.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mlops_gpu.controller.prepare import unwritable
 from mlops_gpu.controller.runtime import Runtime
+from mlops_gpu.state import SetupError
 from mlops_gpu.state.lock import current_holder
 
 
@@ -36,7 +39,6 @@ def start_background(rt: Runtime, idle_exit_s: float | None) -> int:
     if source is None:
         raise RuntimeError("cannot start a scheduler for a config that has no file")
     state = rt.cfg.state_path
-    state.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
         "-m",
@@ -47,13 +49,17 @@ def start_background(rt: Runtime, idle_exit_s: float | None) -> int:
         *(["--idle-exit", str(idle_exit_s)] if idle_exit_s is not None else []),
         "--quiet-if-running",
     ]
-    with open(state / "scheduler.log", "ab") as log:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        with open(state / "scheduler.log", "ab") as log:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+    except OSError as e:
+        raise SetupError(f"cannot start the scheduler: {unwritable(rt.cfg, state, e)}") from None
     return proc.pid

@@ -7,7 +7,6 @@ import getpass
 import os
 from collections.abc import Mapping
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from mlops_gpu.backends import Backend
@@ -92,10 +91,9 @@ class Runtime:
 
     @cached_property
     def store(self) -> Store:
-        url = self.cfg.store_url
-        if url.startswith("sqlite:///"):
-            Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        return Store(url)
+        # A missing SQLite file (and its folder) is created; anything else at the path is
+        # checked first, and a store that cannot be used is a one-line StoreError.
+        return Store(self.cfg.store_url, config=self.cfg.source)
 
     @cached_property
     def backends(self) -> Mapping[str, Backend]:
@@ -139,14 +137,14 @@ class Runtime:
             **fields,
         )
 
-    def submit(self, spec: RunSpec) -> Run:
-        """Validate ``spec`` against the config and inventory, then queue it."""
+    def submit(self, spec: RunSpec, *, start_scheduler: bool = False) -> Run:
+        """Validate ``spec`` against the config and inventory, then queue it (``_store``)."""
         problems = self.problems(spec)
         if problems:
             raise SubmitError("; ".join(problems))
-        return self.store.submit(spec)
+        return self._store([spec], start_scheduler)[0]
 
-    def submit_many(self, specs: list[RunSpec]) -> list[Run]:
+    def submit_many(self, specs: list[RunSpec], *, start_scheduler: bool = False) -> list[Run]:
         """Validate every spec, then queue them all in one store transaction, or none: the
         SubmitError names each bad spec by its position and name."""
         nodes = self.nodes()
@@ -159,7 +157,20 @@ class Runtime:
             raise SubmitError(
                 f"{len(bad)} of {len(specs)} runs rejected, none queued: " + " | ".join(bad)
             )
-        return self.store.submit_many(specs)
+        return self._store(specs, start_scheduler)
+
+    def _store(self, specs: list[RunSpec], start_scheduler: bool) -> list[Run]:
+        """Store the runs last, so that a failing submit stores none (``prepare``): the store
+        opened, the runs' folders proven writable, a background scheduler started if asked
+        (one started for nothing exits when idle), then the runs' rows written."""
+        from mlops_gpu.controller.daemon import ensure_scheduler
+        from mlops_gpu.controller.prepare import prepare_folders
+
+        store = self.store
+        prepare_folders(self.cfg, specs)
+        if start_scheduler:
+            ensure_scheduler(self)
+        return store.submit_many(specs)
 
     def close(self) -> None:
         if "store" in self.__dict__:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -14,11 +15,12 @@ from typing import Any
 from mlops_gpu.config import find_config, user_config_path
 from mlops_gpu.controller import Runtime, SubmitError
 from mlops_gpu.controller.config_watch import stat_signature
-from mlops_gpu.controller.daemon import ensure_scheduler
+from mlops_gpu.controller.prepare import unwritable
 from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
 from mlops_gpu.model.text import spec_text_problems
+from mlops_gpu.state import SetupError
 
 #: config path -> (the file's stat when read, its Runtime): a file edited since is read again,
 #: so a notebook's submits see the config as it is now (as each CLI verb does)
@@ -61,13 +63,16 @@ def _command(
         import cloudpickle  # comes with prefect; only needed for callables
 
         calls = rt.cfg.state_path / "calls"
-        calls.mkdir(parents=True, exist_ok=True)
         path = calls / f"{uuid.uuid4().hex}.pkl"
         # The job gets the submitter's import path, so functions defined in the submitter's
         # own modules (pickled by reference) import there too; notebook functions (in
         # __main__) are pickled by value anyway.
         payload = cloudpickle.dumps((target, tuple(args), dict(kwargs)))
-        path.write_bytes(cloudpickle.dumps((list(sys.path), payload)))
+        try:
+            calls.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(cloudpickle.dumps((list(sys.path), payload)))
+        except OSError as e:
+            raise SetupError(unwritable(rt.cfg, calls, e)) from None
         name = getattr(target, "__qualname__", "callable")
         return (sys.executable, "-m", "mlops_gpu.sdk.call", str(path)), name
     if isinstance(target, str):
@@ -109,7 +114,9 @@ def submit(
 
     ``gpus`` is per node, as are ``cpu_milli`` and ``host_memory_mb`` (``gpus=0`` with either:
     a CPU-only run); ``max_runtime`` and ``grace`` are seconds. Raises ``ValueError`` (a
-    ``SubmitError``) for a request the config or cluster cannot take; nothing is queued then.
+    ``SubmitError``) for a request the config or cluster cannot take, and
+    ``mlops_gpu.state.SetupError`` (one line: which file, what to do) for a store or state folder
+    that cannot be used, or a background scheduler that cannot start; nothing is queued then.
     """
     rt = _runtime(config)
     command, callable_name = _command(target, rt, args, kwargs or {})
@@ -140,12 +147,16 @@ def submit(
         backend=backend,
         max_attempts=max_attempts,
     )
-    # text only (model.text): a surrogateescape'd argv or path cannot be stored
-    if problems := spec_text_problems(spec):
-        raise SubmitError("; ".join(problems))
-    record = rt.submit(spec)
-    if start_scheduler:
-        ensure_scheduler(rt)
+    try:
+        # text only (model.text): a surrogateescape'd argv or path cannot be stored
+        if problems := spec_text_problems(spec):
+            raise SubmitError("; ".join(problems))
+        record = rt.submit(spec, start_scheduler=start_scheduler)
+    except BaseException:
+        if callable(target):  # a submit that fails leaves nothing behind: not its pickle either
+            with contextlib.suppress(OSError):
+                os.unlink(command[-1])
+        raise
     return Run(record.id, rt)
 
 

@@ -4,10 +4,12 @@ Invariants:
 - A run is in exactly one phase; every phase change is a compare-and-set on the current phase
   in one transaction together with its event row, so concurrent writers cannot lose or fork a run.
 - Events are append-only. The usage ledger gets one row per finished attempt that held GPUs.
+- A store that cannot be used (damaged, foreign, newer, read-only, unreachable) raises
+  ``StoreError``, one line naming it and what to do, and is never written to (``open_check``).
 - Imports only ``mlops_gpu.model`` (and SQLAlchemy).
 """
 
-from mlops_gpu.state.errors import ConflictError, LeadershipLost
+from mlops_gpu.state.errors import ConflictError, LeadershipLost, SetupError, StoreError
 from mlops_gpu.state.ledger import UsageRow
 from mlops_gpu.state.lock import LeaderLock
 from mlops_gpu.state.store import Event, Store, open_store
@@ -17,7 +19,9 @@ __all__ = [
     "Event",
     "LeaderLock",
     "LeadershipLost",
+    "SetupError",
     "Store",
+    "StoreError",
     "UsageRow",
     "open_store",
 ]

@@ -1,8 +1,29 @@
-"""Errors of the state store."""
+"""Errors of the state store.
+
+``SetupError`` and its ``StoreError`` are the environment's faults, not the request's: a store
+that is damaged, foreign, written by a newer mlops-gpu, read-only or unreachable, a state folder
+that cannot be written. Their ``str()`` is one line naming the file (or the URL, password
+hidden) and what to do, and nothing was written when they are raised.
+"""
+
+from __future__ import annotations
 
 
 class ConflictError(RuntimeError):
     """The run is not in a phase that allows the requested change."""
+
+
+class SetupError(RuntimeError):
+    """The environment cannot be used as it is; the message is one line saying what to do."""
+
+
+class StoreError(SetupError):
+    """The store cannot be used: ``where`` (a path or a URL without its password) ``what``
+    (the problem), then ``todo``."""
+
+    def __init__(self, where: str, what: str, todo: str) -> None:
+        super().__init__(f"{where} {what}: {todo}")
+        self.where, self.what, self.todo = where, what, todo
 
 
 class LeadershipLost(RuntimeError):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event, func, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
@@ -28,7 +29,9 @@ from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many, rows_of
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.ledger import UsageRow, read_usage, record_usage
 from mlops_gpu.state.mlflow_notes import UnclosedMlflowRun, note_rows, unclosed
-from mlops_gpu.state.schema import events, migrate, revision, runs
+from mlops_gpu.state.open_check import Hints, check_file, create_new, inspect_existing, sqlite_file
+from mlops_gpu.state.open_check import translate as _translate
+from mlops_gpu.state.schema import LATEST, events, migrate, revision, runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +84,10 @@ def _engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN" if ro else "BEGIN IMMEDIATE")
 
         return eng
-    return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4)
+    # A server that does not answer fails the open in seconds, not after TCP's minutes (unless
+    # the URL sets its own connect_timeout).
+    args = {} if "connect_timeout" in make_url(url).query else {"connect_timeout": 10}
+    return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4, connect_args=args)
 
 
 def _row_to_run(r: Row[Any], spec: RunSpec | None = None) -> Run:
@@ -110,9 +116,30 @@ def _row_to_run(r: Row[Any], spec: RunSpec | None = None) -> Run:
     )
 
 
+def _build_new(path: str) -> None:
+    eng = _engine("sqlite:///" + path)
+    try:
+        with eng.begin() as conn:
+            migrate(conn)
+    finally:
+        eng.dispose()  # the last connection out folds the WAL into the file
+
+
 class Store:
-    def __init__(self, url: str) -> None:
+    """``config``: the config file that names this store, for the one-line ``StoreError``
+    (``open_check``) raised when it cannot be used. ``check_pages``: read every page at open
+    (``PRAGMA quick_check``) however big the store."""
+
+    def __init__(
+        self, url: str, *, config: str | os.PathLike[str] | None = None, check_pages: bool = False
+    ) -> None:
         self.url = url
+        self._hints = Hints(config)
+        path = sqlite_file(url)
+        if path is not None:  # what is at the path is checked before anything writes to it
+            if not check_file(path, self._hints):
+                create_new(path, _build_new, self._hints)
+            inspect_existing(path, LATEST, self._hints, check_pages=check_pages)
         self.engine = _engine(url)
         # run id -> (the row last read, the Run built from it); see ``_run``.
         self._runs: dict[str, tuple[tuple[Any, ...], Run]] = {}
@@ -123,6 +150,13 @@ class Store:
         self.fence: tuple[int, str] | None = None  # (epoch, holder)
         with self._tx() as conn:
             migrate(conn)
+
+    def check_pages(self) -> None:
+        """Read every page of a SQLite store (``PRAGMA quick_check``, about 10 ms per MiB):
+        ``StoreError`` if one is damaged. The scheduler does this at its start."""
+        path = sqlite_file(self.url)
+        if path is not None:
+            inspect_existing(path, LATEST, self._hints, check_pages=True)
 
     @property
     def dialect(self) -> str:
@@ -148,7 +182,7 @@ class Store:
     # -- transactions ---------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
+        with _translate(self.url, self._hints), self.engine.begin() as conn:
             if self.fence is not None:
                 lease.check(conn, self.fence)
             yield conn
@@ -160,7 +194,11 @@ class Store:
 
     @contextmanager
     def _ro(self) -> Iterator[Connection]:
-        with self.engine.connect().execution_options(readonly=True) as conn, conn.begin():
+        with (
+            _translate(self.url, self._hints),
+            self.engine.connect().execution_options(readonly=True) as conn,
+            conn.begin(),
+        ):
             yield conn
 
     def _locked(self, conn: Connection, run_id: str) -> Row[Any]:
@@ -730,5 +768,5 @@ def _reason_changed(
     return old[2] is not None and new[2] is not None and abs(old[2] - new[2]) >= ETA_SLACK_S
 
 
-def open_store(url: str) -> Store:
-    return Store(url)
+def open_store(url: str, *, config: str | os.PathLike[str] | None = None) -> Store:
+    return Store(url, config=config)
