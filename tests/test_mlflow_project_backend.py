@@ -107,3 +107,47 @@ def test_backend_config_types_are_checked() -> None:
     ):
         with pytest.raises(MlflowException, match=msg):
             parse_backend_config(bad)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_without_a_tracking_uri_the_run_lands_in_the_schedulers_store(tmp_path: Path) -> None:
+    """No ``MLFLOW_TRACKING_URI``: ``mlflow run`` itself resolves MLflow's default store (in its
+    working folder); the backend makes the MLflow run in the scheduler's store (the SQLite file
+    in its state folder) and the project's experiment, and the scheduler adopts and closes it."""
+    from mlflow.tracking import MlflowClient
+
+    cfg = tmp_path / "mlops-gpu.yaml"
+    data = yaml.safe_load(config_yaml(projects={"vision": (4, 0)}))
+    data["scheduler"] = {"tick_s": 0.1, "idle_exit_s": 2}
+    cfg.write_text(yaml.safe_dump(data))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLOPS_GPU_", "MLFLOW_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    r = subprocess.run(
+        [sys.executable, "-m", "mlflow", "run", str(EXAMPLE), "--backend", "mlops-gpu",
+         "--env-manager", "local", "-P", "epochs=2", "--backend-config",
+         json.dumps({"project": "vision", "gpus": 1, "config": str(cfg)})],
+        env=env, cwd=elsewhere, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    (line,) = [x for x in r.stderr.splitlines() if "Queued as mlops-gpu run" in x]
+    scheduled = mg.get_run(line.split("mlops-gpu run ")[1].split()[0], config=cfg)
+    assert scheduled.wait(timeout=240) == "succeeded", scheduled.logs()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("vision")
+    assert exp is not None
+    deadline = time.time() + 60
+    while True:
+        (run,) = client.search_runs([exp.experiment_id])  # one run: the scheduler adopted it
+        if "mlops_gpu.outcome" in run.data.tags or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert run.data.tags["mlops_gpu.run_id"] == scheduled.id
+    assert run.data.tags["mlflow.project.backend"] == "mlops-gpu"
+    assert run.info.status == "FINISHED" and run.data.tags["mlops_gpu.outcome"] == "succeeded"
+    assert [h.step for h in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]
+    assert run.data.params["epochs"] == "2" and run.data.params["gpus"] == "1"
+    if (elsewhere / "mlflow.db").exists():  # (MLflow's CLI may open its default store)
+        other = MlflowClient(f"sqlite:///{elsewhere / 'mlflow.db'}")
+        assert not other.search_runs([e.experiment_id for e in other.search_experiments()])

@@ -140,6 +140,8 @@ def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path:
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "600"}))  # fmt: skip
     ctl = Controller(rt, clock=clock)
+    ctl.warm()  # the store is opened beside the ticks (as the daemon's start does)
+    assert ctl.tracker.wait_ready(120)
     ctl.tick()
     (job,) = fake.jobs.values()
     assert job.req.env["MLFLOW_TRACKING_URI"] == uri and job.req.env["MLFLOW_RUN_ID"]

@@ -52,6 +52,14 @@ def mlflow_runs(tmp_path: Path, run_id: str) -> list[Any]:
     return sorted(found, key=lambda r: int(r.data.tags["mlops_gpu.attempt"]))
 
 
+def ready(ctl: Controller) -> Controller:
+    """A controller whose MLflow store is open, as a daemon's is by its start (``warm``): a
+    launch waits for MLflow only briefly, and opening a new store takes longer."""
+    ctl.warm()
+    assert ctl.tracker.wait_ready(120)
+    return ctl
+
+
 def kinds(store: Store, run_id: str) -> list[tuple[str, int]]:
     return [(e.kind, e.attempt) for e in store.events(run_id) if e.kind.startswith("mlflow")]
 
@@ -61,7 +69,7 @@ def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_pa
     rt = runtime(tmp_path, clock)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=2),
                             env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
-    ctl = Controller(rt, clock=clock)
+    ctl = ready(Controller(rt, clock=clock))
     clock.now += 30  # 30 s in the queue
     ctl.tick()
     ctl.tracking.put = lambda items: None  # type: ignore[method-assign]  # the stop comes first
@@ -70,7 +78,7 @@ def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_pa
     (mr,) = mlflow_runs(tmp_path, run.id)
     assert mr.info.status == "RUNNING"  # the scheduler stopped before closing it
     assert kinds(rt.store, run.id) == [("mlflow_run", 1)]
-    again = Controller(rt, clock=clock)
+    again = ready(Controller(rt, clock=clock))
     again.reconcile()  # the next start: the close is queued again
     assert again.drain_tracking()
     (mr,) = mlflow_runs(tmp_path, run.id)
@@ -88,8 +96,8 @@ def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path) -> None:
     rt = runtime(tmp_path, clock)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
-    Controller(rt, clock=clock).tick()
-    again = Controller(rt, clock=clock)
+    ready(Controller(rt, clock=clock)).tick()
+    again = ready(Controller(rt, clock=clock))
     again.reconcile()
     assert again.drain_tracking()
     (mr,) = mlflow_runs(tmp_path, run.id)
@@ -101,7 +109,7 @@ def test_release_closes_what_ended(tmp_path: Path) -> None:
     rt = runtime(tmp_path, clock)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
-    ctl = Controller(rt, clock=clock)
+    ctl = ready(Controller(rt, clock=clock))
     ctl.tick()
     clock.now += 60
     ctl.tick()
@@ -130,7 +138,7 @@ def test_a_tick_does_not_wait_for_mlflow(tmp_path: Path) -> None:
     rt = runtime(tmp_path, clock)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
-    ctl = Controller(rt, clock=clock)
+    ctl = ready(Controller(rt, clock=clock))
     ctl.tick()
     got = rt.store.get(run.id)
     assert got is not None
@@ -158,7 +166,7 @@ def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path) -> None:
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
     live = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                              env={"FAKE_DURATION_S": "6000"}))  # fmt: skip
-    ctl = Controller(rt, clock=clock)
+    ctl = ready(Controller(rt, clock=clock))
     ctl.tick()
     clock.now += 60
     ctl.tick()
@@ -191,7 +199,7 @@ def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: P
     attempt 1. A start closes the first (it never held GPUs), never the one that runs."""
     clock = Clock()
     rt, run = first_launch_fails(tmp_path, clock)
-    ctl = Controller(rt, clock=clock)
+    ctl = ready(Controller(rt, clock=clock))
     ctl.tracking.put = lambda items: None  # type: ignore[method-assign]  # closes lost
     ctl.tick()  # the launch fails: rolled back
     clock.now += 60
@@ -199,7 +207,7 @@ def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: P
     got = rt.store.get(run.id)
     assert got is not None and got.attempt == 1 and got.phase.value in ("starting", "running")
     assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_run", 1)]
-    again = Controller(rt, clock=clock)
+    again = ready(Controller(rt, clock=clock))
     again.reconcile()
     assert again.drain_tracking()
     failed, running = sorted(mlflow_runs(tmp_path, run.id), key=lambda r: r.info.start_time)
@@ -216,7 +224,7 @@ def test_a_failed_launch_closed_after_its_retry_started_closes_its_own_run(
     one: the close must reach the failed launch's run, not the retry's."""
     clock = Clock()
     rt, run = first_launch_fails(tmp_path, clock)
-    ctl = Controller(rt, clock=clock)
+    ctl = ready(Controller(rt, clock=clock))
     with ctl.tracking.priority():  # the worker closes nothing until both ticks are done
         ctl.tick()  # the launch fails
         clock.now += 60
@@ -238,7 +246,7 @@ def stopped_mid_launch(tmp_path: Path, clock: Clock, where: str) -> tuple[Runtim
     rt = runtime(tmp_path, clock)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "600"}))  # fmt: skip
-    ctl = Controller(rt, clock=clock)
+    ctl = ready(Controller(rt, clock=clock))
 
     def die(*args: object, **kwargs: object) -> None:
         raise Killed
@@ -264,7 +272,7 @@ def test_a_stop_before_the_launch_closes_the_attempts_mlflow_run_at_the_next_sta
     it finds by its tags FAILED (it never held GPUs); the relaunch gets its own run."""
     clock = Clock()
     rt, run = stopped_mid_launch(tmp_path, clock, "launch")
-    again = Controller(rt, clock=clock)
+    again = ready(Controller(rt, clock=clock))
     assert again.reconcile() == 1
     assert again.drain_tracking()
     (orphan,) = mlflow_runs(tmp_path, run.id)
@@ -289,7 +297,7 @@ def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(tmp_path: Path) -
     which the attempt's end closes, once; no second MLflow run is made."""
     clock = Clock()
     rt, run = stopped_mid_launch(tmp_path, clock, "note")
-    again = Controller(rt, clock=clock)
+    again = ready(Controller(rt, clock=clock))
     assert again.reconcile() == 1
     (mr,) = mlflow_runs(tmp_path, run.id)
     assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [("mlflow_run", 1)]
@@ -317,8 +325,8 @@ def test_an_adopted_mlflow_run_is_not_closed_by_a_failed_launch(tmp_path: Path) 
     fake.fail_launches = 1
     env = {"FAKE_DURATION_S": "600", "MLOPS_GPU_MLFLOW_RUN_ID": mine}
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1), env=env))
-    Controller(rt, clock=clock).tick()  # the launch fails: rolled back
-    ctl = Controller(rt, clock=clock)  # a restart while it waits for its retry
+    ready(Controller(rt, clock=clock)).tick()  # the launch fails: rolled back
+    ctl = ready(Controller(rt, clock=clock))  # a restart while it waits for its retry
     ctl.reconcile()
     assert ctl.drain_tracking()
     assert client.get_run(mine).info.status == "RUNNING"
@@ -326,7 +334,7 @@ def test_an_adopted_mlflow_run_is_not_closed_by_a_failed_launch(tmp_path: Path) 
     ctl.tick()  # launched again, adopting the same MLflow run
     assert ctl.drain_tracking()
     assert client.get_run(mine).info.status == "RUNNING"
-    again = Controller(rt, clock=clock)  # a restart while it runs
+    again = ready(Controller(rt, clock=clock))  # a restart while it runs
     again.reconcile()
     assert again.drain_tracking()
     assert client.get_run(mine).info.status == "RUNNING"

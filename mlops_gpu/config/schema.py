@@ -179,6 +179,10 @@ BackendConfig = Annotated[
 
 class MlflowConfig(_Strict):
     tracking_uri: str | None = None
+    #: Where experiments the scheduler creates keep their artifacts (a folder, relative to the
+    #: config file, or a URI such as s3://bucket/mlflow); null: <state_dir>/mlartifacts with a
+    #: local store, the server's own default with an MLflow server.
+    artifact_root: str | None = None
     #: false: the scheduler creates no MLflow runs (jobs get no MLFLOW_RUN_ID); for clusters
     #: that do not use MLflow, and for measuring the scheduler alone.
     enabled: bool = True
@@ -353,6 +357,19 @@ class Config(_Strict):
                 return "sqlite:///" + str((self._root / uri[len("sqlite:///") :]).resolve())
             return uri
         return "sqlite:///" + str(self.state_path / "mlflow.db")
+
+    def artifact_root(self, tracking_uri: str) -> str | None:
+        """Where experiments the scheduler creates keep their artifacts: ``mlflow.artifact_root``
+        (a path becomes a file URI), else ``<state_dir>/mlartifacts`` for a local store (never
+        ``./mlruns`` of whatever folder the scheduler runs in), else None (the server's)."""
+        root = self.mlflow.artifact_root
+        if root and "://" in root:
+            return root
+        if root:
+            return self.resolve_path(root).as_uri()
+        if tracking_uri.startswith(("http://", "https://")):
+            return None
+        return (self.state_path / "mlartifacts").as_uri()
 
     # -- model values ---------------------------------------------------------------------
     def model_projects(self) -> dict[str, Project]:

@@ -155,7 +155,8 @@ class Controller:
         self._ledger_read_at = float("-inf")
         self.mirror = Mirror(rt.store)
         uri = rt.cfg.tracking_uri(dict(os.environ)) if rt.cfg.mlflow.enabled else None
-        self.tracker = Tracker(uri, rt.cfg.model_gpu_types())
+        root = rt.cfg.artifact_root(uri) if uri else None
+        self.tracker = Tracker(uri, rt.cfg.model_gpu_types(), artifact_root=root)
         self.tracking = TrackingQueue(self.tracker, rt.store)
         t = rt.cfg.telemetry
         self.launcher = (
@@ -174,6 +175,7 @@ class Controller:
         self.min_poll_gap_s = 0.0
         self._polled_at = float("-inf")
         self._cold: set[str] = set()  # backends whose warm hook failed last time
+        self._tracker_warm = False
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -212,7 +214,11 @@ class Controller:
     def warm(self) -> None:
         """Each backend's optional ``warm`` hook (ready before the work comes: a burst of runs
         submitted to a daemon just started must not wait for a client's imports). A failure is
-        logged once, never raised: the tick that needs the backend reports it."""
+        logged once, never raised: the tick that needs the backend reports it. The MLflow
+        store is opened beside (``Tracker.warm``, once)."""
+        if not self._tracker_warm:
+            self._tracker_warm = True
+            self.tracker.warm()
         for name, backend in self.rt.backends.items():
             try:
                 warm(backend)

@@ -14,8 +14,15 @@ Invariants:
   times, GPU-seconds, queue wait, utilization), which the store wrote in the same transaction
   that ended it. A close is noted after MLflow took it: at least once, never lost.
 - The worker writes ``mlflow_closed`` only after MLflow took the close; tracking failures are
-  the tracker's to report (``Tracker``: logged once, tracking paused), never the tick's.
-- ``close`` (the controller's ``release``) waits for the queue to empty, up to a bound.
+  the tracker's to report (``Tracker``: logged once, backing off), never the tick's. While
+  MLflow is away the closes wait in the queue and are tried again after the back-off; a close
+  that failed about its own run (MLflow answered) is not tried again.
+- An attempt launched before its MLflow run was made notes a placeholder ``mlflow_run``
+  (``tracking.pending_id``), so a stop loses neither the run nor its close: ``recover`` makes
+  and closes it from the store (``Tracker.close_recovered``).
+- ``close`` (the controller's ``release``, at a stop) waits for the queue to empty while it
+  moves, but not past ``STALL_S`` without progress nor at all while MLflow is away: a stop
+  never waits for an MLflow that does not answer. What is left is closed at the next start.
 - Launches go first: inside ``priority`` (the tick's launches) the worker starts no close.
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +46,8 @@ log = logging.getLogger("mlops_gpu.tracking")
 
 #: Closes taken per round: their ``mlflow_closed`` notes go to the store in one transaction.
 BATCH = 100
+#: ``close`` gives up when the queue did not move for this long.
+STALL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,8 @@ class TrackingQueue:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._held = 0  # launches in progress: the worker waits (``priority``)
+        self._done = 0  # closes made or given up (``close`` watches it move)
+        tracker.note = store.note_many
 
     def put(self, items: Sequence[Ended | UnclosedMlflowRun]) -> None:
         if not items or self.tracker.rest is None:
@@ -98,34 +110,51 @@ class TrackingQueue:
             return self._cond.wait_for(lambda: not self._items and not self._busy, timeout_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Drain (up to ``timeout_s``), then stop the worker. What is left is closed by the next
-        start's ``recover``."""
-        if not self.drain(timeout_s):
-            log.warning("MLflow: %d runs not closed yet; the next start closes them",
-                        self.pending())  # fmt: skip
+        """Drain (up to ``timeout_s``, while the queue moves; not while MLflow is away or stuck),
+        then stop the worker. What is left is closed by the next start's ``recover``."""
+        deadline = time.monotonic() + timeout_s
         with self._cond:
+            while self._items or self._busy:
+                done, left = self._done, deadline - time.monotonic()
+                if self.tracker.down or self.tracker.stuck or left <= 0:
+                    break
+                until = time.monotonic() + min(STALL_S, left)
+                while self._done == done and (self._items or self._busy):
+                    if (wait := until - time.monotonic()) <= 0:
+                        break
+                    self._cond.wait(wait)  # (notified at each close made)
+                if self._done == done:
+                    break  # stalled: MLflow does not answer (or is still opening its store)
+            left_over = len(self._items) + self._busy
             self._stop = True
             self._cond.notify_all()
             thread, self._thread = self._thread, None
+        if left_over:
+            log.warning("MLflow: %d runs not closed yet; the next start closes them", left_over)
         if thread is not None:
-            thread.join(timeout=5)
+            thread.join(timeout=STALL_S)
 
     def _work(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._items or self._stop)
-                if self._stop and not self._items:
-                    return
+                if self._stop:
+                    return  # (what is left: the next start's ``recover``)
                 batch = [self._items.popleft() for _ in range(min(BATCH, len(self._items)))]
                 self._busy = len(batch)
+            again: list[Ended | UnclosedMlflowRun] = []
             try:
-                self._close(batch)
+                again = self._close(batch)
             except Exception:  # never let the worker die: the next start recovers the rest
                 log.exception("MLflow: closing %d runs failed", len(batch))
             finally:
                 with self._cond:
+                    self._items.extendleft(reversed(again))  # (first in, first out still)
                     self._busy = 0
                     self._cond.notify_all()
+            if again:  # MLflow is away: try again after the tracker's back-off
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stop, max(self.tracker.retry_in(), 0.1))
 
     def recover(self) -> int:
         """Queue the closes of attempts that are over but whose MLflow runs were never closed
@@ -151,19 +180,31 @@ class TrackingQueue:
             and run.spec.env.get(ADOPT_ENV) == u.mlflow_run_id
         )
 
-    def _close(self, batch: Sequence[Ended | UnclosedMlflowRun]) -> None:
-        notes = []
-        for e in batch:
+    def _close(self, batch: Sequence[Ended | UnclosedMlflowRun]) -> list[Ended | UnclosedMlflowRun]:
+        """Make the batch's closes; those to try again (MLflow is away), in order."""
+        notes: list[tuple[str, int, str, str]] = []
+        for i, e in enumerate(batch):
             with self._cond:
                 self._cond.wait_for(lambda: not self._held or self._stop)
+            if self.tracker.down:
+                self.store.note_many(notes)
+                return list(batch[i:])
             if isinstance(e, UnclosedMlflowRun):
-                mlflow_id = e.mlflow_run_id if self.tracker.close_recovered(e) else None
+                closed = self.tracker.close_recovered(e, self.store.get(e.run_id))
                 key = (e.run_id, e.attempt)
             else:
                 mlflow_id = self.tracker.ended(
                     e.run, e.outcome, e.end, e.mean_util, e.mlflow_run_id
                 )
+                closed = None if mlflow_id is None else [mlflow_id]
                 key = (e.run.id, e.run.attempt)
-            if mlflow_id is not None:
-                notes.append((*key, CLOSED, mlflow_id))
+            with self._cond:
+                self._done += 1
+                self._cond.notify_all()
+            if closed is not None:
+                notes += [(*key, CLOSED, m) for m in closed]
+            elif self.tracker.down:  # (this one is tried again too)
+                self.store.note_many(notes)
+                return list(batch[i:])
         self.store.note_many(notes)
+        return []

@@ -6,7 +6,11 @@ Endpoints (MLflow REST API 2.0): ``experiments/get-by-name``, ``experiments/crea
 batches are split), ``runs/update``. Authentication: ``MLFLOW_TRACKING_TOKEN`` (bearer) or
 ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD`` (basic), as the mlflow client reads them.
 
-Invariant: every failure is a ``TrackingError`` naming the endpoint and the server's answer.
+Invariants: every failure is a ``TrackingError`` naming the endpoint and the server's answer;
+``TrackingUnavailable`` (a subclass) when the server could not be reached, did not answer in
+time or failed itself (5xx, 429): MLflow is away, not just this call's run. No retries here:
+the caller decides (the scheduler's tracker backs off; MLflow's own client would retry for
+minutes).
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ BATCH = 1000
 
 class TrackingError(RuntimeError):
     """The MLflow server refused or could not be reached."""
+
+
+class TrackingUnavailable(TrackingError):
+    """MLflow could not be reached or did not answer: every run's tracking would fail now."""
 
 
 def rest_uri(uri: str | None) -> str | None:
@@ -58,13 +66,15 @@ class MlflowRest:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:300]
-            raise TrackingError(f"{method} {path}: HTTP {e.code}: {detail}") from None
+            kind = TrackingUnavailable if e.code >= 500 or e.code == 429 else TrackingError
+            raise kind(f"{method} {path}: HTTP {e.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as e:
-            raise TrackingError(f"{method} {path}: {self.base} unreachable: {e}") from None
+            raise TrackingUnavailable(f"{method} {path}: {self.base} unreachable: {e}") from None
         return json.loads(raw) if raw else {}
 
-    def experiment_id(self, name: str) -> str:
-        """The id of experiment ``name``, created if missing."""
+    def experiment_id(self, name: str, artifact_location: str | None = None) -> str:
+        """The id of experiment ``name``, created if missing (with ``artifact_location``, when
+        given: else the server's default artifact root)."""
         q = urllib.parse.urlencode({"experiment_name": name})
         try:
             return str(
@@ -73,15 +83,23 @@ class MlflowRest:
         except TrackingError as e:
             if "RESOURCE_DOES_NOT_EXIST" not in str(e):
                 raise
-        return str(self._call("POST", "experiments/create", {"name": name})["experiment_id"])
+        body = {"name": name}
+        if artifact_location:
+            body["artifact_location"] = artifact_location
+        return str(self._call("POST", "experiments/create", body)["experiment_id"])
 
     def create_run(
-        self, experiment_id: str, name: str, tags: Mapping[str, str] | None = None
+        self,
+        experiment_id: str,
+        name: str,
+        tags: Mapping[str, str] | None = None,
+        start: float | None = None,
     ) -> str:
+        """A new run (started at ``start``, seconds, default now); its id."""
         body = {
             "experiment_id": experiment_id,
             "run_name": name,
-            "start_time": int(time.time() * 1000),
+            "start_time": int((time.time() if start is None else start) * 1000),
             "tags": [{"key": k, "value": v} for k, v in (tags or {}).items()],
         }
         return str(self._call("POST", "runs/create", body)["run"]["info"]["run_id"])
@@ -99,9 +117,13 @@ class MlflowRest:
         run_id: str,
         metrics: Sequence[tuple[str, float, float, int]],
         tags: Mapping[str, str],
+        params: Mapping[str, str] | None = None,
     ) -> None:
-        """Metrics (at most ``BATCH``) and tags in one call (a list left out when empty)."""
+        """Metrics (at most ``BATCH``), tags and params in one call (a list left out when
+        empty)."""
         body: dict[str, Any] = {"run_id": run_id}
+        if params:
+            body["params"] = [{"key": k, "value": v} for k, v in params.items()]
         if metrics:
             body["metrics"] = [
                 {"key": k, "value": v, "timestamp": int(t * 1000), "step": s}

@@ -7,7 +7,14 @@ MLflow run (with MLflow's project tags and parameters), and submits the entry po
 ``local`` env manager) through the SDK, which starts the embedded scheduler when none runs.
 ``mlflow run`` returns once the run is queued (MLflow's CLI waits only for its own local and
 kubernetes backends); ``mlflow.projects.run(..., synchronous=True)`` waits for the scheduled run
-to end. The scheduler adopts that MLflow run for the first attempt
+to end. The MLflow run is made in the scheduler's tracking store (its config's
+``mlflow.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else the SQLite store in its state
+folder), whatever store ``mlflow run`` itself resolved, in the experiment ``mlflow run`` named
+(``--experiment-name``/``--experiment-id``, by name), else the one named after the mlops-gpu
+project, where the scheduler puts the project's runs. The calling process's MLflow tracking
+URI is set to the scheduler's (MLflow tags the run after the backend returns, through it).
+The scheduler adopts that MLflow run for
+the first attempt
 (``MLOPS_GPU_MLFLOW_RUN_ID``): its tags, GPU metrics, queue wait and cost land in the run
 ``mlflow run`` prints; a requeued attempt gets its own MLflow run, linked by
 ``mlops_gpu.run_id``.
@@ -92,9 +99,10 @@ _MLFLOW_KEYS = {"ENV_MANAGER", "SYNCHRONOUS", "DOCKER_ARGS", "STORAGE_DIR", "bui
 class ScheduledProjectRun(SubmittedRun):
     """MLflow's handle on a scheduled run: ``wait``, ``get_status``, ``cancel``, ``run_id``."""
 
-    def __init__(self, mlflow_run_id: str, run: Any) -> None:
+    def __init__(self, mlflow_run_id: str, run: Any, tracking_uri: str | None = None) -> None:
         self._mlflow_run_id = mlflow_run_id
         self.run = run  # mlops_gpu.sdk.Run
+        self._tracking_uri = tracking_uri  # the store the MLflow run is in
 
     @property
     def run_id(self) -> str:
@@ -115,7 +123,7 @@ class ScheduledProjectRun(SubmittedRun):
     def _close(self, phase: str) -> None:
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient()
+        client = MlflowClient(self._tracking_uri)
         if client.get_run(self._mlflow_run_id).info.status in ("RUNNING", "SCHEDULED"):
             client.set_terminated(self._mlflow_run_id, STATUS.get(phase, "FAILED"))
 
@@ -132,8 +140,36 @@ class MlopsGpuProjectBackend(AbstractBackend):
         experiment_id: str,
     ) -> ScheduledProjectRun:
         from mlflow.exceptions import MlflowException
+        from mlflow.projects.utils import PROJECT_ENV_MANAGER
+
+        env_manager = backend_config.get(PROJECT_ENV_MANAGER)
+        if env_manager not in (None, "local"):
+            raise MlflowException.invalid_parameter_value(
+                f"the mlops-gpu backend runs projects in the current Python environment; "
+                f"use --env-manager local (not {env_manager!r})"
+            )
+        opts = parse_backend_config(backend_config)
+        store = _scheduler_store(opts, tracking_uri, experiment_id)
+        if store is not None:  # MLflow's calls (here and after, its tags) and the job go there
+            import mlflow
+
+            tracking_uri, experiment_id = store
+            mlflow.set_tracking_uri(tracking_uri)
+        return self._run(
+            project_uri, entry_point, params, version, opts, tracking_uri, experiment_id
+        )
+
+    def _run(
+        self,
+        project_uri: str,
+        entry_point: str,
+        params: dict[str, Any],
+        version: str | None,
+        opts: dict[str, Any],
+        tracking_uri: str | None,
+        experiment_id: str,
+    ) -> ScheduledProjectRun:
         from mlflow.projects.utils import (
-            PROJECT_ENV_MANAGER,
             fetch_and_validate_project,
             get_entry_point_command,
             get_or_create_run,
@@ -144,13 +180,6 @@ class MlopsGpuProjectBackend(AbstractBackend):
 
         import mlops_gpu as mg
 
-        env_manager = backend_config.get(PROJECT_ENV_MANAGER)
-        if env_manager not in (None, "local"):
-            raise MlflowException.invalid_parameter_value(
-                f"the mlops-gpu backend runs projects in the current Python environment; "
-                f"use --env-manager local (not {env_manager!r})"
-            )
-        opts = parse_backend_config(backend_config)
         work_dir = fetch_and_validate_project(project_uri, version, entry_point, params)
         project = load_project(work_dir)
         active = get_or_create_run(
@@ -160,7 +189,7 @@ class MlopsGpuProjectBackend(AbstractBackend):
         command = " ".join(get_entry_point_command(project, entry_point, params, None))
         env = get_run_env_vars(mlflow_id, experiment_id)
         env[ADOPT_ENV] = mlflow_id
-        experiment = MlflowClient().get_experiment(experiment_id).name
+        experiment = MlflowClient(tracking_uri).get_experiment(experiment_id).name
         try:
             run = mg.submit(
                 ["bash", "-c", command],
@@ -180,12 +209,41 @@ class MlopsGpuProjectBackend(AbstractBackend):
                 config=opts.get("config"),
             )
         except Exception:
-            MlflowClient().set_terminated(mlflow_id, "FAILED", int(time.time() * 1000))
+            MlflowClient(tracking_uri).set_terminated(mlflow_id, "FAILED", int(time.time() * 1000))
             raise
-        MlflowClient().set_tag(mlflow_id, "mlops_gpu.run_id", run.id)
+        MlflowClient(tracking_uri).set_tag(mlflow_id, "mlops_gpu.run_id", run.id)
         _logger.info(
             "=== Queued as mlops-gpu run %s in project %s (MLflow run %s); "
             "follow it with: mlops-gpu status %s ===",
             run.id, opts["project"], mlflow_id, run.id,
         )  # fmt: skip
-        return ScheduledProjectRun(mlflow_id, run)
+        return ScheduledProjectRun(mlflow_id, run, tracking_uri)
+
+
+def _scheduler_store(
+    opts: dict[str, Any], tracking_uri: str | None, experiment_id: str
+) -> tuple[str, str] | None:
+    """(the scheduler's tracking URI, the id of the run's experiment there), or None when the
+    scheduler tracks nothing (``mlflow.enabled: false``). The experiment: the one ``mlflow run``
+    resolved (``experiment_id``, in ``tracking_uri``), found or created by name, unless that is
+    MLflow's default (id 0: none was named), then the one named after the project."""
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    from mlops_gpu.config import load_config
+    from mlops_gpu.controller.tracking_fields import experiment_artifacts
+
+    cfg = load_config(opts.get("config"))
+    if not cfg.mlflow.enabled:
+        return None
+    uri = cfg.tracking_uri(dict(os.environ))
+    name = opts["project"]
+    if str(experiment_id) != "0":
+        name = MlflowClient(tracking_uri).get_experiment(experiment_id).name
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return uri, str(exp.experiment_id)
+    where = experiment_artifacts(cfg.artifact_root(uri), name)
+    return uri, str(client.create_experiment(name, artifact_location=where))
