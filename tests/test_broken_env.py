@@ -373,3 +373,12 @@ def test_a_new_store_in_a_folder_that_cannot_be_written_is_one_line(tmp_path: Pa
     assert str(e.value).startswith(f"{folder}/state.db cannot be created (")
     assert "make it and its folder writable" in str(e.value) and "\n" not in str(e.value)
     assert list(folder.iterdir()) == []
+
+
+def test_a_folder_at_the_store_path_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    db.mkdir()
+    with pytest.raises(StoreError) as e:
+        Store(f"sqlite:///{db}")
+    assert str(e.value).startswith(f"{db} is not an mlops-gpu store (not a file): move it away")
+    assert list(db.iterdir()) == []
