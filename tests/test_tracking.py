@@ -122,7 +122,7 @@ def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
     assert row["gpu_hours"] == report["total"]["gpu_hours"]
     # each attempt's wait is the same in MLflow and in the report
     waits = sorted(r.data.metrics["mlops_gpu.queue_wait_s"] for r in runs)
-    assert row["mean_wait_s"] == pytest.approx(sum(waits) / 2, abs=1e-3)
+    assert row["mean_wait_s"] == pytest.approx(sum(waits) / 2, abs=0.05)  # (MLflow's: 0.1 s)
 
 
 def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path:
     assert mr.info.run_id == job.req.env["MLFLOW_RUN_ID"] and mr.info.status == "FINISHED"
     assert mr.data.tags["mlops_gpu.project"] == "vision"
     m = mr.data.metrics
-    assert m["mlops_gpu.gpu_hours"] == pytest.approx(600 / 3600)
+    assert m["mlops_gpu.gpu_hours"] == round(600 / 3600, 4)  # (rounded: tracking_fields)
     assert m["mlops_gpu.mean_gpu_utilization"] == 42.0
     (row,) = rt.store.usage()
     assert (row.mean_util, row.idle_s) == (42.0, 60.0)
