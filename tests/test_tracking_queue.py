@@ -21,7 +21,7 @@ from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.controller.tracking_queue import Ended
 from mlops_gpu.model import ACTIVE_PHASES, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
-from mlops_gpu.state.schema import events, schema_version
+from mlops_gpu.state.schema import LATEST, events, schema_version
 from mlops_gpu.state.store import Store
 from mlops_gpu.testing import config_yaml
 
@@ -170,7 +170,7 @@ def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path) -> None:
     reopened = Store(rt.cfg.store_url)
     assert reopened.unclosed_mlflow_runs(ACTIVE_PHASES) == []
     with reopened.engine.connect() as conn:
-        assert conn.execute(select(schema_version.c.version)).scalar_one() == 5
+        assert conn.execute(select(schema_version.c.version)).scalar_one() == LATEST
     assert kinds(reopened, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
     assert kinds(reopened, live.id) == [("mlflow_run", 1)]  # still running: closed when it ends
 

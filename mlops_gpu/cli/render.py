@@ -96,9 +96,10 @@ def events_table(run_id: str, events: Sequence[Any]) -> None:
     from mlops_gpu.model.public import iso
 
     t = Table(title=f"Events of {run_id}", title_justify="left")
-    for col in ("TIME (UTC)", "ATTEMPT", "EVENT", "PHASE", "REASON"):
+    for col in ("TIME (UTC)", "ATTEMPT", "EVENT", "PHASE", "REASON", "LOST GPU-S"):
         t.add_column(col)
     for e in events:
         phase = f"{e.phase_from or ''} -> {e.phase_to}" if e.phase_to else "-"
-        t.add_row(iso(e.time) or "-", str(e.attempt), e.kind, phase, e.reason)
+        lost = "-" if e.lost_gpu_s is None else f"{e.lost_gpu_s:.0f}"  # (preemptions only)
+        t.add_row(iso(e.time) or "-", str(e.attempt), e.kind, phase, e.reason, lost)
     console().print(t)

@@ -7,9 +7,10 @@ held), ``.attempt``. The job gets ``MLFLOW_TRACKING_URI``, ``MLFLOW_RUN_ID`` and
 ``MLFLOW_EXPERIMENT_ID``, so ``mlops-gpu exec`` and the user's own ``mlflow`` calls log into
 that run. When the attempt ends: ``mlops_gpu.queue_wait_s`` (admission minus the time the attempt
 joined the queue: the submit, or for a requeued attempt its requeue), ``mlops_gpu.gpu_hours`` and
-``mlops_gpu.cost_usd`` (GPU-hours, shares by their share, times the type's price), the tag
-``mlops_gpu.outcome``, and the run's status (FINISHED, FAILED, or KILLED for cancelled and
-preempted attempts).
+``mlops_gpu.cost_usd`` (GPU-hours, shares by their share, times the type's price), for a
+preempted attempt ``mlops_gpu.lost_gpu_s`` (the work its preemption threw away: GPU-seconds
+since its last checkpoint, else its start), the tag ``mlops_gpu.outcome``, and the run's
+status (FINISHED, FAILED, or KILLED for cancelled and preempted attempts).
 
 Invariants:
 - Tracking never stops scheduling: an MLflow failure is logged (once per message), the run goes
@@ -177,6 +178,7 @@ class Tracker:
         end: float,
         mean_utilization: float | None = None,
         mlflow_id: str | None = None,
+        lost_gpu_s: float | None = None,
     ) -> str | None:
         """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run
         (``mlflow_id`` if given, else the one ``started`` created or adopted, else the one its
@@ -199,7 +201,7 @@ class Tracker:
             p = run.placement
             hours = p.gpu_amount * max(end - run.admitted_at, 0.0) / 3600
             self._close(mlflow_id, outcome, end, hours, p.gpu_type, run.queue_wait_s or 0.0,
-                        mean_utilization)  # fmt: skip
+                        mean_utilization, lost_gpu_s)  # fmt: skip
         except TrackingError as e:
             self._fail(e)
             return None
@@ -233,6 +235,7 @@ class Tracker:
         gpu_type: str,
         queue_wait_s: float | None,
         mean_utilization: float | None,
+        lost_gpu_s: float | None = None,
     ) -> None:
         """Two writes: the metrics with the outcome tag (one log-batch), then the status."""
         price = self.gpu_types[gpu_type].price_per_hour if gpu_type in self.gpu_types else 0
@@ -244,6 +247,8 @@ class Tracker:
             metrics.insert(0, ("mlops_gpu.queue_wait_s", queue_wait_s, end, 0))
         if self.logs_summary and mean_utilization is not None:
             metrics.append(("mlops_gpu.mean_gpu_utilization", mean_utilization, end, 0))
+        if lost_gpu_s is not None:  # (a preempted attempt)
+            metrics.append(("mlops_gpu.lost_gpu_s", round(lost_gpu_s, 1), end, 0))
         assert self.rest is not None
         self.rest.log_batch(mlflow_id, metrics, {"mlops_gpu.outcome": outcome})
         self.rest.finish(mlflow_id, STATUS.get(outcome, "FAILED"), end)

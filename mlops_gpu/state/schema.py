@@ -93,6 +93,9 @@ events = Table(
     Column("reason", Text, nullable=False, default=""),
     Index("ix_events_run", "run_id"),
     Index("ix_events_kind", "kind"),  # v5: a start reads the MLflow notes by kind
+    # v6: GPU-seconds of work a ``preempting`` event throws away (since the victim's last
+    # checkpoint, else since it started); null on every other event
+    Column("lost_gpu_s", Float),
 )
 
 usage = Table(
@@ -181,9 +184,13 @@ def _v5(conn: Connection) -> None:
         conn.execute(events.insert(), note_rows(done, time.time()))
 
 
+def _v6(conn: Connection) -> None:
+    _add_missing_columns(conn, events, ["lost_gpu_s"])
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5),
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

@@ -1,0 +1,70 @@
+"""Launch gating: an admitted run starts only once the devices it was placed on are free of jobs.
+
+The core admits a preemptor in the same decision that preempts its victims, on the devices they
+free, and from then on counts those devices as the preemptor's (no other run can take them). The
+victims' jobs still run for up to their grace period (checkpoint signal, then SIGKILL). The
+controller launches the preemptor only once no live job of the store holds any of its devices;
+until then the run stays ``admitted`` without a handle, holding its placement, with the reason
+``waiting for preempted run(s) ... to exit``.
+
+Invariants:
+- A device (backend, node, device id) is used by at most one job at a time where it is not
+  shared: ``blockers`` returns every run with a job (a handle) on a device of the run's placement
+  that is being stopped (preempted or cancelled), or that holds it whole. Runs sharing a
+  time-sliced device with the run while neither is being stopped are the core's legitimate
+  sharing, not blockers.
+- Only runs with a job block: an admission not yet launched (a handle-less ``admitted`` run)
+  holds devices in the core but never blocks another launch, so two waiting runs cannot wait
+  on each other.
+- ``lost_gpu_s`` is the core's own measure (``core.preempt.lost_gpu_s``): GPU-seconds of work
+  since the victim's last checkpoint, else since its attempt started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import replace
+
+from mlops_gpu.core import Snapshot
+from mlops_gpu.core.preempt import lost_gpu_s as core_lost_gpu_s
+from mlops_gpu.model import Run
+
+
+def _devices(run: Run) -> dict[tuple[str, str, str], float]:
+    """(backend, node, device id) -> the share of it the run holds."""
+    p = run.placement
+    if p is None:
+        return {}
+    return {(p.backend, s.node, d): s.fraction for s in p.slots for d in s.devices}
+
+
+def blockers(run: Run, holders: Iterable[Run], going: Collection[str]) -> list[Run]:
+    """The runs with a live job on a device of ``run``'s placement that ``run`` must wait for
+    (see the module's invariants); ``going``: ids of the runs being stopped."""
+    mine = _devices(run)
+    out: list[Run] = []
+    for h in holders:
+        if h.id == run.id or h.handle is None:
+            continue
+        for key, share in _devices(h).items():
+            if key in mine and (h.id in going or (share >= 1.0 and mine[key] >= 1.0)):
+                out.append(h)
+                break
+    return out
+
+
+def going_ids(active: Iterable[Run], marked: Iterable[str] = ()) -> set[str]:
+    """Runs whose jobs are being stopped: preemption or cancel requested (the store's flags,
+    plus ``marked``: victims flagged this tick, whose copies predate the flag)."""
+    return {r.id for r in active if r.preempt_requested or r.cancel_requested} | set(marked)
+
+
+def waiting_reason(blocking: list[Run]) -> str:
+    ids = ", ".join(r.id for r in blocking[:5]) + (", ..." if len(blocking) > 5 else "")
+    grace = max(r.spec.checkpoint.grace_s for r in blocking)
+    return f"waiting for preempted run(s) {ids} to exit (grace up to {grace:g} s)"
+
+
+def lost_gpu_s(template: Snapshot, now: float, victim: Run) -> float:
+    """GPU-seconds a preemption decided at ``now`` throws away (``core.preempt.lost_gpu_s``)."""
+    return core_lost_gpu_s(replace(template, now=now), victim)
