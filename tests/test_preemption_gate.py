@@ -239,3 +239,32 @@ def test_a_store_from_before_lost_work_gains_the_column(tmp_path: Path) -> None:
 
 def _one_gpu() -> Placement:
     return Placement("local", "a100-80gb", (NodeSlot("node-a", ("0",)),))
+
+
+def test_blockers_are_jobs_on_its_devices_being_preempted_or_holding_them_whole() -> None:
+    """Whole devices: any job on them blocks. Shared devices: only a job being preempted (the
+    core counts its share as gone); a job sharing them otherwise is the core's own sharing. A
+    run without a job (another admission waiting) never blocks."""
+    from mlops_gpu.controller import gate
+    from mlops_gpu.testing.builders import make_run, placed
+
+    def job(rid: str, devices: list[str], fraction: float = 1.0, **kw: object) -> Run:
+        p = placed("node-a", devices, fraction=fraction)
+        return make_run(rid, phase=Phase.RUNNING, placement=p, handle=f"h-{rid}", **kw)
+
+    me = make_run("me", phase=Phase.ADMITTED, placement=placed("node-a", ["0", "1"]))
+    others = [job("v", ["1", "2"], preempt_requested=True), job("w", ["3"])]
+    assert [r.id for r in gate.blockers(me, others, gate.going_ids(others))] == ["v"]
+    whole = [job("x", ["0"])]  # (never the core's doing; still no double use)
+    assert [r.id for r in gate.blockers(me, whole, set())] == ["x"]
+    waiting = make_run("y", phase=Phase.ADMITTED, placement=placed("node-a", ["0"]))
+    assert gate.blockers(me, [waiting], {"y"}) == []
+    elsewhere = make_run("z", phase=Phase.RUNNING, placement=placed("node-b", ["0"]), handle="h")
+    assert gate.blockers(me, [elsewhere], {"z"}) == []
+    half = make_run("me", phase=Phase.ADMITTED, placement=placed("node-a", ["0"], fraction=0.5))
+    sharer = [job("s", ["0"], fraction=0.5)]
+    assert gate.blockers(half, sharer, set()) == []
+    assert [r.id for r in gate.blockers(half, sharer, {"s"})] == ["s"]  # (flagged this tick)
+    assert gate.waiting_reason(others[:1]) == (
+        "waiting for preempted run(s) v to exit (grace up to 30 s)"
+    )

@@ -10,9 +10,9 @@ until then the run stays ``admitted`` without a handle, holding its placement, w
 Invariants:
 - A device (backend, node, device id) is used by at most one job at a time where it is not
   shared: ``blockers`` returns every run with a job (a handle) on a device of the run's placement
-  that is being stopped (preempted or cancelled), or that holds it whole. Runs sharing a
-  time-sliced device with the run while neither is being stopped are the core's legitimate
-  sharing, not blockers.
+  that is being preempted (the core no longer counts what it holds), or that holds it whole.
+  Runs sharing a time-sliced device with the run and not being preempted (a cancelled run
+  still counts in the core until it exits) are the core's legitimate sharing, not blockers.
 - Only runs with a job block: an admission not yet launched (a handle-less ``admitted`` run)
   holds devices in the core but never blocks another launch, so two waiting runs cannot wait
   on each other.
@@ -40,7 +40,7 @@ def _devices(run: Run) -> dict[tuple[str, str, str], float]:
 
 def blockers(run: Run, holders: Iterable[Run], going: Collection[str]) -> list[Run]:
     """The runs with a live job on a device of ``run``'s placement that ``run`` must wait for
-    (see the module's invariants); ``going``: ids of the runs being stopped."""
+    (see the module's invariants); ``going``: ids of the runs being preempted."""
     mine = _devices(run)
     out: list[Run] = []
     for h in holders:
@@ -54,9 +54,9 @@ def blockers(run: Run, holders: Iterable[Run], going: Collection[str]) -> list[R
 
 
 def going_ids(active: Iterable[Run], marked: Iterable[str] = ()) -> set[str]:
-    """Runs whose jobs are being stopped: preemption or cancel requested (the store's flags,
-    plus ``marked``: victims flagged this tick, whose copies predate the flag)."""
-    return {r.id for r in active if r.preempt_requested or r.cancel_requested} | set(marked)
+    """Runs being preempted: the store's flag, plus ``marked`` (victims flagged this tick,
+    whose copies predate the flag)."""
+    return {r.id for r in active if r.preempt_requested} | set(marked)
 
 
 def waiting_reason(blocking: list[Run]) -> str:

@@ -298,8 +298,9 @@ class Controller:
         t_admit = time.monotonic()
         for pre in decision.preemptions:  # 5. preempt
             run = by_id[pre.run_id]
-            lost = getattr(pre, "lost_gpu_s", None)  # (the core's, where it says)
-            lost = gate.lost_gpu_s(tmpl, now, run) if lost is None else lost
+            # the core's own measure, from the victim as the cycle saw it (whichever engine
+            # decided: a Preemption from an engine that does not fill lost_gpu_s is not trusted)
+            lost = gate.lost_gpu_s(tmpl, now, run)
             store.mark_preempting(run.id, pre.reason, now=self.clock(), lost_gpu_s=lost)
             self._signal(run, pre.signal, pre.grace_s)
             self._emit("preempting", run, f"{pre.reason}; loses {lost:.0f} GPU-s of work")
