@@ -153,6 +153,44 @@ def test_a_waiting_preemptor_cancelled_never_launches(tmp_path: Path) -> None:
         time.sleep(0.1)
 
 
+def test_a_preemptor_waits_for_its_victim_that_ignores_sigterm(tmp_path: Path) -> None:
+    """The core decides: a high-priority run preempts a normal one that ignores SIGTERM (2 s
+    grace). The preemptor is admitted in that decision, holds the devices, launches only after
+    the victim's process is gone, at the first tick after; no device serves two jobs."""
+    rt = local_runtime(tmp_path)
+    victim = stubborn_victim(rt, tmp_path)
+    ctl = Controller(rt)
+    ctl.tick()
+    wait_for(tmp_path / f"{victim.id}.up")
+    quick = make_spec(gpus=4, command=(sys.executable, "-c", QUICK), workdir=str(tmp_path),
+                      priority="high")  # fmt: skip
+    pre = rt.submit(quick)
+    ctl.tick()
+    v, p = get(rt, victim), get(rt, pre)
+    assert v.preempt_requested and v.phase is Phase.RUNNING
+    assert p.phase is Phase.ADMITTED and p.handle is None and p.placement == v.placement
+    assert p.reason == f"waiting for preempted run(s) {victim.id} to exit (grace up to 2 s)"
+    deadline = time.time() + 30
+    exited_seen: float | None = None
+    while get(rt, pre).handle is None:
+        assert time.time() < deadline
+        ctl.tick()
+        if get(rt, victim).phase is Phase.PENDING and exited_seen is None:
+            exited_seen = time.time()
+            assert get(rt, pre).handle is not None  # launched in the tick that saw it exit
+        time.sleep(0.1)
+    rt.store.request_cancel(victim.id)
+    while get(rt, pre).phase is not Phase.SUCCEEDED or get(rt, victim).phase is Phase.RUNNING:
+        assert time.time() < deadline
+        ctl.tick()
+        time.sleep(0.1)
+    v_devices, _, v_end = attempt_record(rt, victim.id, 1)
+    p_devices, p_start, _ = attempt_record(rt, pre.id, 1)
+    assert v_devices == p_devices and p_start >= v_end
+    (ev,) = [e for e in rt.store.events(victim.id) if e.kind == "preempting"]
+    assert ev.lost_gpu_s is not None and ev.lost_gpu_s > 0
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = time.time()
