@@ -200,10 +200,12 @@ class Clock:
 
 
 @pytest.mark.slow
-def test_lost_work_is_in_the_event_status_and_mlflow(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stopped", [False, True], ids=["closed", "closed-after-restart"])
+def test_lost_work_is_in_the_event_status_and_mlflow(tmp_path: Path, stopped: bool) -> None:
     """A normal run on all 4 GPUs, checkpointed 40 s into its 100 s, is preempted by a high
     one: 4 GPUs x 60 s = 240 GPU-seconds lost, in the store's event, ``status --events`` (JSON
-    and table) and the attempt's MLflow run (``mlops_gpu.lost_gpu_s``)."""
+    and table) and the attempt's MLflow run (``mlops_gpu.lost_gpu_s``), also when the scheduler
+    stopped before closing it (``stopped``: the next start closes it from the store)."""
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -218,6 +220,8 @@ def test_lost_work_is_in_the_event_status_and_mlflow(tmp_path: Path) -> None:
     long = {"FAKE_DURATION_S": "3600"}
     victim = rt.submit(rt.spec(("train",), project="p", request=ResourceRequest(gpus=4), env=long))
     ctl = Controller(rt, clock=clock)
+    if stopped:  # no close is ever made by this scheduler
+        ctl.tracking.put = lambda items: None  # type: ignore[method-assign]
     ctl.tick()
     assert get(rt, victim).phase is Phase.RUNNING
     clock.now += 40
@@ -228,6 +232,10 @@ def test_lost_work_is_in_the_event_status_and_mlflow(tmp_path: Path) -> None:
         ctl.tick()
     (ev,) = [e for e in rt.store.events(victim.id) if e.kind == "preempting"]
     assert ev.lost_gpu_s == pytest.approx(240.0)
+    if stopped:
+        ctl.release()
+        ctl = Controller(rt, clock=clock)
+        ctl.reconcile()  # (queues the closes the last one never made)
     assert ctl.drain_tracking()
     client = MlflowClient(uri)
     exps = [e.experiment_id for e in client.search_experiments()]

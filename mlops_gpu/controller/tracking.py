@@ -220,7 +220,7 @@ class Tracker:
             else:
                 wait = None if u.queued_at is None else max(u.start - u.queued_at, 0.0)
                 self._close(u.mlflow_run_id, u.outcome, u.end, u.gpu_seconds / 3600,
-                            u.gpu_type, wait, u.mean_util)  # fmt: skip
+                            u.gpu_type, wait, u.mean_util, u.lost_gpu_s)  # fmt: skip
         except TrackingError as e:
             self._fail(e)
             return False

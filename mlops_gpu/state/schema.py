@@ -179,7 +179,8 @@ def _v5(conn: Connection) -> None:
 
     if "ix_events_kind" not in {ix["name"] for ix in inspect(conn).get_indexes("events")}:
         conn.execute(text("CREATE INDEX ix_events_kind ON events (kind)"))
-    done = [(u.run_id, u.attempt, CLOSED, u.mlflow_run_id) for u in unclosed(conn, ACTIVE_PHASES)]
+    old = unclosed(conn, ACTIVE_PHASES, with_lost=False)  # (events.lost_gpu_s comes with v6)
+    done = [(u.run_id, u.attempt, CLOSED, u.mlflow_run_id) for u in old]
     if done:
         conn.execute(events.insert(), note_rows(done, time.time()))
 
