@@ -22,12 +22,13 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 
 from mlops_gpu.core import Snapshot
 from mlops_gpu.core.preempt import lost_gpu_s as core_lost_gpu_s
-from mlops_gpu.model import Run
+from mlops_gpu.model import Phase, Run
+from mlops_gpu.state import Store
 
 
 def _devices(run: Run) -> dict[tuple[str, str, str], float]:
@@ -68,3 +69,56 @@ def waiting_reason(blocking: list[Run]) -> str:
 def lost_gpu_s(template: Snapshot, now: float, victim: Run) -> float:
     """GPU-seconds a preemption decided at ``now`` throws away (``core.preempt.lost_gpu_s``)."""
     return core_lost_gpu_s(replace(template, now=now), victim)
+
+
+class Gate:
+    """The controller's admitted runs held back (run id -> the ETA said when it began to wait):
+    ``split`` each tick, ``hold`` for a waiting admission found at start-up."""
+
+    def __init__(
+        self, store: Store, clock: Callable[[], float], emit: Callable[[str, Run, str], None]
+    ) -> None:
+        self.store, self.clock, self.emit = store, clock, emit
+        self.waiting: dict[str, float | None] = {}
+
+    def hold(self, run_id: str) -> None:
+        self.waiting[run_id] = None
+
+    def split(
+        self, fresh: list[Run], active: list[Run], going: set[str], now: float
+    ) -> tuple[list[Run], int]:
+        """(the admitted runs to launch now, how many of this tick's admissions wait): this
+        tick's admissions (``fresh``) and those that waited before, less those whose devices a
+        job still holds, which stay admitted with their reason. A waiting run whose cancel was
+        requested ends cancelled (it never ran)."""
+        carried: list[Run] = []
+        for run in active:
+            if run.phase is not Phase.ADMITTED or run.handle is not None:
+                continue
+            if run.id not in self.waiting:
+                continue  # (a launch this process began: the start-up reconcile repairs it)
+            if run.cancel_requested:
+                self.waiting.pop(run.id, None)
+                why = "cancelled while waiting for its devices"
+                if self.store.rollback_admission(run.id, why, now=self.clock()) is Phase.CANCELLED:
+                    self.emit("cancelled", run, why)
+                continue
+            carried.append(run)
+        self.waiting = {r.id: self.waiting[r.id] for r in carried}  # (the rest moved on)
+        go: list[Run] = []
+        wait: list[tuple[str, str, float | None]] = []
+        held = 0
+        for run in [*carried, *fresh]:
+            blocking = blockers(run, active, going)
+            if not blocking:
+                self.waiting.pop(run.id, None)
+                go.append(run)
+                continue
+            why = waiting_reason(blocking)
+            if run.id not in self.waiting:
+                held += 1
+                self.waiting[run.id] = now + max(b.spec.checkpoint.grace_s for b in blocking)
+                self.emit("waiting", run, why)
+            wait.append((run.id, why, self.waiting[run.id]))
+        self.store.set_waiting(wait, now=self.clock())
+        return go, held

@@ -172,8 +172,8 @@ class Controller:
         self.min_poll_gap_s = 0.0
         self._polled_at = float("-inf")
         self._cold: set[str] = set()  # backends whose warm hook failed last time
-        #: admitted runs held back until their devices' jobs exit (``gate``) -> their ETA
-        self._waiting: dict[str, float | None] = {}
+        #: admitted runs held back until their devices' jobs exit
+        self.gate = gate.Gate(rt.store, self.clock, self._emit)
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -242,7 +242,7 @@ class Controller:
         (``gate``), which keeps waiting. Returns 1 if the run was repaired."""
         handle = backend.find(run.id, run.attempt)
         if handle is None and gate.blockers(run, live, gate.going_ids(live)):
-            self._waiting[run.id] = None  # (never launched: no MLflow run, no job)
+            self.gate.hold(run.id)  # (never launched: no MLflow run, no job)
             return 0
         self._note_attempt_mlflow_run(run)
         if handle is not None:
@@ -314,7 +314,7 @@ class Controller:
                 assert got is not None and got.placement is not None
                 fresh.append(got)
         going = gate.going_ids(active, (p.run_id for p in decision.preemptions))
-        admitted, held = self._gate(fresh, active, going, now)
+        admitted, held = self.gate.split(fresh, active, going, now)
         handles: list[tuple[str, str]] = []
         t_launch = time.monotonic()
         started = self._start_jobs(admitted)
@@ -349,47 +349,6 @@ class Controller:
         rep.pending = len(pending) - len(decision.admissions)
         rep.active = len(active) + rep.admitted + held
         return rep
-
-    def _gate(
-        self, fresh: list[Run], active: list[Run], going: set[str], now: float
-    ) -> tuple[list[Run], int]:
-        """(the admitted runs to launch now, how many of this tick's admissions wait): this
-        tick's admissions and those that waited before, less those whose devices a job still
-        holds (``gate``), which stay admitted with their reason. A waiting run whose cancel was
-        requested ends cancelled (it never ran)."""
-        store = self.rt.store
-        carried: list[Run] = []
-        for run in active:
-            if run.phase is not Phase.ADMITTED or run.handle is not None:
-                continue
-            if run.id not in self._waiting:
-                continue  # (a launch this process began: the start-up reconcile repairs it)
-            if run.cancel_requested:
-                self._waiting.pop(run.id, None)
-                why = "cancelled while waiting for its devices"
-                if store.rollback_admission(run.id, why, now=self.clock()) is Phase.CANCELLED:
-                    self._emit("cancelled", run, why)
-                continue
-            carried.append(run)
-        self._waiting = {r.id: self._waiting[r.id] for r in carried}  # (the rest moved on)
-        go: list[Run] = []
-        wait: list[tuple[str, str, float | None]] = []
-        held = 0
-        for run in [*carried, *fresh]:
-            blocking = gate.blockers(run, active, going)
-            if not blocking:
-                self._waiting.pop(run.id, None)
-                go.append(run)
-                continue
-            why = gate.waiting_reason(blocking)
-            if run.id not in self._waiting:
-                held += 1
-                eta = now + max(b.spec.checkpoint.grace_s for b in blocking)
-                self._waiting[run.id] = eta
-                self._emit("waiting", run, why)
-            wait.append((run.id, why, self._waiting[run.id]))
-        store.set_waiting(wait, now=self.clock())
-        return go, held
 
     def _flush_tracking(self) -> None:
         """Queue the closes of the MLflow runs of attempts that ended this tick: the tracking
