@@ -113,7 +113,7 @@ def pg_store_url(postgres_url: str) -> Iterator[str]:
 
     eng = create_engine(postgres_url)
     with eng.begin() as conn:
-        for t in ("runs", "events", "usage", "schema_version"):
+        for t in ("runs", "events", "usage", "schema_version", "leader", "scheduler_status"):
             conn.execute(text(f"DROP TABLE IF EXISTS {t} CASCADE"))
     eng.dispose()
     yield postgres_url
@@ -157,13 +157,20 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def stop_scheduler(cfg: Path) -> None:
-    """The scheduler the SDK started for this config, stopped (its lock file names its pid)."""
+    """The scheduler the SDK started for this config, stopped (the store's lease names its
+    pid)."""
     import contextlib
     import signal
 
     from mlops_gpu.config import load_config
+    from mlops_gpu.state import Store
+    from mlops_gpu.state.lock import current_holder
 
-    lock = Path(load_config(cfg).store_url.split("///", 1)[1] + ".scheduler.lock")
-    if lock.exists() and lock.read_text().strip():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(lock.read_text()), signal.SIGTERM)
+    store = Store(load_config(cfg).store_url)
+    try:
+        holder = current_holder(store)
+    finally:
+        store.close()
+    if holder is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(holder.pid, signal.SIGTERM)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,16 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert processes_mentioning(str(d)) == []  # nothing left running
     log = (d / "state" / "runs" / runs[0]["id"] / "1" / "stdout.log").read_text()
     assert "epoch" in log
+    # it ends by pointing at the report and at the MLflow UI of its own store
+    assert f"mlops-gpu --config {d / 'mlops-gpu.yaml'} report" in r.stdout
+    assert f"mlflow ui --backend-store-uri sqlite:///{d / 'mlflow.db'}" in r.stdout
+    # its queue wait is the report's (one definition: admission minus joining the queue)
+    shown = dict(re.findall(r"^│ (\w+)\s+│.*│\s+([\d.]+) s │[^│]*│$", r.stdout, re.M))
+    rep = json.loads(run_cli("--config", str(d / "mlops-gpu.yaml"), "report", "--format",
+                             "json").stdout)  # fmt: skip
+    assert shown and shown == {
+        row["key"]: f"{row['mean_wait_s']:.1f}" for row in rep["rows"] if row["mean_wait_s"]
+    }
 
 
 def test_demo_leaves_tracking_to_mlflow_env(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """``mg.gpus``: GPUs of the local backend held by the caller for a block, under the project's
-quota; their devices in ``current_gpus()`` and ``CUDA_VISIBLE_DEVICES``; released on exit, and
-when the holder dies."""
+quota; their devices in ``current_gpus()`` and ``CUDA_VISIBLE_DEVICES``; released on exit
+(``succeeded``, or ``failed`` when the block raised), and when the holder dies; ``lease.call``
+runs a function in a child that sees exactly the lease's devices; inside a scheduled run, a
+lease is carved from the run's own devices first."""
 
 from __future__ import annotations
 
@@ -39,7 +41,66 @@ def test_a_lease_sets_the_devices_for_the_block_and_gives_them_back(cfg: Path) -
         run = lease.run
         assert run.status in ("starting", "running")
     assert "CUDA_VISIBLE_DEVICES" not in os.environ and mg.current_gpus() is None
-    assert run.status == "cancelled"  # ended, its GPUs free
+    assert run.status == "succeeded"  # ended as the block did, its GPUs free
+
+
+def test_a_finished_lease_is_succeeded_and_a_raising_block_failed(cfg: Path) -> None:
+    from mlops_gpu.controller import Runtime
+
+    with mg.gpus(1, project="p", config=cfg, timeout=60) as lease:
+        pass
+    ok = lease.run.record
+    assert (ok.phase.value, ok.exit_code) == ("succeeded", 0), ok.reason
+    with pytest.raises(ZeroDivisionError), mg.gpus(1, project="p", config=cfg, timeout=60) as bad:
+        1 / 0  # noqa: B018 - the block raises
+    failed = bad.run.record
+    assert failed.phase.value == "failed" and "cancel" not in (failed.reason or "")
+    events = " ".join(f"{e.kind} {e.reason}" for e in Runtime.load(cfg).store.events(ok.id))
+    assert "cancel" not in events  # a finished lease is not a cancel
+
+
+def test_call_runs_in_a_child_that_sees_exactly_the_lease_devices(cfg: Path) -> None:
+    def seen(tag: str) -> tuple[str, str | None, tuple[str, ...] | None, int]:
+        return tag, os.environ.get("CUDA_VISIBLE_DEVICES"), mg.current_gpus(), os.getpid()
+
+    def boom() -> None:
+        raise ValueError("from the child")
+
+    with mg.gpus(1, project="p", config=cfg, timeout=60, set_env=False) as lease:
+        tag, visible, current, pid = lease.call(seen, "x")
+        with pytest.raises(ValueError, match="from the child"):
+            lease.call(boom)
+    assert tag == "x" and pid != os.getpid()
+    assert visible == ",".join(lease.devices) and current == lease.devices
+
+
+def _nested(n: int, config: str) -> dict[str, object]:
+    """Inside a 2-GPU run: two 1-GPU leases at once, from threads."""
+    out: dict[str, object] = {"own": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    def take(i: int) -> None:
+        with mg.gpus(1, project="p", config=config, timeout=20) as lease:
+            time.sleep(0.5)
+            out[f"lease{i}"] = (lease.devices, lease.run is None)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_leases_inside_a_run_are_carved_from_its_devices_first(cfg: Path) -> None:
+    from mlops_gpu.controller import Runtime
+
+    run = mg.submit(_nested, project="p", gpus=2, args=(2, str(cfg)), config=cfg)
+    out = run.result(timeout=120)
+    own = set(str(out["own"]).split(","))
+    (d0, carved0), (d1, carved1) = out["lease0"], out["lease1"]  # type: ignore[misc]
+    assert carved0 and carved1  # no lease queued: the quota of 2 is the run's
+    assert set(d0) | set(d1) == own and not set(d0) & set(d1)
+    assert [r.id for r in Runtime.load(cfg).store.list_runs()] == [run.id]
 
 
 def test_two_leases_in_threads_respect_the_quota(cfg: Path) -> None:

@@ -257,7 +257,7 @@ def test_lost_work_is_in_the_event_status_and_mlflow(tmp_path: Path, stopped: bo
 
 
 def test_a_store_from_before_lost_work_gains_the_column(tmp_path: Path) -> None:
-    """Migration v6 adds ``events.lost_gpu_s`` to an older store; its events read with None."""
+    """Migration v7 adds ``events.lost_gpu_s`` to an older store; its events read with None."""
     from sqlalchemy import select, text
 
     from mlops_gpu.state import Store
@@ -266,9 +266,9 @@ def test_a_store_from_before_lost_work_gains_the_column(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = Store(url)
     run = old.submit(make_spec(gpus=1))
-    with old.engine.begin() as conn:  # the store as v5 left it
+    with old.engine.begin() as conn:  # the store as v6 left it
         conn.execute(text("ALTER TABLE events DROP COLUMN lost_gpu_s"))
-        conn.execute(schema_version.update().values(version=5))
+        conn.execute(schema_version.update().values(version=6))
     old.close()
     new = Store(url)
     try:

@@ -128,3 +128,38 @@ def test_the_cli_and_the_report_agree_on_groupings() -> None:
     from mlops_gpu.controller import usage_report
 
     assert report.BY == usage_report.BY
+
+
+@pytest.mark.parametrize(
+    "heights",
+    [
+        pytest.param([5.0, 1.0, 0.5], id="tallest-first"),
+        pytest.param([0.2, 3.0, 9.0], id="tallest-last"),
+        pytest.param([4.0], id="one-bar"),
+        pytest.param([1.0] * 12, id="twelve-equal"),
+    ],
+)
+def test_report_plot_legend_covers_no_bar(tmp_path: Path, heights: list[float]) -> None:
+    """The legend of ``report --plot`` sat inside the axes, on top of the tallest bar."""
+    from matplotlib.patches import Rectangle
+
+    from mlops_gpu.cli.report import plot
+
+    rows = [{"key": f"project-{i}", "gpu_hours": h, "wasted_gpu_hours": h / 4}
+            for i, h in enumerate(heights)]  # fmt: skip
+    out = {"by": "project", "rows": rows, "total": {"cost_usd": 12.5}}
+    fig = plot(out, str(tmp_path / "u.png"))
+    assert (tmp_path / "u.png").stat().st_size > 0
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()  # (the figure is closed: a canvas again)
+    legends = [*fig.legends, *(a.get_legend() for a in fig.axes if a.get_legend())]
+    assert legends
+    boxes = [lg.get_window_extent(renderer) for lg in legends]
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_height() > 0]
+    labels = [t for t in ax.get_xticklabels() if t.get_text()]
+    assert bars and labels
+    for box in boxes:
+        for item in [*bars, *labels]:
+            assert not box.overlaps(item.get_window_extent(renderer)), item

@@ -15,6 +15,7 @@ from sqlalchemy import select, text
 
 from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.phase import can_transition
+from mlops_gpu.model.public import run_to_public
 from mlops_gpu.state import ConflictError, Event, LeaderLock, Store, UsageRow
 from mlops_gpu.state.schema import LATEST, runs, schema_version
 from mlops_gpu.state.store import ETA_SLACK_S
@@ -263,6 +264,21 @@ def test_requeue_counts_attempts_until_retries_are_spent(store: Store) -> None:
     assert [(u.attempt, u.gpu_seconds) for u in store.usage()] == [(1, 14.0), (2, 14.0), (3, 14.0)]
 
 
+def test_preemptions_do_not_use_up_retries(store: Store) -> None:
+    """README and the starter config say preemptions do not count toward max_attempts: two
+    preemptions then losses fail the run only at its third loss (attempt 5), not at attempt 3."""
+    run_id = submit(store)
+    kinds = ["preempted", "preempted", "lost", "lost", "lost"]
+    for n, kind in enumerate(kinds, start=1):
+        assert store.admit(run_id, PL, now=T0 + 100 * n)
+        expected = Phase.FAILED if n == len(kinds) else Phase.PENDING
+        assert store.requeue(run_id, kind, "gone", None if kind == "preempted" else 3,
+                             now=T0 + 100 * n + 7) is expected, n  # fmt: skip
+    run = get(store, run_id)
+    assert attrs(run, "phase attempt") == (Phase.FAILED, 5)
+    assert "attempt 3 of 3" in store.events(run_id)[-1].reason
+
+
 # -- user requests -----------------------------------------------------------------------------
 def test_cancel_of_a_pending_run_is_immediate(store: Store) -> None:
     run_id, other = submit(store), submit(store)
@@ -271,6 +287,18 @@ def test_cancel_of_a_pending_run_is_immediate(store: Store) -> None:
     assert store.events(run_id)[-1].phase_to == "cancelled"
     assert store.finish(other, CANC, "gone", now=T0 + 5)  # the controller's way
     assert get(store, other).phase is CANC and store.usage() == []  # no GPUs held, no usage
+
+
+def test_a_cancelled_or_failed_pending_run_keeps_no_eta(store: Store) -> None:
+    """A run that ends has no estimated start: the ETA of its last explanation goes with it
+    (a cancelled run showed its stale ETA in ``status``)."""
+    a, b = submit(store, "a"), submit(store, "b")
+    assert store.set_reasons([(a, "capacity", "no GPUs", T0 + 900), (b, "quota", "q", T0 + 60)])
+    assert store.request_cancel(a, now=T0 + 3) is CANC
+    assert store.finish(b, FAIL, "invalid", now=T0 + 4)
+    for r in (a, b):
+        assert get(store, r).eta is None
+        assert run_to_public(get(store, r))["eta"] is None
 
 
 @pytest.mark.parametrize("phase", [Phase.ADMITTED, Phase.STARTING, Phase.RUNNING])

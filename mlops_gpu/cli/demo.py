@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from mlops_gpu.cli.safe_text import cell, visible
 from mlops_gpu.config.starter import StarterNode, starter_config
 from mlops_gpu.model import TERMINAL_PHASES, Phase, ResourceRequest, Run, RunSpec
 
@@ -95,14 +96,15 @@ def _table(rt: object, runs: list[Run]) -> object:
             where = f"{s.node}[{','.join(s.devices)}]"
         info = _last_line(rt, r) if r.phase is not Phase.PENDING else (r.reason or "")
         style = {"succeeded": "green", "failed": "red", "running": "cyan"}.get(r.phase.value, "")
+        # a run's last log line is its own output: shown literally, as every name (safe_text)
         t.add_row(
-            r.spec.name,
-            r.project,
-            r.spec.priority,
-            _gpus(r),
-            f"[{style}]{r.phase.value}[/]" if style else r.phase.value,
-            where,
-            info[:70],
+            cell(r.spec.name),
+            cell(r.project),
+            cell(r.spec.priority),
+            cell(_gpus(r)),
+            cell(r.phase.value, style=style),
+            cell(where),
+            cell(info, limit=70),
         )
     return t
 
@@ -124,16 +126,19 @@ def run_demo(directory: str, scale: int = 1) -> int:
     def on_event(kind: str, run: Run | None, msg: str) -> None:
         if not console.is_terminal and run is not None:  # a log instead of the live table
             console.print(
-                f"{time.time() - t0:6.1f}s {kind:<10} {run.id} {run.spec.name}: {msg}",
+                visible(f"{time.time() - t0:6.1f}s {kind:<10} {run.id} {run.spec.name}: {msg}"),
                 soft_wrap=True,
                 highlight=False,
+                markup=False,
             )
 
     ctl = Controller(rt, on_event=on_event)
     try:
         ctl.acquire()
     except LeaderError as e:
-        console.print(f"mlops-gpu: error: {e} (stop it, or use another --dir)")
+        console.print(
+            visible(f"mlops-gpu: error: {e} (stop it, or use another --dir)"), markup=False
+        )
         return 1
     t0 = time.time()
     user = current_user()
@@ -195,14 +200,25 @@ def run_demo(directory: str, scale: int = 1) -> int:
     console.print(
         f"\nDone in {wall:.1f} s ({'all runs succeeded' if ok else 'NOT all runs succeeded'})."
         " Look at the results:\n"
-        f"  mlops-gpu {cfg_arg} status\n"
-        f"  mlops-gpu {cfg_arg} logs {ids[0] if ids else 'RUN_ID'}\n"
-        f"  mlops-gpu {cfg_arg} nodes\n"
-        f"Config, state store and run logs are in {d}",
+        f"  mlops-gpu {visible(cfg_arg)} report      # GPU-hours, cost, queue wait per project\n"
+        f"  mlops-gpu {visible(cfg_arg)} status\n"
+        f"  mlops-gpu {visible(cfg_arg)} logs {ids[0] if ids else 'RUN_ID'}\n"
+        f"  {visible(mlflow_ui_hint(rt.cfg.tracking_uri(dict(os.environ))))}\n"
+        f"Config, state store and run logs are in {visible(d)}",
         soft_wrap=True,
         highlight=False,
+        markup=False,  # the paths are the user's (--dir): shown as typed
     )
     return 0 if ok else 1
+
+
+def mlflow_ui_hint(uri: str) -> str:
+    """How to see the demo's MLflow runs: the UI command for a local store, else the server."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri} in a browser   # the MLflow server with the runs"
+    return (
+        f"mlflow ui --backend-store-uri {uri}   # the MLflow runs, then open http://127.0.0.1:5000"
+    )
 
 
 def _drain(rt: object, ctl: object, ids: list[str]) -> None:
@@ -241,7 +257,7 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
         "SUCCEEDED",
         "PREEMPTED",
         "GPU-HOURS",
-        "MEAN WAIT",
+        "MEAN QUEUE WAIT",
         "ALLOCATED UTIL",
     ):
         t.add_column(c, justify="right" if c != "PROJECT" else "left")
@@ -249,9 +265,11 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
     for proj in sorted({r.project for r in runs}):
         pr = [r for r in runs if r.project == proj]
         gpu_s = sum(u.gpu_seconds for u in usage if u.project == proj)
-        waits = [r.started_at - r.submitted_at for r in pr if r.started_at is not None]
+        # queue wait, as ``report`` and MLflow's mlops_gpu.queue_wait_s define it: per attempt,
+        # from joining the queue (submit or requeue) to admission
+        waits = [u.start - u.queued_at for u in usage if u.project == proj and u.queued_at]
         t.add_row(
-            proj,
+            cell(proj),
             str(len(pr)),
             str(sum(r.phase is Phase.SUCCEEDED for r in pr)),
             str(sum(preempted[r.id] for r in pr)),
@@ -272,5 +290,7 @@ def _summary(console: object, rt: object, ids: list[str], wall: float) -> None:
     console.print(t)
     console.print(
         "Allocated utilization = GPU-time allocated / GPU-time available over the demo "
-        f"({capacity_gpus} GPUs x {wall:.1f} s); virtual GPUs have no device utilization."
+        f"({capacity_gpus} GPUs x {wall:.1f} s); virtual GPUs have no device utilization.\n"
+        "Queue wait = per attempt, admission minus the time it joined the queue (its submit or "
+        "requeue): the same as `report`'s mean_wait_s and MLflow's mlops_gpu.queue_wait_s."
     )

@@ -1,4 +1,7 @@
-"""``mlops-gpu logs``: a run's stdout then stderr, optionally followed until it ends."""
+"""``mlops-gpu logs``: a run's stdout then stderr, optionally followed until it ends.
+
+The logs themselves are the run's own output, written out as they are (as ``cat`` would); what
+this module says about the run (its reason) is shown literally (``safe_text.visible``)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlops_gpu.cli.safe_text import visible
 from mlops_gpu.model import TERMINAL_PHASES, Run
 
 
@@ -22,7 +26,7 @@ def print_logs(rt: Any, run: Run, attempt: int | None, follow: bool) -> int:
     if not follow:
         files = _files(rt, run, attempt)
         if not files:
-            why = f"{run.phase.value}" + (f": {run.reason}" if run.reason else "")
+            why = f"{run.phase.value}" + (f": {visible(run.reason, 500)}" if run.reason else "")
             print(
                 f"mlops-gpu: run {run.id} attempt {attempt} has no logs yet ({why})",
                 file=sys.stderr,

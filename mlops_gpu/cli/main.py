@@ -12,7 +12,9 @@ from typing import Any
 
 import click
 
+from mlops_gpu.cli.args import ArgsGroup
 from mlops_gpu.cli.parse import parse_duration, parse_env
+from mlops_gpu.cli.safe_text import visible
 
 CONFIG_HELP = "Config file (default: $MLOPS_GPU_CONFIG, ./mlops-gpu.yaml, ~/.config/mlops-gpu/)."
 
@@ -21,7 +23,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"mlops-gpu: error: {self.format_message()}", err=True)
+        click.echo(f"mlops-gpu: error: {visible(self.format_message())}", err=True)
 
 
 def _runtime(ctx: click.Context) -> Any:
@@ -38,7 +40,7 @@ def _dump(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ArgsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", metavar="PATH", default=None, help=CONFIG_HELP)
 @click.version_option(package_name="mlops-gpu")
 @click.pass_context
@@ -52,7 +54,7 @@ def cli(ctx: click.Context, config: str | None) -> None:
 @click.option("--path", default="mlops-gpu.yaml", show_default=True, help="Where to write it.")
 @click.option(
     "--virtual-gpus",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=4096),  # the config's bound on a node's GPUs
     default=None,
     help="Use N virtual GPUs instead of the GPUs NVML finds.",
 )
@@ -65,9 +67,12 @@ def init(path: str, virtual_gpus: int | None, gpu_type: str, force: bool) -> Non
     from mlops_gpu.controller.setup import write_starter
 
     try:
-        click.echo(write_starter(path, virtual_gpus=virtual_gpus, gpu_type=gpu_type, force=force))
+        said = write_starter(path, virtual_gpus=virtual_gpus, gpu_type=gpu_type, force=force)
+        click.echo(visible(said))
     except FileExistsError as e:
         raise UserError(str(e)) from None
+    except OSError as e:  # a folder that cannot be made or written
+        raise UserError(f"--path {path}: {e.strerror}") from None
 
 
 @cli.command()
@@ -206,6 +211,7 @@ def submit(
     from mlops_gpu.controller.daemon import ensure_scheduler
     from mlops_gpu.model import CheckpointPolicy, ResourceRequest
     from mlops_gpu.model.public import run_to_public
+    from mlops_gpu.model.text import spec_text_problems
 
     sig = stop_signal.upper() if stop_signal.upper().startswith("SIG") else "SIG" + stop_signal
     if not isinstance(getattr(signal_mod, sig, None), signal_mod.Signals):
@@ -244,6 +250,9 @@ def submit(
         max_attempts=max_attempts,
     )
     try:
+        # argv is checked by ArgsGroup; the working directory and user name are not argv
+        if problems := spec_text_problems(spec):
+            raise SubmitError("; ".join(problems))
         run = rt.submit(spec)
     except SubmitError as e:
         raise UserError(str(e)) from None
@@ -259,6 +268,7 @@ def submit(
 def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
     """Pending runs (highest class, then oldest first) with the reason each waits and its ETA."""
     from mlops_gpu.cli.render import runs_table
+    from mlops_gpu.cli.scheduler_cmd import warn_if_none
     from mlops_gpu.model import Phase
     from mlops_gpu.model.public import run_to_public
 
@@ -272,6 +282,7 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
         _dump([run_to_public(r) for r in runs])
     else:
         runs_table(runs, title=f"Queue: {len(runs)} pending", with_reason=True)
+    warn_if_none(rt)
 
 
 @cli.command()
@@ -293,6 +304,7 @@ def status(
 ) -> None:
     """Runs and their phases (the newest first), or the runs named."""
     from mlops_gpu.cli.render import events_table, runs_table
+    from mlops_gpu.cli.scheduler_cmd import warn_if_none
     from mlops_gpu.model.public import event_to_public, run_to_public
 
     rt = _runtime(ctx)
@@ -308,10 +320,12 @@ def status(
         for item in out if events else ():
             item["events"] = [event_to_public(e) for e in history[item["id"]]]
         _dump(out)
+        warn_if_none(rt)
         return
     runs_table(runs, title="Runs", with_reason=True)
     for r in runs if events else ():
         events_table(r.id, history[r.id])
+    warn_if_none(rt)  # (after the output: an error above is the only line then)
 
 
 def _get_run(rt: Any, run_id: str) -> Any:
@@ -394,40 +408,14 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
         nodes_table(snap.nodes, {k: len(v) for k, v in cap.free.items()}, holders)
 
 
-@cli.command()
-@click.option("--once", is_flag=True, help="Reconcile, run one tick and exit.")
-@click.option(
-    "--idle-exit",
-    type=float,
-    default=None,
-    help="Exit after this many seconds with nothing pending or running.",
-)
-@click.option("--quiet-if-running", is_flag=True, hidden=True)
-@click.option("--verbose", "-v", is_flag=True, help="Log every event.")
-@click.pass_context
-def scheduler(
-    ctx: click.Context, once: bool, idle_exit: float | None, quiet_if_running: bool, verbose: bool
-) -> None:
-    """Run the scheduling loop in the foreground (the daemon)."""
-    from mlops_gpu.cli.daemon import run_scheduler
-
-    sys.exit(
-        run_scheduler(
-            _runtime(ctx),
-            once=once,
-            idle_exit=idle_exit,
-            quiet_if_running=quiet_if_running,
-            verbose=verbose,
-        )
-    )
-
-
 def _register() -> None:
     from mlops_gpu.cli.report import report
+    from mlops_gpu.cli.scheduler_cmd import scheduler
     from mlops_gpu.cli.simulate import simulate
 
     cli.add_command(simulate)
     cli.add_command(report)
+    cli.add_command(scheduler)  # (scheduler, scheduler run|status|stop|restart)
 
 
 _register()

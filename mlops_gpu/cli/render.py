@@ -1,4 +1,9 @@
-"""Human output of the read verbs (rich tables); ``--json`` output lives beside each verb."""
+"""Human output of the read verbs (rich tables); ``--json`` output lives beside each verb.
+
+Every value shown goes through ``safe_text.cell`` (a rich ``Text``, never markup, controls
+escaped, long values cut; a caption says when one was): a run name such as ``[/bold]`` or
+``ESC ]0;...`` is shown as typed, to every reader.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from mlops_gpu.cli.safe_text import CELL_LIMIT, REASON_LIMIT, cell, was_cut
 from mlops_gpu.model import Node, Run
 from mlops_gpu.model.public import run_to_public
+
+_REASON = {"REASON": REASON_LIMIT}
 
 
 def ago(t: float | None, now: float | None = None) -> str:
@@ -28,6 +36,30 @@ def console() -> Any:
     return c if c.is_terminal else Console(width=200)
 
 
+def table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    wrap: Sequence[str] = (),
+    limits: dict[str, int] | None = None,
+) -> Any:
+    """A rich table of ``rows`` (any values, shown literally by ``safe_text.cell``, cut at
+    ``CELL_LIMIT`` characters or the column's ``limits``), with a caption when a value was cut.
+    ``wrap``: the columns that wrap (when given, the others do not)."""
+    from rich.table import Table
+
+    lim = [(limits or {}).get(c, CELL_LIMIT) for c in columns]
+    cut = any(was_cut(v, n) for row in rows for v, n in zip(row, lim, strict=True))
+    caption = "values cut (…(+N chars)); --json shows them whole" if cut else None
+    t = Table(title=cell(title), title_justify="left", caption=caption, caption_justify="left")
+    for c in columns:
+        # fold, not the default ellipsis: rich must not hide the end of a value (the cut note)
+        t.add_column(c, no_wrap=bool(wrap) and c not in wrap, overflow="fold")
+    for row in rows:
+        t.add_row(*(cell(v, n) for v, n in zip(row, lim, strict=True)))
+    return t
+
+
 def _gpus(run: Run) -> str:
     req = run.spec.request
     types = "|".join(req.gpu_types) or "(any type)"
@@ -38,15 +70,11 @@ def _gpus(run: Run) -> str:
 
 
 def runs_table(runs: Sequence[Run], *, title: str, with_reason: bool) -> None:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col in ("ID", "NAME", "PROJECT", "PRIORITY", "PHASE", "GPUS", "WHERE", "AGE"):
-        t.add_column(col, no_wrap=col != "NAME")
+    cols = ["ID", "NAME", "PROJECT", "PRIORITY", "PHASE", "GPUS", "WHERE", "AGE"]
     if with_reason:
-        t.add_column("REASON")
-        t.add_column("ETA")
+        cols += ["REASON", "ETA"]
     now = time.time()
+    rows = []
     for r in runs:
         pub = run_to_public(r)
         where = ",".join(pub["node_names"])
@@ -64,42 +92,29 @@ def runs_table(runs: Sequence[Run], *, title: str, with_reason: bool) -> None:
         ]
         if with_reason:
             row += [r.reason or "-", pub["eta"] or "-"]
-        t.add_row(*row)
-    console().print(t)
+        rows.append(row)
+    console().print(table(title, cols, rows, wrap=("NAME", "REASON", "ETA"), limits=_REASON))
     if not runs:
         print("(none)")
 
 
 def nodes_table(nodes: Sequence[Node], free: dict[str, int], holders: dict[str, list[str]]) -> None:
-    from rich.table import Table
-
-    t = Table(title="Nodes", title_justify="left")
-    for col in ("NODE", "BACKEND", "GPU TYPE", "GPUS", "FREE", "STATE", "RUNS"):
-        t.add_column(col)
+    rows = []
     for n in nodes:
         state = "ready" if n.schedulable else f"unschedulable {n.state_reason}".strip()
-        t.add_row(
-            n.name,
-            n.backend,
-            n.gpu_type,
-            str(n.capacity),
-            str(free[n.name]),
-            state,
-            ",".join(holders.get(n.name, [])) or "-",
-        )
-    console().print(t)
+        runs = ",".join(holders.get(n.name, [])) or "-"
+        rows.append([n.name, n.backend, n.gpu_type, n.capacity, free[n.name], state, runs])
+    cols = ("NODE", "BACKEND", "GPU TYPE", "GPUS", "FREE", "STATE", "RUNS")
+    console().print(table("Nodes", cols, rows))
 
 
 def events_table(run_id: str, events: Sequence[Any]) -> None:
-    from rich.table import Table
-
     from mlops_gpu.model.public import iso
 
-    t = Table(title=f"Events of {run_id}", title_justify="left")
-    for col in ("TIME (UTC)", "ATTEMPT", "EVENT", "PHASE", "REASON", "LOST GPU-S"):
-        t.add_column(col)
+    rows = []
     for e in events:
         phase = f"{e.phase_from or ''} -> {e.phase_to}" if e.phase_to else "-"
         lost = "-" if e.lost_gpu_s is None else f"{e.lost_gpu_s:.0f}"  # (preemptions only)
-        t.add_row(iso(e.time) or "-", str(e.attempt), e.kind, phase, e.reason, lost)
-    console().print(t)
+        rows.append([iso(e.time) or "-", e.attempt, e.kind, phase, e.reason, lost])
+    cols = ("TIME (UTC)", "ATTEMPT", "EVENT", "PHASE", "REASON", "LOST GPU-S")
+    console().print(table(f"Events of {run_id}", cols, rows, limits=_REASON))

@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from mlops_gpu.cli.safe_text import CELL_LIMIT, visible
+
 # the report's groupings (``controller.usage_report.BY``), here so the CLI imports no controller
 BY = ("project", "user", "gpu_type", "day")
 
@@ -44,7 +46,8 @@ def to_table(out: dict[str, Any]) -> str:
         return ["-" if row[k] is None else f.format(row[k]) for k, _, f in COLUMNS]
 
     head = [out["by"].upper(), *(h for _, h, _ in COLUMNS)]
-    body = [[r["key"], *cells(r)] for r in out["rows"]]
+    # project and user names are the users': shown literally, a long one cut (safe_text)
+    body = [[visible(r["key"], CELL_LIMIT), *cells(r)] for r in out["rows"]]
     body.append(["TOTAL", *cells(out["total"])])
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
 
@@ -55,7 +58,9 @@ def to_table(out: dict[str, Any]) -> str:
     return "\n".join([line(head), *(line(b) for b in body)])
 
 
-def plot(out: dict[str, Any], path: str) -> None:
+def plot(out: dict[str, Any], path: str) -> Any:
+    """Write the bar chart to ``path`` and return its figure (closed; tests read its layout).
+    The legend sits below the axes, outside the plotting area, so it never covers a bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,16 +69,19 @@ def plot(out: dict[str, Any], path: str) -> None:
     keys = [r["key"] for r in out["rows"]]
     used = [r["gpu_hours"] - r["wasted_gpu_hours"] for r in out["rows"]]
     wasted = [r["wasted_gpu_hours"] for r in out["rows"]]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(keys) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(keys) + 2), 4.6))
     ax.bar(keys, used, label="GPU-hours")
     ax.bar(keys, wasted, bottom=used, label="wasted (idle) GPU-hours", hatch="//", alpha=0.6)
     ax.set_ylabel("GPU-hours")
     ax.set_title(f"GPU-hours by {out['by']} (total ${out['total']['cost_usd']:.2f})")
-    ax.legend()
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    fig.tight_layout()
+    # a figure legend under the x labels: tight_layout leaves room for it (a legend inside the
+    # axes covered the tallest bar)
+    fig.legend(loc="lower center", ncols=2, frameon=False)
+    fig.tight_layout(rect=(0.0, 0.08, 1.0, 1.0))
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return fig
 
 
 @click.command()

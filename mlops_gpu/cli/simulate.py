@@ -165,8 +165,10 @@ def _table(out: dict[str, Any]) -> None:
     from rich.table import Table
 
     from mlops_gpu.cli.render import console
+    from mlops_gpu.cli.safe_text import cell
 
-    t = Table(title=f"{out['trace']}: {out['jobs']} jobs, {out['gpus']} GPUs")
+    # the trace's name may be a file path of the user's: shown literally (safe_text)
+    t = Table(title=cell(f"{out['trace']}: {out['jobs']} jobs, {out['gpus']} GPUs"))
     cols = [
         ("policy", "policy", "{}"),
         ("avg JCT h", "avg_jct_s", "h"),

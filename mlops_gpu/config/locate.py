@@ -2,7 +2,7 @@
 
 Search order (DESIGN.md): ``--config``, else ``MLOPS_GPU_CONFIG``, else ``./mlops-gpu.yaml``,
 else the per-user config dir (``$XDG_CONFIG_HOME/mlops-gpu/mlops-gpu.yaml``, by default under
-``~/.config``).
+``~/.config``). Reading the YAML (its bounds, duplicate keys) is ``config.bounded``.
 """
 
 from __future__ import annotations
@@ -12,33 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from mlops_gpu.config.bounded import ConfigError, load_yaml
 from mlops_gpu.config.schema import Config
 
+__all__ = ["ConfigError", "find_config", "load_config", "parse_config", "user_config_path"]
+
 FILE_NAME = "mlops-gpu.yaml"
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A YAML loader that rejects a key given twice in one mapping (YAML would keep the last)."""
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, (str, int, float, bool)):
-                continue  # unhashable keys are rejected by the schema anyway
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-class ConfigError(ValueError):
-    """A config problem, as one line: ``FILE: key.path: what was expected``."""
 
 
 def user_config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -110,19 +91,5 @@ def load_config(
             f"no config found (--config, MLOPS_GPU_CONFIG, ./{FILE_NAME}, "
             f"{user_config_path(environ)}); run `mlops-gpu init` to write one"
         )
-    try:
-        text = found.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{found}: no such file") from None
-    except OSError as e:
-        raise ConfigError(f"{found}: cannot read: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{found}: not valid UTF-8 (byte {e.start})") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{found}: malformed YAML: {where}{problem}") from None
+    data = load_yaml(found)  # bounded: size, depth, aliases (config.bounded)
     return parse_config(data, str(found), found.resolve().parent)

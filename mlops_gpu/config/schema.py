@@ -247,6 +247,9 @@ class SchedulerConfig(_Strict):
     explain_s: float = Field(5.0, ge=0, le=600)
     #: An auto-started scheduler (SDK) exits after this long with nothing pending or running.
     idle_exit_s: float = Field(300.0, gt=0)
+    #: The leader's lease in the store: renewed every tick; a scheduler that has not renewed
+    #: it for this long (paused, hung, on a lost host) may be replaced, and is then fenced.
+    lease_s: float = Field(30.0, ge=2, le=3600)
 
 
 class Config(_Strict):

@@ -17,8 +17,24 @@ class StarterNode:
     gpus: int
 
 
+def _yaml_char(ch: str) -> str:
+    n = ord(ch)
+    if ch in '"\\':
+        return "\\" + ch
+    # YAML's printable set, less its line breaks (NEL, LS, PS) and BOM: those are escaped
+    if 0x20 <= n <= 0x7E or (
+        0xA0 <= n <= 0xFFFD and n not in (0x2028, 0x2029, 0xFEFF) and not 0xD800 <= n <= 0xDFFF
+    ):
+        return ch
+    if 0x10000 <= n <= 0x10FFFF:
+        return ch
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
 def _quote(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """``s`` as a YAML double-quoted scalar that reads back as exactly ``s`` (names come from
+    the user: ``init --gpu-type``)."""
+    return '"' + "".join(_yaml_char(ch) for ch in s) + '"'
 
 
 def starter_config(
@@ -106,7 +122,8 @@ def starter_config(
         "  queueing: best-effort-fifo",
         "",
         "retry:",
-        "  # A preempted or lost run is retried until it has had this many attempts.",
+        "  # A lost run (node down, job deleted) is retried until it has had this many",
+        "  # attempts; preemptions are the scheduler's doing and do not count.",
         "  max_attempts: 3",
         "",
         "scheduler:",

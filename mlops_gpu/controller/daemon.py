@@ -1,8 +1,8 @@
 """Starting the scheduler daemon on demand, for the embedded default (SDK and CLI submits).
 
 ``ensure_scheduler`` starts ``mlops-gpu scheduler --idle-exit S`` in its own session when no
-scheduler holds the store's leader lock. Two callers racing both may spawn one: the loser finds
-the lock taken and exits at once, so at most one scheduler ever runs.
+scheduler holds the store's lease (``state.lock``). Two callers racing both may spawn one: the
+loser finds the lease taken and exits at once, so at most one scheduler ever runs.
 """
 
 from __future__ import annotations
@@ -12,21 +12,26 @@ import sys
 from pathlib import Path
 
 from mlops_gpu.controller.runtime import Runtime
-from mlops_gpu.state import LeaderLock
+from mlops_gpu.state.lock import current_holder
 
 
 def scheduler_running(rt: Runtime) -> bool:
-    lock = LeaderLock(rt.store)
-    if lock.acquire():
-        lock.release()
-        return False
-    return True
+    """Whether a scheduler holds the store's lease now (read only: asking takes nothing)."""
+    return current_holder(rt.store) is not None
 
 
 def ensure_scheduler(rt: Runtime) -> bool:
     """Start a background scheduler if none runs; True if one was started."""
     if scheduler_running(rt):
         return False
+    start_background(rt, rt.cfg.scheduler.idle_exit_s)
+    return True
+
+
+def start_background(rt: Runtime, idle_exit_s: float | None) -> int:
+    """Start ``mlops-gpu scheduler`` in its own session, logging to ``STATE/scheduler.log``
+    (``idle_exit_s`` None: it runs until stopped); its pid. It exits at once, quietly, if
+    another scheduler holds the store's leader lock."""
     source = rt.cfg.source
     if source is None:
         raise RuntimeError("cannot start a scheduler for a config that has no file")
@@ -39,12 +44,11 @@ def ensure_scheduler(rt: Runtime) -> bool:
         "--config",
         str(Path(source).resolve()),
         "scheduler",
-        "--idle-exit",
-        str(rt.cfg.scheduler.idle_exit_s),
+        *(["--idle-exit", str(idle_exit_s)] if idle_exit_s is not None else []),
         "--quiet-if-running",
     ]
     with open(state / "scheduler.log", "ab") as log:
-        subprocess.Popen(
+        proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -52,4 +56,4 @@ def ensure_scheduler(rt: Runtime) -> bool:
             start_new_session=True,
             close_fds=True,
         )
-    return True
+    return proc.pid

@@ -47,8 +47,9 @@ from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.controller.tracking import Tracker
 from mlops_gpu.controller.tracking_queue import Ended, TrackingQueue
 from mlops_gpu.core import Snapshot
+from mlops_gpu.core.decision import ReasonCode
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
-from mlops_gpu.state import ConflictError, LeaderLock, UsageRow
+from mlops_gpu.state import ConflictError, LeaderLock, LeadershipLost, UsageRow
 
 log = logging.getLogger("mlops_gpu.controller")
 
@@ -72,6 +73,10 @@ class TickReport:
     launch_failures: int = 0
     pending: int = 0
     active: int = 0
+    #: pending runs explained this tick as ``invalid`` (their project or class is not in the
+    #: config): they cannot start until the config changes, so they do not keep an idle
+    #: scheduler from exiting (0 on ticks that explained nothing)
+    invalid: int = 0
     messages: list[str] = field(default_factory=list)
 
 
@@ -177,10 +182,22 @@ class Controller:
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
-        lock = LeaderLock(self.rt.store)
+        lock = LeaderLock(self.rt.store, self.rt.cfg.scheduler.lease_s)
         if not lock.acquire():
             raise LeaderError(f"another scheduler is running against {self.rt.cfg.store_url}")
         self._lock = lock
+
+    def _renew(self) -> None:
+        """Renew the lease before the tick writes anything; a scheduler replaced while it was
+        stopped learns it here (or at its first write) and stops (``LeaderError``)."""
+        if self._lock is None:
+            return
+        try:
+            self._lock.renew()
+        except LeadershipLost as e:
+            self._lock.epoch = None  # (nothing to give up: it is another's now)
+            self._lock = None
+            raise LeaderError(str(e)) from e
 
     def release(self) -> None:
         self.tracking.close()  # (what it cannot close in time, the next start's reconcile does)
@@ -268,7 +285,14 @@ class Controller:
     # -- the tick -------------------------------------------------------------------------
     def tick(self) -> TickReport:
         try:
+            self._renew()
             return self._tick()
+        except LeadershipLost as e:  # fenced at a write: another scheduler leads now
+            self.mirror.reset()
+            if self._lock is not None:
+                self._lock.epoch = None
+                self._lock = None
+            raise LeaderError(str(e)) from e
         except BaseException:
             self.mirror.reset()  # whatever the engine applied may not have reached the store
             self._flush_tracking()  # what did end is queued for its MLflow close all the same
@@ -345,6 +369,7 @@ class Controller:
             self._last_explain = now
             reasons = mirror.explain(now, history, spent)
             store.set_reasons([(p.run_id, p.reason_code.value, p.reason, p.eta) for p in reasons])
+            rep.invalid = sum(p.reason_code is ReasonCode.INVALID for p in reasons)
         self._flush_tracking()
         rep.pending = len(pending) - len(decision.admissions)
         rep.active = len(active) + rep.admitted + held
@@ -598,8 +623,13 @@ class Controller:
         tick_s: float | None = None,
         idle_exit_s: float | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        after_tick: Callable[[TickReport], None] | None = None,
     ) -> None:
-        """Reconcile, then tick until ``should_stop`` or (if set) idle for ``idle_exit_s``."""
+        """Reconcile, then tick until ``should_stop`` or (if set) idle for ``idle_exit_s``:
+        nothing active and nothing pending but runs that are ``invalid`` under the config
+        (they wait for a config that names their project or class; the next submit or
+        ``mlops-gpu scheduler`` starts a scheduler that reads it). ``after_tick``: called
+        after each tick (the daemon's heartbeat and config reload)."""
         tick_s = tick_s or self.rt.cfg.scheduler.tick_s
         wake_s = self.rt.cfg.scheduler.wake_s
         self.min_poll_gap_s = tick_s / 2 if wake_s > 0 else 0.0
@@ -613,12 +643,15 @@ class Controller:
             except ConflictError as e:  # a concurrent user change; the next tick sees it
                 log.warning("tick conflict: %s", e)
                 rep = TickReport(pending=1)
-            if rep.pending or rep.active:
+            if after_tick is not None:
+                after_tick(rep)
+            if rep.pending > rep.invalid or rep.active:
                 idle_since = None
             elif idle_exit_s is not None:
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since >= idle_exit_s:
-                    log.info("idle for %.0fs: exiting", idle_exit_s)
+                    left = f"; {rep.invalid} invalid runs wait" if rep.invalid else ""
+                    log.info("idle for %.0fs: exiting%s", idle_exit_s, left)
                     return
             self._wait(t0 + tick_s, wake_s, should_stop)
 

@@ -2,10 +2,24 @@
 under the same quotas, priorities and fair share as every run.
 
 The lease is a scheduled run whose job only waits (``mlops_gpu.sdk.hold``): it is queued, and
-once admitted on a local backend its devices are the caller's. ``mg.current_gpus()`` gives
-them in the holding thread or task; ``CUDA_VISIBLE_DEVICES`` (one per process) is set for the
-block when it is the process's only lease, and restored after. Leaving the block cancels the
-run (its GPUs are free when ``__exit__`` returns, or after ``release_timeout``).
+once admitted on a local backend its devices are the caller's. Inside a scheduled run (a job
+of the scheduler, e.g. a Prefect flow run of an ``mlops-gpu`` pool) a lease is first carved
+from the run's own devices (``lease_pool``; ``lease.run`` is then None), and queues for other
+GPUs only when too few of those are free.
+
+What the holder can rely on:
+- ``lease.devices`` and ``mg.current_gpus()`` (in the holding thread or task) are exactly the
+  lease's devices, whatever other threads hold.
+- ``lease.call(fn, ...)`` runs ``fn`` in a child process whose ``CUDA_VISIBLE_DEVICES`` is
+  exactly the lease's devices (``mlops_gpu.sdk.isolated``): the only way for concurrent leases
+  of one process to each see their own devices there, since the variable is one per process.
+- ``CUDA_VISIBLE_DEVICES`` of the calling process is set for the block (``set_env``, default
+  on) only when the lease is the process's only one, and restored after; with leases held
+  concurrently by threads it keeps the first one's value, which the others must not read.
+
+Leaving the block releases the lease: its run ends ``succeeded`` (``failed`` when the block
+raised), and its GPUs are free when ``__exit__`` returns (or after ``release_timeout``, when
+it is cancelled instead).
 
 Invariants:
 - A lease never outlives its holder: the job watches the caller's pid and ends when the caller
@@ -16,18 +30,20 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from mlops_gpu.config import LocalBackendConfig
 from mlops_gpu.model import TERMINAL_PHASES, Phase
+from mlops_gpu.sdk.lease_pool import OWN
 
 #: The devices of the lease held in this context (thread, task): see ``current_gpus``.
 _CURRENT: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
@@ -38,8 +54,12 @@ _LOCK = threading.Lock()
 
 
 def current_gpus() -> tuple[str, ...] | None:
-    """The devices of the ``mg.gpus`` lease held in this thread or task, if any."""
-    return _CURRENT.get()
+    """The devices of the ``mg.gpus`` lease held in this thread or task, if any; in the child
+    process of ``lease.call`` (``@gpu_task``), its lease's devices."""
+    held = _CURRENT.get()
+    if held is None and "MLOPS_GPU_LEASE_DEVICES" in os.environ:
+        return tuple(d for d in os.environ["MLOPS_GPU_LEASE_DEVICES"].split(",") if d)
+    return held
 
 
 class LeaseError(RuntimeError):
@@ -58,25 +78,49 @@ class GpuLease:
         timeout: float | None = None,
         config: str | os.PathLike[str] | None = None,
         release_timeout: float = 30.0,
+        set_env: bool = True,
     ) -> None:
         self.gpus, self.project, self.gpu_type = gpus, project, gpu_type
         self.priority, self.name, self.timeout = priority, name, timeout
         self.config, self.release_timeout = config, release_timeout
+        self.set_env = set_env
         self.run: Any = None
+        #: Whether the devices were carved from the process's own run (no scheduled run).
+        self.carved = False
         self.devices: tuple[str, ...] = ()
+        self._release: Path | None = None
         self._saved: str | None = None
         self._set_env = False
         self._token: contextvars.Token[tuple[str, ...] | None] | None = None
 
     def __enter__(self) -> GpuLease:
+        carved = OWN.take(self.gpus, self.gpu_type)
+        if carved is not None:
+            self.devices, self.carved = carved, True
+        else:
+            self.devices = self._queue()
+        self._token = _CURRENT.set(self.devices)
+        with _LOCK:
+            _HELD.append(self)
+            if len(_HELD) == 1 and self.set_env:  # one environment for all the threads
+                self._saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+                self._set_env = True
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
+        return self
+
+    def _queue(self) -> tuple[str, ...]:
+        """A scheduled run that holds the GPUs; its devices once it runs."""
         from mlops_gpu.sdk.run import _runtime, submit
 
         rt = _runtime(self.config)
         local = [n for n, b in rt.cfg.backends.items() if isinstance(b, LocalBackendConfig)]
         if not local:
             raise LeaseError("mg.gpus() needs a local backend in the config: the GPUs must be here")
+        leases = rt.cfg.state_path / "leases"
+        leases.mkdir(parents=True, exist_ok=True)
+        self._release = leases / f"{uuid.uuid4().hex}.release"
         self.run = submit(
-            [sys.executable, "-m", "mlops_gpu.sdk.hold", str(os.getpid())],
+            [sys.executable, "-m", "mlops_gpu.sdk.hold", str(os.getpid()), str(self._release)],
             project=self.project, gpus=self.gpus, gpu_type=self.gpu_type,
             priority=self.priority, name=self.name or f"lease:{self.gpus}gpu",
             backend=local[0] if len(local) == 1 else None, preemptible=False,
@@ -89,22 +133,20 @@ class GpuLease:
                 if r.placement.backend not in local:
                     self.run.cancel()
                     raise LeaseError(f"placed on backend {r.placement.backend}, not a local one")
-                break
+                return tuple(d for s in r.placement.slots for d in s.devices)
             if r.phase in TERMINAL_PHASES:
                 raise LeaseError(f"lease run {r.id} ended {r.phase.value}: {r.reason}")
             if deadline is not None and time.monotonic() > deadline:
                 self.run.cancel()
                 raise LeaseError(f"no {self.gpus} GPU(s) within {self.timeout:g}s: {r.reason}")
             time.sleep(0.2)
-        self.devices = tuple(d for s in r.placement.slots for d in s.devices)
-        self._token = _CURRENT.set(self.devices)
-        with _LOCK:
-            _HELD.append(self)
-            if len(_HELD) == 1:  # the process's environment is one for all its threads
-                self._saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-                self._set_env = True
-                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
-        return self
+
+    def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` in a child process whose ``CUDA_VISIBLE_DEVICES`` is exactly
+        this lease's devices; its value, or its exception raised here."""
+        from mlops_gpu.sdk.isolated import call_in_child
+
+        return call_in_child(fn, args, kwargs, self.devices)
 
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
@@ -119,11 +161,25 @@ class GpuLease:
                     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
                 else:
                     os.environ["CUDA_VISIBLE_DEVICES"] = self._saved
-        if self.run is not None:
+        if self.carved:
+            OWN.give(self.devices)
+            return
+        if self.run is None:
+            return
+        outcome = "succeeded" if et is None else "failed"
+        try:
+            assert self._release is not None
+            tmp = self._release.with_suffix(".tmp")
+            tmp.write_text(outcome)
+            os.replace(tmp, self._release)  # the hold job exits 0 or 1: the lease's outcome
+            self.run.wait(timeout=self.release_timeout, poll_s=0.05)
+        except (OSError, TimeoutError):
+            # the job could not be told, or the scheduler did not see it end in time: a cancel
+            # frees the GPUs at its next tick; the block is done either way
             self.run.cancel()
-            # on a timeout the scheduler frees them when it next ticks; the block is done
-            with contextlib.suppress(TimeoutError):
-                self.run.wait(timeout=self.release_timeout, poll_s=0.1)
+        finally:
+            if self._release is not None:
+                self._release.unlink(missing_ok=True)
 
 
 def gpus(
@@ -135,7 +191,9 @@ def gpus(
     name: str | None = None,
     timeout: float | None = None,
     config: str | os.PathLike[str] | None = None,
+    set_env: bool = True,
 ) -> GpuLease:
-    """``with mg.gpus(2, project="vision") as lease: ...`` (``lease.devices``)."""
+    """``with mg.gpus(2, project="vision") as lease: ...`` (``lease.devices``,
+    ``lease.call(fn, ...)``)."""
     return GpuLease(n, project=project, gpu_type=gpu_type, priority=priority, name=name,
-                    timeout=timeout, config=config)  # fmt: skip
+                    timeout=timeout, config=config, set_env=set_env)  # fmt: skip

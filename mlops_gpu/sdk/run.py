@@ -12,13 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from mlops_gpu.config import find_config, user_config_path
-from mlops_gpu.controller import Runtime
+from mlops_gpu.controller import Runtime, SubmitError
+from mlops_gpu.controller.config_watch import stat_signature
 from mlops_gpu.controller.daemon import ensure_scheduler
 from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
+from mlops_gpu.model.text import spec_text_problems
 
-_RUNTIMES: dict[str, Runtime] = {}
+#: config path -> (the file's stat when read, its Runtime): a file edited since is read again,
+#: so a notebook's submits see the config as it is now (as each CLI verb does)
+_RUNTIMES: dict[str, tuple[tuple[int, int, int] | None, Runtime]] = {}
 
 
 class RunFailed(RuntimeError):
@@ -34,9 +38,17 @@ def _runtime(config: str | os.PathLike[str] | None) -> Runtime:
         note = write_starter(str(path), virtual_gpus=None, gpu_type="a100-80gb", force=False)
         print(f"mlops-gpu: {note}", file=sys.stderr)
     key = str(Path(path).resolve())
-    if key not in _RUNTIMES:
-        _RUNTIMES[key] = Runtime.load(path)
-    return _RUNTIMES[key]
+    sig = stat_signature(Path(key))
+    cached = _RUNTIMES.get(key)
+    if cached is not None and cached[0] == sig:
+        return cached[1]
+    rt = Runtime.load(path)  # (an edit that does not validate raises here, as in the CLI)
+    if cached is not None and cached[1].cfg.store_url == rt.cfg.store_url:
+        rt, cfg = cached[1], rt.cfg  # the same store: keep its connections, take the config
+        rt.cfg = cfg
+        rt.__dict__.pop("backends", None)  # (rebuilt from the new config when next used)
+    _RUNTIMES[key] = (sig, rt)
+    return rt
 
 
 def _command(
@@ -128,6 +140,9 @@ def submit(
         backend=backend,
         max_attempts=max_attempts,
     )
+    # text only (model.text): a surrogateescape'd argv or path cannot be stored
+    if problems := spec_text_problems(spec):
+        raise SubmitError("; ".join(problems))
     record = rt.submit(spec)
     if start_scheduler:
         ensure_scheduler(rt)

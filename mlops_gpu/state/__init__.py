@@ -7,9 +7,17 @@ Invariants:
 - Imports only ``mlops_gpu.model`` (and SQLAlchemy).
 """
 
-from mlops_gpu.state.errors import ConflictError
+from mlops_gpu.state.errors import ConflictError, LeadershipLost
 from mlops_gpu.state.ledger import UsageRow
 from mlops_gpu.state.lock import LeaderLock
 from mlops_gpu.state.store import Event, Store, open_store
 
-__all__ = ["ConflictError", "Event", "LeaderLock", "Store", "UsageRow", "open_store"]
+__all__ = [
+    "ConflictError",
+    "Event",
+    "LeaderLock",
+    "LeadershipLost",
+    "Store",
+    "UsageRow",
+    "open_store",
+]

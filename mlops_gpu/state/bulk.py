@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, select
 
 from mlops_gpu.model import Phase
-from mlops_gpu.model.phase import can_transition
+from mlops_gpu.model.phase import TERMINAL_PHASES, can_transition
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.schema import events, revision, runs
 
@@ -68,6 +68,14 @@ def move_many(conn: Connection, moves: Sequence[Move], now: float) -> None:
         src = Phase(m.row.phase)
         if not can_transition(src, m.dst):
             raise ConflictError(f"run {m.row.id} is {src}; it cannot become {m.dst}")
+    # A run that ends has no estimated start any more (a cancelled pending run kept the ETA
+    # of its last explanation); a move that sets one itself keeps its own.
+    moves = [
+        Move(m.row, m.dst, m.kind, m.why, {"eta": None, **m.values})
+        if m.dst in TERMINAL_PHASES and "eta" not in m.values
+        else m
+        for m in moves
+    ]
     rev = bump(conn)
     shapes: dict[tuple[str, ...], list[Move]] = defaultdict(list)
     for m in moves:

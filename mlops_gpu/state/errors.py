@@ -3,3 +3,7 @@
 
 class ConflictError(RuntimeError):
     """The run is not in a phase that allows the requested change."""
+
+
+class LeadershipLost(RuntimeError):
+    """A scheduler's write was refused: another scheduler took over its lease (fencing)."""

@@ -50,7 +50,7 @@ def unclosed(
     conn: Connection, active: Collection[Phase], with_lost: bool = True
 ) -> list[UnclosedMlflowRun]:
     """``with_lost``: read preempted attempts' ``lost_gpu_s`` (False for a store migrated from
-    before v6, which lacks the column)."""
+    before v7, which lacks the column)."""
     opened: dict[tuple[str, int], list[str]] = {}  # in the order noted
     closed: set[str] = set()
     q = (

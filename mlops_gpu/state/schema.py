@@ -93,7 +93,7 @@ events = Table(
     Column("reason", Text, nullable=False, default=""),
     Index("ix_events_run", "run_id"),
     Index("ix_events_kind", "kind"),  # v5: a start reads the MLflow notes by kind
-    # v6: GPU-seconds of work a ``preempting`` event throws away (since the victim's last
+    # v7: GPU-seconds of work a ``preempting`` event throws away (since the victim's last
     # checkpoint, else since it started); null on every other event
     Column("lost_gpu_s", Float),
 )
@@ -120,6 +120,43 @@ usage = Table(
     Column("idle_s", Float, nullable=False, default=0.0, server_default="0"),
     Index("ix_usage_project", "project"),
     Index("ix_usage_run", "run_id"),
+)
+
+#: v6: the scheduler's lease (``lease.py``): one row, leadership and its fencing epoch.
+leader = Table(
+    "leader",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("holder", String(300), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("host", String(255), nullable=False),
+)
+
+#: v6 too: what the running scheduler publishes about itself (one row, ``id`` 1): see
+#: ``state.heartbeat``. Kept apart from the leader lock: it says who runs, never decides it.
+scheduler_status = Table(
+    "scheduler_status",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("pid", Integer, nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("beat_at", Float, nullable=False),
+    Column("tick_at", Float),
+    Column("ticks", _Id, nullable=False, default=0),
+    Column("engine", String(20)),
+    Column("idle_exit_s", Float),
+    Column("config_path", Text),
+    Column("config_hash", String(64)),
+    Column("config_mtime", Float),
+    Column("config_loaded_at", Float),
+    Column("config_error", Text),
+    #: restart-only sections (comma-separated) the loaded file changed: applied at a restart
+    Column("config_restart", Text),
+    Column("version", String(50)),
+    Column("stopped_at", Float),
 )
 
 schema_version = Table(
@@ -179,19 +216,24 @@ def _v5(conn: Connection) -> None:
 
     if "ix_events_kind" not in {ix["name"] for ix in inspect(conn).get_indexes("events")}:
         conn.execute(text("CREATE INDEX ix_events_kind ON events (kind)"))
-    old = unclosed(conn, ACTIVE_PHASES, with_lost=False)  # (events.lost_gpu_s comes with v6)
+    old = unclosed(conn, ACTIVE_PHASES, with_lost=False)  # (events.lost_gpu_s comes with v7)
     done = [(u.run_id, u.attempt, CLOSED, u.mlflow_run_id) for u in old]
     if done:
         conn.execute(events.insert(), note_rows(done, time.time()))
 
 
 def _v6(conn: Connection) -> None:
+    leader.create(conn, checkfirst=True)
+    scheduler_status.create(conn, checkfirst=True)
+
+
+def _v7(conn: Connection) -> None:
     _add_missing_columns(conn, events, ["lost_gpu_s"])
 
 
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6),
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

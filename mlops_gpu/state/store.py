@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event,
 from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
+from mlops_gpu.state import lease
 from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many, rows_of
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.ledger import UsageRow, read_usage, record_usage
@@ -118,6 +119,11 @@ class Store:
         self.engine = _engine(url)
         # run id -> (the row last read, the Run built from it); see ``_run``.
         self._runs: dict[str, tuple[tuple[Any, ...], Run]] = {}
+        #: The epoch of the scheduler lease this process holds (``LeaderLock``), else None.
+        #: While set, every write transaction first checks that the store still holds that
+        #: epoch for this process (fencing: ``lease.check``), so a leader that lost its lease
+        #: commits nothing more.
+        self.fence: tuple[int, str] | None = None  # (epoch, holder)
         with self._tx() as conn:
             migrate(conn)
 
@@ -146,6 +152,8 @@ class Store:
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
+            if self.fence is not None:
+                lease.check(conn, self.fence)
             yield conn
 
     @staticmethod
@@ -501,6 +509,16 @@ class Store:
             )
         return True
 
+    @staticmethod
+    def _preempted_attempts(conn: Connection, run_id: str) -> int:
+        """How many of the run's attempts ended preempted (requeued by the scheduler)."""
+        q = (
+            select(func.count())
+            .select_from(events)
+            .where(events.c.run_id == run_id, events.c.kind == "preempted")
+        )
+        return int(conn.execute(q).scalar_one())
+
     def requeue(
         self,
         run_id: str,
@@ -535,14 +553,17 @@ class Store:
                     attained_gpu_s=attained,
                 )
                 return Phase.CANCELLED
-            if max_attempts is not None and row.attempt >= max_attempts:
+            # preemptions are the scheduler's doing: only the other attempts use up retries
+            counted = row.attempt - self._preempted_attempts(conn, run_id)
+            if max_attempts is not None and counted >= max_attempts:
                 self._move(
                     conn,
                     row,
                     Phase.FAILED,
                     now,
                     kind,
-                    f"{reason}; attempt {row.attempt} of {max_attempts}, no retries left",
+                    f"{reason}; attempt {counted} of {max_attempts} (preemptions not counted), "
+                    "no retries left",
                     finished_at=now,
                     reason=reason,
                     attained_gpu_s=attained,

@@ -5,10 +5,12 @@ fair share (Prefect's own limits count runs, not GPUs).
 ``run()``: the flow run's command (``prefect flow-run execute``, with the environment Prefect
 prepared) is submitted to the scheduler with the job variables (``project``, ``gpus``,
 ``gpu_type``, ``priority``, ``max_runtime``, ``nodes``, ``backend``, ``experiment``,
-``config``); the scheduled run's id is the infrastructure id (``task_status.started``). While it
-waits, the flow run stays Pending with the scheduler's reason as its state message ("waiting
-for GPUs: ..."); once it runs, a Markdown artifact links the flow run to the attempt's MLflow
-run. ``run()`` returns when the scheduled run ends, with its exit code.
+``config``, ``cpu``, ``memory``; ``gpus: 0`` is a CPU-only run, of one core unless ``cpu`` or
+``memory`` says otherwise); the scheduled run's id is the infrastructure id
+(``task_status.started``). While it waits, the flow run stays Pending with the scheduler's
+reason as its state message ("waiting for GPUs: ..."); once it runs, a Markdown artifact links
+the flow run to the attempt's MLflow run. ``run()`` returns when the scheduled run ends, with
+its exit code.
 ``kill_infrastructure()`` cancels the scheduled run (Prefect's cancel); the waiting ``run()``
 also cancels it as soon as it sees the flow run Cancelling, since the flow's own process may
 notice the cancel and exit first.
@@ -47,7 +49,12 @@ _DESCRIPTIONS = {
     "backend": "Pin the run to one backend of the mlops-gpu config (default: any).",
     "experiment": "MLflow experiment for the run (default: one named after the project).",
     "config": "Path of the mlops-gpu config on the worker's host (default: the usual lookup).",
+    "cpu": "Host CPU per node in millicores (4000 = 4 cores); with gpus 0 the default is 1000.",
+    "memory": "Host memory per node in MB.",
 }
+
+#: The CPU of a CPU-only run (``gpus: 0``) that names neither ``cpu`` nor ``memory``: one core.
+DEFAULT_CPU_ONLY_MILLI = 1000
 
 
 class GpuRequestFields(BaseModel):
@@ -63,6 +70,8 @@ class GpuRequestFields(BaseModel):
     backend: str | None = Field(default=None, description=_DESCRIPTIONS["backend"])
     experiment: str | None = Field(default=None, description=_DESCRIPTIONS["experiment"])
     config: str | None = Field(default=None, description=_DESCRIPTIONS["config"])
+    cpu: int = Field(default=0, ge=0, description=_DESCRIPTIONS["cpu"])
+    memory: int = Field(default=0, ge=0, description=_DESCRIPTIONS["memory"])
 
 
 class MlopsGpuJobConfiguration(GpuRequestFields, BaseJobConfiguration):
@@ -90,6 +99,9 @@ def _submit(flow_run: FlowRun, configuration: MlopsGpuJobConfiguration) -> Any:
 
     env = {k: v for k, v in configuration.env.items() if v is not None}
     gpu_types = [t.strip() for t in (configuration.gpu_type or "").split(",") if t.strip()]
+    cpu = configuration.cpu
+    if configuration.gpus == 0 and cpu == 0 and configuration.memory == 0:
+        cpu = DEFAULT_CPU_ONLY_MILLI  # a CPU-only run must ask for something of the host
     return mg.submit(
         _argv(configuration),
         project=configuration.project,
@@ -104,6 +116,8 @@ def _submit(flow_run: FlowRun, configuration: MlopsGpuJobConfiguration) -> Any:
         workdir=os.getcwd(),
         backend=configuration.backend,
         config=configuration.config,
+        cpu_milli=cpu,
+        host_memory_mb=configuration.memory,
     )
 
 
