@@ -114,6 +114,7 @@ def events_table(run_id: str, events: Sequence[Any]) -> None:
     rows = []
     for e in events:
         phase = f"{e.phase_from or ''} -> {e.phase_to}" if e.phase_to else "-"
-        rows.append([iso(e.time) or "-", e.attempt, e.kind, phase, e.reason])
-    cols = ("TIME (UTC)", "ATTEMPT", "EVENT", "PHASE", "REASON")
+        lost = "-" if e.lost_gpu_s is None else f"{e.lost_gpu_s:.0f}"  # (preemptions only)
+        rows.append([iso(e.time) or "-", e.attempt, e.kind, phase, e.reason, lost])
+    cols = ("TIME (UTC)", "ATTEMPT", "EVENT", "PHASE", "REASON", "LOST GPU-S")
     console().print(table(f"Events of {run_id}", cols, rows, limits=_REASON))

@@ -214,6 +214,11 @@ class PolicyConfig(_Strict):
     #: Under ``shortest``: a run preempts a run of its own project and class only when that
     #: run is expected to go on for more than this many times the new run's max_runtime.
     shortest_preempt_ratio: float = Field(8.0, ge=1)
+    #: A run of the preemptor's own project and class is preempted only after running this
+    #: many seconds (a guaranteed minimum runtime; lower classes and reclaim ignore it).
+    min_runtime_before_preemption_s: float = Field(600.0, ge=0)
+    #: Whether a same-class run that has not reported a checkpoint may be preempted.
+    preempt_uncheckpointed: bool = False
     las_thresholds_gpu_s: list[float] = Field(default_factory=lambda: [3600.0, 36000.0])
     fair_share: bool = True
     #: Half-life of past usage in the fair-share order, seconds.
@@ -424,6 +429,8 @@ class Config(_Strict):
             queueing=p.queueing,
             order=p.order,
             shortest_preempt_ratio=p.shortest_preempt_ratio,
+            min_runtime_before_preemption_s=p.min_runtime_before_preemption_s,
+            preempt_uncheckpointed=p.preempt_uncheckpointed,
             las_thresholds_gpu_s=tuple(sorted(p.las_thresholds_gpu_s)),
             fair_share=p.fair_share,
             half_life_s=p.half_life_s,

@@ -8,9 +8,12 @@ incremental core), so a tick costs what changed since the last one. One tick:
 3. snapshot: catch up with the store's changes; nodes from the backends, the config, the usage
    ledger (fair share, budgets);
 4. decide: one cycle of the incremental core (the same decision ``decide`` makes from scratch);
-5. preempt: flag victims in the store, then signal them;
-6. admit: record each admission, then launch it; roll the admission back if the launch fails
-   (a run whose launch failed ``max_attempts`` times in a row fails);
+5. preempt: flag victims in the store (each ``preempting`` event with the GPU-seconds of work
+   it throws away), then signal them;
+6. admit: record each admission, then launch it once no job still holds its devices (``gate``:
+   a preemptor admitted with its victims waits, ``admitted`` and holding its placement, until
+   they exit; a later tick launches it); roll the admission back if the launch fails (a run
+   whose launch failed ``max_attempts`` times in a row fails);
 7. explain: store the reason (and ETA) of every run left pending: every tick for a queue of
    up to ``EXPLAIN_EVERY_TICK_UP_TO`` runs, else at most every ``scheduler.explain_s`` (a pass
    over the whole queue that admission need not wait for).
@@ -38,7 +41,7 @@ from mlops_gpu.backends import (
     LaunchRequest,
     warm,
 )
-from mlops_gpu.controller import accounting
+from mlops_gpu.controller import accounting, gate
 from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.controller.tracking import Tracker
@@ -176,6 +179,8 @@ class Controller:
         self._polled_at = float("-inf")
         self._cold: set[str] = set()  # backends whose warm hook failed last time
         self._tracker_warm = False
+        #: admitted runs held back until their devices' jobs exit
+        self.gate = gate.Gate(rt.store, self.clock, self._emit)
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -232,7 +237,8 @@ class Controller:
     def reconcile(self) -> int:
         """Match runs the store calls active with the backends' jobs; returns runs repaired."""
         store, fixed = self.rt.store, 0
-        for run in store.list_runs(ACTIVE_PHASES):
+        live = store.list_runs(ACTIVE_PHASES)
+        for run in live:
             backend = self.rt.backends.get(run.placement.backend) if run.placement else None
             if backend is None:
                 name = run.placement.backend if run.placement else "?"
@@ -246,23 +252,31 @@ class Controller:
                 fixed += 1
                 continue
             if run.handle is None:
-                # The stop came between the admission and the stored handle: maybe after the
-                # attempt's MLflow run was made, maybe after its job was created, maybe both.
-                self._note_attempt_mlflow_run(run)
-                handle = backend.find(run.id, run.attempt)
-                if handle is not None:
-                    store.set_handle(run.id, handle, Phase.STARTING, now=self.clock())
-                    self._emit("recovered", run, f"found its job {handle} after a restart")
-                else:
-                    store.rollback_admission(
-                        run.id, "the scheduler stopped before launching it", now=self.clock()
-                    )
-                    self._emit("rolled_back", run, "admission without a launch, requeued")
-                fixed += 1
+                fixed += self._unlaunched(run, backend, live)
         # MLflow runs of attempts that ended while we were away, and of admissions just rolled
         # back: noted, never closed, their attempt no longer active (closed FAILED: no GPUs)
         self.tracking.recover()
         return fixed
+
+    def _unlaunched(self, run: Run, backend: Backend, live: list[Run]) -> int:
+        """An admission without a stored handle found at start-up: the stop came between the
+        admission and the stored handle (maybe after the attempt's MLflow run was made, maybe
+        after its job was created, maybe both), or it is a preemptor waiting for its victims
+        (``gate``), which keeps waiting. Returns 1 if the run was repaired."""
+        handle = backend.find(run.id, run.attempt)
+        if handle is None and gate.blockers(run, live, gate.going_ids(live)):
+            self.gate.hold(run.id)  # (never launched: no MLflow run, no job)
+            return 0
+        self._note_attempt_mlflow_run(run)
+        if handle is not None:
+            self.rt.store.set_handle(run.id, handle, Phase.STARTING, now=self.clock())
+            self._emit("recovered", run, f"found its job {handle} after a restart")
+        else:
+            self.rt.store.rollback_admission(
+                run.id, "the scheduler stopped before launching it", now=self.clock()
+            )
+            self._emit("rolled_back", run, "admission without a launch, requeued")
+        return 1
 
     def _note_attempt_mlflow_run(self, run: Run) -> None:
         """Note the MLflow run of ``run``'s current attempt if it was made but not noted (the
@@ -314,18 +328,23 @@ class Controller:
         t_admit = time.monotonic()
         for pre in decision.preemptions:  # 5. preempt
             run = by_id[pre.run_id]
-            store.mark_preempting(run.id, pre.reason, now=self.clock())
+            # the core's own measure, from the victim as the cycle saw it (whichever engine
+            # decided: a Preemption from an engine that does not fill lost_gpu_s is not trusted)
+            lost = gate.lost_gpu_s(tmpl, now, run)
+            store.mark_preempting(run.id, pre.reason, now=self.clock(), lost_gpu_s=lost)
             self._signal(run, pre.signal, pre.grace_s)
-            self._emit("preempting", run, pre.reason)
+            self._emit("preempting", run, f"{pre.reason}; loses {lost:.0f} GPU-s of work")
         launched: dict[str, dict[str, str]] = defaultdict(dict)  # backend -> handle -> run id
-        admitted: list[Run] = []
+        fresh: list[Run] = []
         adms = decision.admissions  # 6. admit (one transaction), then launch
         oks = store.admit_many([(a.run_id, a.placement) for a in adms], now=self.clock())
         for adm, ok in zip(adms, oks, strict=True):
             if ok:  # (False: cancelled meanwhile)
                 got = store.get(adm.run_id)
                 assert got is not None and got.placement is not None
-                admitted.append(got)
+                fresh.append(got)
+        going = gate.going_ids(active, (p.run_id for p in decision.preemptions))
+        admitted, held = self.gate.split(fresh, active, going, now)
         handles: list[tuple[str, str]] = []
         t_launch = time.monotonic()
         started = self._start_jobs(admitted)
@@ -359,7 +378,7 @@ class Controller:
             rep.invalid = sum(p.reason_code is ReasonCode.INVALID for p in reasons)
         self._flush_tracking()
         rep.pending = len(pending) - len(decision.admissions)
-        rep.active = len(active) + rep.admitted
+        rep.active = len(active) + rep.admitted + held
         return rep
 
     def _flush_tracking(self) -> None:
@@ -531,7 +550,9 @@ class Controller:
                 idle_s=idle_s,
             )
             rep.requeued += 1
-            self._ended.append(Ended(run, "preempted", now, util))
+            lost = [e.lost_gpu_s for e in store.events(run.id)
+                    if e.kind == "preempting" and e.attempt == run.attempt]  # fmt: skip
+            self._ended.append(Ended(run, "preempted", now, util, lost_gpu_s=(lost or [None])[-1]))
             self._emit("preempted", run, f"now {phase}")
             return
         if run.cancel_requested:
@@ -583,8 +604,11 @@ class Controller:
             self._emit("idle", run, why)
 
     def _stop_cancelled(self, active: list[Run]) -> None:
+        """Signal runs whose cancel was requested, and runs flagged for preemption that this
+        process has not signalled (a scheduler that stopped between flag and signal: their
+        preemptors wait for them to exit). Once per attempt (``_signal``)."""
         for run in active:
-            if run.cancel_requested and run.handle is not None:
+            if (run.cancel_requested or run.preempt_requested) and run.handle is not None:
                 self._signal(run, run.spec.checkpoint.signal, run.spec.checkpoint.grace_s)
 
     def _signal(self, run: Run, signal: str, grace_s: float) -> None:

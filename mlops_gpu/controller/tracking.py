@@ -12,8 +12,10 @@ The job gets ``MLFLOW_TRACKING_URI``, ``MLFLOW_RUN_ID`` and ``MLFLOW_EXPERIMENT_
 ``mlops-gpu exec`` and the user's own ``mlflow`` calls log into that run. When the attempt
 ends: ``mlops_gpu.queue_wait_s`` (admission minus the time the attempt joined the queue: the
 submit, or for a requeued attempt its requeue), ``mlops_gpu.gpu_hours`` and
-``mlops_gpu.cost_usd`` (GPU-hours, shares by their share, times the type's price), rounded
-(``tracking_fields.ROUND``), the tag ``mlops_gpu.outcome``, and the run's status (FINISHED,
+``mlops_gpu.cost_usd`` (GPU-hours, shares by their share, times the type's price), for a
+preempted attempt ``mlops_gpu.lost_gpu_s`` (the work its preemption threw away: GPU-seconds since
+its last checkpoint, else its start), rounded (``tracking_fields.ROUND``), the tag
+``mlops_gpu.outcome``, and the run's status (FINISHED,
 FAILED, or KILLED for cancelled and preempted attempts).
 
 Invariants:
@@ -306,6 +308,7 @@ class Tracker:
         end: float,
         mean_utilization: float | None = None,
         mlflow_id: str | None = None,
+        lost_gpu_s: float | None = None,
     ) -> str | None:
         """Log the attempt's queue wait, GPU-hours and cost, and close its MLflow run
         (``mlflow_id`` if given, else the one ``started`` created or adopted, else the one its
@@ -331,7 +334,7 @@ class Tracker:
             assert p is not None and run.admitted_at is not None
             hours = p.gpu_amount * max(end - run.admitted_at, 0.0) / 3600
             self._close(found, outcome, end, hours, p.gpu_type, run.queue_wait_s or 0.0,
-                        mean_utilization)  # fmt: skip
+                        mean_utilization, lost_gpu_s)  # fmt: skip
             return found
 
         try:
@@ -363,7 +366,7 @@ class Tracker:
             else:
                 wait = None if u.queued_at is None else max(u.start - u.queued_at, 0.0)
                 self._close(mlflow_id, u.outcome, u.end, u.gpu_seconds / 3600,
-                            u.gpu_type, wait, u.mean_util)  # fmt: skip
+                            u.gpu_type, wait, u.mean_util, u.lost_gpu_s)  # fmt: skip
             return list(dict.fromkeys([u.mlflow_run_id, mlflow_id]))
 
         try:
@@ -397,6 +400,7 @@ class Tracker:
         gpu_type: str,
         queue_wait_s: float | None,
         mean_utilization: float | None,
+        lost_gpu_s: float | None = None,
     ) -> None:
         """Two writes: the metrics with the outcome tag (one log-batch), then the status.
         (On the MLflow thread.)"""
@@ -409,6 +413,8 @@ class Tracker:
             metrics.insert(0, ("mlops_gpu.queue_wait_s", queue_wait_s, end, 0))
         if self.logs_summary and mean_utilization is not None:
             metrics.append(("mlops_gpu.mean_gpu_utilization", mean_utilization, end, 0))
+        if lost_gpu_s is not None:  # (a preempted attempt)
+            metrics.append(("mlops_gpu.lost_gpu_s", lost_gpu_s, end, 0))
         metrics = [(k, tracking_fields.rounded(k, v), t, s) for k, v, t, s in metrics]
         assert self.rest is not None
         self.rest.log_batch(mlflow_id, metrics, {"mlops_gpu.outcome": outcome})

@@ -26,6 +26,7 @@ ROUND = {
     "mlops_gpu.cost_usd": 2,
     "mlops_gpu.queue_wait_s": 1,
     "mlops_gpu.mean_gpu_utilization": 1,
+    "mlops_gpu.lost_gpu_s": 1,
 }
 
 

@@ -61,6 +61,8 @@ class Ended:
     #: The attempt's MLflow run when the controller knows it: a launch that failed is tried
     #: again under the same attempt number, maybe before this close is made.
     mlflow_run_id: str | None = None
+    #: A preempted attempt: the GPU-seconds of work its preemption threw away.
+    lost_gpu_s: float | None = None
 
 
 class TrackingQueue:
@@ -194,7 +196,7 @@ class TrackingQueue:
                 key = (e.run_id, e.attempt)
             else:
                 mlflow_id = self.tracker.ended(
-                    e.run, e.outcome, e.end, e.mean_util, e.mlflow_run_id
+                    e.run, e.outcome, e.end, e.mean_util, e.mlflow_run_id, e.lost_gpu_s
                 )
                 closed = None if mlflow_id is None else [mlflow_id]
                 key = (e.run.id, e.run.attempt)

@@ -13,7 +13,9 @@ Definitions (the JSON shape of DESIGN.md; ``attempts`` is an extra key):
   (its submit, or its requeue); p95 by linear interpolation; null without attempts.
 - ``preemptions``: attempts that ended preempted.
 - ``wasted_gpu_hours``: GPU-hours of idle stretches (every GPU of the run under the idle
-  threshold for at least the idle window, the window included).
+  threshold for at least the idle window, the window included). Not the work preemptions
+  throw away: that is each ``preempting`` event's ``lost_gpu_s`` (``status --events``, MLflow's
+  ``mlops_gpu.lost_gpu_s``), GPU-seconds since the victim's last checkpoint.
 - ``by day``: GPU-hours, cost and wasted GPU-hours are split across the UTC days an attempt
   spans; runs, attempts, waits, preemptions and utilization count on the day the attempt ended.
   Totals never double count: ``total.runs`` is distinct runs overall.

@@ -1,7 +1,8 @@
 """Time: EASY backfill reservations and estimated start times, from active runs' expected ends.
 
-A run's expected end is its start (or admission) plus ``max_runtime``; a run being preempted
-ends within its grace; a run without ``max_runtime`` has no known end.
+A run's expected end is its start (or admission) plus ``max_runtime``; a run without
+``max_runtime`` has no known end. A run being preempted holds nothing in the core (its devices
+are free, or taken by its preemptor's admission), so it has no place in any timeline.
 
 Reservation (for the first run blocked by capacity): the earliest time T at which enough GPUs
 free up on specific nodes, and those nodes. Later runs may use a reserved node only if they end
@@ -33,8 +34,8 @@ def start_of(run: Run) -> float | None:
 
 
 def expected_end(snap: Snapshot, run: Run) -> float | None:
-    if run.preempt_requested:
-        return snap.now + run.spec.checkpoint.grace_s
+    """When an active run is expected to end (None: unknown). Callers skip runs being
+    preempted (``preempt_requested``): they hold nothing."""
     mr = run.spec.max_runtime_s
     if mr is None:
         return None
@@ -64,8 +65,10 @@ class Reservation:
 def _timelines(snap: Snapshot) -> dict[str, list[tuple[float, int]]]:
     out: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for a in snap.active:
+        if a.placement is None or a.preempt_requested:
+            continue
         end = expected_end(snap, a)
-        if a.placement is None or end is None:
+        if end is None:
             continue
         for slot in a.placement.slots:
             if slot.fraction >= 1.0 and slot.memory_mb is None:
@@ -191,7 +194,7 @@ class EtaBook:
         releases: dict[str, list[tuple[float, float]]] = defaultdict(list)
         unknown: dict[str, float] = defaultdict(float)
         for a in (*snap.active, *admitted):
-            if a.placement is None:
+            if a.placement is None or a.preempt_requested:
                 continue
             end = expected_end(snap, a)
             if end is None:
@@ -256,7 +259,12 @@ def quota_eta(
         return snap.now, ""
     ends: list[tuple[float, float]] = []
     for a in (*snap.active, *admitted):
-        if a.project == project and a.placement is not None and a.placement.gpu_type == gpu_type:
+        if (
+            a.project == project
+            and a.placement is not None
+            and a.placement.gpu_type == gpu_type
+            and not a.preempt_requested
+        ):
             end = expected_end(snap, a)
             if end is not None:
                 ends.append((end, a.placement.gpu_amount))

@@ -18,7 +18,9 @@ class ReasonCode(str, Enum):
     RESERVED = "reserved"
     #: The project has no quota left for the GPU type (nominal + borrowing limit or cohort).
     QUOTA = "quota"
-    #: Runs are being preempted to make room for it; it starts when they have exited.
+    #: Runs are being preempted to make room for it; it starts when they have exited. (The core
+    #: admits a preemptor in the decision that chooses its victims, so it never gives this
+    #: reason itself; the controller may, for an admitted run waiting for its victims.)
     PREEMPTING = "preempting"
     #: Its project's GPU-hour or money budget for the window is spent.
     BUDGET = "budget"
@@ -47,8 +49,11 @@ class Preemption:
     reason: str
     signal: str
     grace_s: float
-    #: The pending run this makes room for.
+    #: The pending run this makes room for (admitted in the same decision).
     for_run: str = ""
+    #: GPU-seconds of work the victim loses: since its last checkpoint, else since it started
+    #: (``preempt.lost_gpu_s``).
+    lost_gpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

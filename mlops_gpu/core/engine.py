@@ -1,8 +1,9 @@
 """A scheduling engine: the core driven by events (submit, finish) instead of whole snapshots.
 
 ``FromScratch`` rebuilds a ``Snapshot`` for every cycle and calls ``decide``: the reference.
-Both apply their own decisions (admissions become active runs; preemption victims are flagged)
-so that a caller (the simulator, a benchmark) only reports submissions and completions.
+Both apply their own decisions (admissions become active runs; preemption victims are flagged
+and hold nothing from then on) so that a caller (the simulator, a benchmark) only reports
+submissions, checkpoints and completions (a victim's completion is its exit).
 Pure: the clock comes in as ``now``.
 """
 
@@ -30,6 +31,11 @@ class FromScratch:
 
     def finish(self, run_id: str) -> Run:
         return self.active.pop(run_id)
+
+    def checkpoint(self, run_id: str, at: float) -> None:
+        """An active run reported a checkpoint at ``at``."""
+        if run_id in self.active:
+            self.active[run_id] = replace(self.active[run_id], last_checkpoint_at=at)
 
     def snapshot(
         self,
@@ -86,6 +92,10 @@ class Incremental:
     def finish(self, run_id: str) -> Run:
         return self.state.finish(run_id)
 
+    def checkpoint(self, run_id: str, at: float) -> None:
+        """An active run reported a checkpoint at ``at`` (``State.checkpoint``)."""
+        self.state.checkpoint(run_id, at)
+
     def remove_pending(self, run_id: str) -> Run:
         """A pending run leaves without running (cancelled, or changed in the store)."""
         return self.state.remove_pending(run_id)
@@ -115,14 +125,25 @@ class Incremental:
         spent: Mapping[str, tuple[float, float]] | None = None,
     ) -> list[PendingReason]:
         """A reason and ETA for every pending run, from a cycle that is not applied (right
-        after a cycle it admits nothing; whatever it books is given back)."""
+        after a cycle it admits nothing; whatever it books is given back, and the victims it
+        chose take back what they held)."""
         cycle = Cycle(self.state, now, usage_history, spent)
         d = cycle.run()
         reasons = cycle.explain()
+        self._undo(d)
+        return reasons
+
+    def _undo(self, d: Decision) -> None:
+        """Give back what an unapplied cycle booked: its admissions' placements, and its
+        victims' holdings (taken back)."""
+        cap = self.state.cap
         for a in d.admissions:
             run = self.state.pending[a.run_id]
-            self.state.cap.release(run.project, a.placement, run.request.gpu_types)
-        return reasons
+            cap.release(run.project, a.placement, run.request.gpu_types)
+        for p in d.preemptions:
+            v = self.state.active[p.run_id]
+            assert v.placement is not None
+            cap.take(v.project, v.placement, v.request.gpu_types)
 
     def cycle(
         self,
@@ -132,9 +153,17 @@ class Incremental:
     ) -> Decision:
         """One cycle; its decision is applied to the state (admitted runs become active,
         victims are flagged)."""
-        d = Cycle(self.state, now, usage_history, spent, park=True).run()
+        c = Cycle(self.state, now, usage_history, spent, park=True)
+        d = c.run()
+        if d.preemptions and c.park:
+            # Its victims freed what parked queues may use: this cycle's visits were not
+            # enough (``policy``, parking). Undo it and visit every queue.
+            self._undo(d)
+            for rid in c.remembered:
+                self.state.memo.forget(rid)
+            d = Cycle(self.state, now, usage_history, spent).run()
         for a in d.admissions:
             self.state.admit(a.run_id, a.placement, now, taken=True)
         for p in d.preemptions:
-            self.state.mark_going(p.run_id)
+            self.state.mark_going(p.run_id, released=True)
         return d

@@ -12,9 +12,13 @@
 4. fit: for each acceptable GPU type, best-fit placement (``placement.place``) that also
    respects the backfill reservation, and the project's quota (``QuotaBook.problem``);
 5. preempt: a run that does not fit may get victims (``preempt.find_plan``; who may be one:
-   ``_may_preempt``); it is admitted in a later cycle, once they have exited. A plan that takes
-   runs of the run's own class is dropped when they would win their GPUs back at once
-   (``_keeps_what_it_frees``);
+   ``_may_preempt``). It is admitted in the same decision, on the placement the plan found,
+   so no victim is stopped for nothing: the victims hold nothing from then on (their devices
+   free, the preemptor's taken), and the controller launches the preemptor once they have
+   exited. A victim of the run's own project and class must have reported a checkpoint
+   (unless ``preempt_uncheckpointed``) and run ``min_runtime_before_preemption_s``
+   (``_ready``). A plan that takes runs of the run's own class is dropped when they would win
+   their GPUs back at once (``_keeps_what_it_frees``);
 6. reserve: the anchor, the oldest (highest class first) queue head that is blocked by capacity
    when the cycle begins while its quota would admit it, gets an EASY reservation
    (``backfill.reserve``); no other run may start if it would delay it;
@@ -29,19 +33,21 @@ victims), they wait for the same reason without being tried one by one.
 
 Parking (``park=True``, best-effort FIFO with fair share): a queue that is surely blocked when
 the cycle begins (``parking.candidates``: no acceptable type both has room in quota and a node
-set with enough free GPUs, and no possible victim) is not visited at all. Within a cycle free
-capacity only shrinks, quota room only shrinks and the victim pools do not change, so such a
-queue would be judged surely blocked at its turn too, and a visit would change nothing: the
-decision is the same as a full visit's (the differential test checks it). The anchor does not
-depend on visit order for the same reason. Without fair share the projects take turns by their
-oldest queue head, parked heads included, so there every queue is visited. Full visits are
+set with enough free GPUs, and no possible victim) is not visited at all. Until the cycle
+decides a preemption, free capacity only shrinks, quota room only shrinks and the victim pools
+do not change, so such a queue would be judged surely blocked at its turn too, and a visit would
+change nothing: the decision is the same as a full visit's (the differential test checks it). A
+preemption breaks this (its victims give back devices and quota its preemptor does not take,
+which may unblock a parked queue), so the incremental engine discards a parked cycle that
+preempts and runs it again visiting every queue (``engine.Incremental.cycle``). The anchor does
+not depend on visit order for the same reason. Without fair share the projects take turns by
+their oldest queue head, parked heads included, so there every queue is visited. Full visits are
 still used to explain every run.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -49,7 +55,14 @@ from enum import Enum
 from typing import Any
 
 from mlops_gpu.core import parking, search_memo
-from mlops_gpu.core.backfill import EtaBook, Reservation, expected_end, quota_eta, reserve
+from mlops_gpu.core.backfill import (
+    EtaBook,
+    Reservation,
+    expected_end,
+    quota_eta,
+    reserve,
+    start_of,
+)
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.explain import shape_text
 from mlops_gpu.core.fairshare import (
@@ -59,7 +72,7 @@ from mlops_gpu.core.fairshare import (
     las_level,
 )
 from mlops_gpu.core.placement import place, request_amount
-from mlops_gpu.core.preempt import find_plan
+from mlops_gpu.core.preempt import find_plan, lost_gpu_s
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
 from mlops_gpu.core.type_choice import order_types
@@ -73,8 +86,6 @@ class Outcome(Enum):
     RESERVED = 4
     #: Blocked, and every identical run behind it would be blocked for the same reason.
     BLOCKED = 2
-    #: Blocked, but a run behind it might not be (reservation, possible victims): try each.
-    BLOCKED_TRY_NEXT = 3
 
 
 #: [shape key, next index, end index, the queue]: a range of state.queues[project][shape key]
@@ -128,9 +139,12 @@ class Cycle:
         self.fit_memo: dict[tuple[str, int, int, str | None], tuple[int, bool]] = {}
         self.pools: dict[tuple[str, str], tuple[str, ...]] = {}  # ``search_memo.key_of``
         self._lenders: dict[tuple[str, str], tuple[str, ...]] = {}  # ``lenders_at_start``
-        self.gone: dict[tuple[str, ...], tuple[int, dict[str, int]]] = {}  # ``.gone_on``
+        self.gone: dict[tuple[str, ...], tuple[int, tuple[str, ...]]] = {}  # ``.gone_on``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
+        #: runs whose failed search this cycle put in the memo (``Incremental.cycle`` drops
+        #: them when it discards the cycle)
+        self.remembered: list[str] = []
 
     # -- 2. triage, 3. order --------------------------------------------------------------
     def _level_of(self, project: str, class_value: int) -> int | None:
@@ -248,7 +262,7 @@ class Cycle:
             if outcome is Outcome.BLOCKED:  # the rest of this queue waits for the same reason
                 self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
                 rg[1] = rg[2]
-            elif outcome is Outcome.RESERVED:
+            else:  # Outcome.RESERVED
                 # Identical runs behind it differ only in max_runtime: those that would not
                 # end before the reservation wait for the same reason; try the first that would.
                 assert self.reservation is not None
@@ -261,9 +275,6 @@ class Cycle:
                     j += 1
                 self.met.append((run, (project, rg[0], rg[1] + 1, j)))
                 rg[1] = j
-            else:
-                self.met.append((run, None))
-                rg[1] += 1
 
     def _hold_behind(self, project: str, ranges: list[Range], head: str | None) -> None:
         head = head or self.blocked_projects[project]
@@ -349,14 +360,8 @@ class Cycle:
                 "end before then (set max_runtime to backfill)",
             )
             return Outcome.RESERVED
-        if self.snap.policy.preemption:
-            search = self._victims_possible(run, types)
-            before = len(self.preemptions)
-            if (search or self.going) and self._preempt(run, types, search):
-                # Victims chosen for this run change what the next identical run could
-                # choose; a run that only waits for earlier victims changes nothing.
-                chosen = len(self.preemptions) > before
-                return Outcome.BLOCKED_TRY_NEXT if chosen else Outcome.BLOCKED
+        if self._victims_possible(run, types) and self._preempt(run, types):
+            return Outcome.ADMITTED  # with its victims, in this decision
         if len(quota_msgs) == len(types) and types:
             self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
         else:
@@ -419,8 +424,6 @@ class Cycle:
         types = self.state.types_of(run)
         amount = request_amount(run)
         quota_msgs = [m for t in types if (m := self.quota.problem(run.project, t, amount))]
-        if self.snap.policy.preemption and self.going and self._preempt(run, types, False):
-            return
         if quota_msgs and len(quota_msgs) == len(types):
             self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
         else:
@@ -504,6 +507,28 @@ class Cycle:
         return self._used_at_start.get((project, gpu_type), 0.0) > nominal + 1e-9
 
     def _may_preempt(self, run: Run, victim: Run) -> bool:
+        """Whether ``victim`` may be a victim of ``run`` now."""
+        return self._may_ever_preempt(run, victim) and self._ready(run, victim)
+
+    def _ready(self, run: Run, victim: Run) -> bool:
+        """Rule B's conditions that time or a checkpoint can make true (the rest is
+        ``_may_ever_preempt``): a victim of ``run``'s own project and class has reported a
+        checkpoint (unless ``preempt_uncheckpointed``) and has run for at least
+        ``min_runtime_before_preemption_s`` since it started (else was admitted; with
+        neither, it has not run). Lower classes and reclaimed borrowing need neither."""
+        snap = self.snap
+        if victim.project != run.project or snap.priority_of(victim) != snap.priority_of(run):
+            return True
+        pol = snap.policy
+        if victim.last_checkpoint_at is None and not pol.preempt_uncheckpointed:
+            return False
+        start = start_of(victim)
+        return start is not None and snap.now - start >= pol.min_runtime_before_preemption_s
+
+    def _may_ever_preempt(self, run: Run, victim: Run) -> bool:
+        """``_may_preempt`` without ``_ready``: the part that only turns false as the cycle's
+        clock moves on (under ``shortest`` a victim's time to go shrinks; under ``las`` the
+        memo is not used), so the search memo may build certain failures on it."""
         if victim.id in self.going:
             return False
         snap = self.snap
@@ -518,8 +543,9 @@ class Cycle:
                     snap, run.attained_gpu_s
                 )
             if snap.policy.order == "shortest":
+                # a victim without max_runtime has no known end: not one (rule B)
                 end = expected_end(snap, victim)
-                return self._outlasts(run, math.inf if end is None else end - snap.now)
+                return end is not None and self._outlasts(run, end - snap.now)
             return False
         t = victim.placement.gpu_type if victim.placement else ""
         root = self.quota.root.get(victim.project)
@@ -530,10 +556,14 @@ class Cycle:
             and self.quota.within_nominal(run.project, t, request_amount(run))
         )
 
-    def _preempt(self, run: Run, types: list[str], search: bool) -> bool:
+    def _preempt(self, run: Run, types: list[str]) -> bool:
+        """Find victims for ``run`` and, with a plan, admit it in this decision on the plan's
+        placement: the victims give back everything they hold (devices, quota, fair-share
+        usage), the run takes its placement, and the rest of the victims' devices are free
+        for the runs after it. False (nothing changed) without a plan."""
         snap = self.snap
         memo = None  # (a failure it would recall never gets here: ``_turn`` asks first)
-        if search and search_memo.applies(self, run):
+        if search_memo.applies(self, run):
             memo = self.state.memo
         ruled_out: set[str] = set()
         plan = find_plan(
@@ -543,35 +573,21 @@ class Cycle:
             run,
             types,
             self._may_preempt,
-            self.going,
-            search,
             pool=lambda t: self._victim_pool(run, t),
-            active=self.state.active,
             ruled_out=ruled_out,
+            may_ever=self._may_ever_preempt,
         )
         if plan is None and memo is not None and ruled_out == set(types):
             memo.remember(run, search_memo.key_of(self, run, types), snap.now)
+            self.remembered.append(run.id)
         if plan is None or not self._keeps_what_it_frees(run, plan.victims, plan.placement):
             return False
-        if not plan.victims:
-            waiting = sorted(self.going)
-            self._wait(
-                run,
-                ReasonCode.PREEMPTING,
-                f"{shape_text(run, types)}; waiting for preempted run(s) "
-                f"{', '.join(waiting[:5])} to exit",
-                eta=max(
-                    (
-                        expected_end(snap, a) or snap.now
-                        for a in map(self.state.active.get, self.going)
-                        if a is not None
-                    ),
-                    default=snap.now,
-                ),
-            )
-            return True
         for v in plan.victims:
             self.going.add(v.id)
+            placed = v.placement
+            assert placed is not None
+            self.cap.release(v.project, placed, v.request.gpu_types)
+            self.shares.add(v.project, placed.gpu_type, -placed.gpu_amount)
             why = (
                 f"preempted for run {run.id} (priority {run.spec.priority})"
                 if v.project == run.project
@@ -579,18 +595,16 @@ class Cycle:
                 f"{v.project} was borrowing"
             )
             self.preemptions.append(
-                Preemption(v.id, why, v.spec.checkpoint.signal, v.spec.checkpoint.grace_s, run.id)
+                Preemption(
+                    v.id,
+                    why,
+                    v.spec.checkpoint.signal,
+                    v.spec.checkpoint.grace_s,
+                    run.id,
+                    lost_gpu_s(snap, v),
+                )
             )
-        names = ", ".join(v.id for v in plan.victims)
-        grace = max(v.spec.checkpoint.grace_s for v in plan.victims)
-        self._wait(
-            run,
-            ReasonCode.PREEMPTING,
-            f"{shape_text(run, types)}; preempting {len(plan.victims)} run(s) ({names}), "
-            f"losing {plan.lost_gpu_s / 3600:.2f} GPU-hours since their checkpoints; "
-            f"it starts once they exit (grace up to {grace:g}s)",
-            eta=snap.now + grace,
-        )
+        self._admit(run, plan.placement)
         return True
 
     def _keeps_what_it_frees(self, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
@@ -605,11 +619,7 @@ class Cycle:
         peers = [v for v in victims if v.project == run.project and snap.priority_of(v) == mine]
         if not peers:
             return True
-        gone = [
-            a
-            for a in [*victims, *(self.state.active[i] for i in sorted(self.going))]
-            if a.project == run.project and a.placement is not None
-        ]
+        gone = [a for a in victims if a.project == run.project and a.placement is not None]
         for a in gone:
             self.cap.release(a.project, a.placement, a.request.gpu_types)  # type: ignore[arg-type]
         try:

@@ -5,9 +5,11 @@ Who may be a victim of run R (on the GPU type R would use):
   also one of equal priority that has attained more service, in a later LAS level);
 - a preemptible run of another project of R's cohort tree that is borrowing that type, when R
   would stay within its own nominal quota (reclaiming lent quota).
-Runs already being preempted count as gone (their GPUs free up soon), so R never asks for more
-victims than it needs. Among sufficient sets, the search prefers the fewest GPU-hours lost since
-each victim's last checkpoint (or start), then the fewest victims: a greedy pass in cost order
+Same-class victims (R's project and class) must also be ready (``Cycle._ready``: a checkpoint
+reported, the minimum runtime run). Runs already being preempted hold nothing in the core (their
+devices are free or their preemptor's), so they are neither counted nor chosen again. Among
+sufficient sets, the search prefers the fewest GPU-hours lost since each victim's last
+checkpoint (or start), then the fewest victims: a greedy pass in cost order
 around each candidate node, then a pruning pass that keeps every victim that is still needed.
 """
 
@@ -58,43 +60,31 @@ def find_plan(
     run: Run,
     gpu_types: list[str],
     may_preempt: Callable[[Run, Run], bool],
-    going_ids: set[str],
-    search: bool,
     pool: Callable[[str], Iterable[Run]],
-    active: dict[str, Run],
     ruled_out: set[str] | None = None,
+    may_ever: Callable[[Run, Run], bool] | None = None,
 ) -> Plan | None:
-    """The cheapest sufficient set of victims for ``run``, or None. Runs in ``going_ids``
-    (being preempted) count as gone. Without ``search``, only whether the run fits once they
-    are gone (a plan without victims). ``cap`` and ``quota`` are restored before returning.
-    ``pool(gpu_type)`` yields preemptible active runs placed on that type, a superset of the
-    possible victims there (an index, instead of scanning every active run); ``active`` maps
-    id -> active run. ``ruled_out``, when given, gets the types on which the run could not
-    fit even with every possible victim gone
+    """The cheapest sufficient set of victims for ``run``, or None. ``cap`` and ``quota`` are
+    restored before returning. ``pool(gpu_type)`` yields preemptible active runs placed on
+    that type, a superset of the possible victims there (an index, instead of scanning every
+    active run). ``may_ever`` (default ``may_preempt``): a superset of ``may_preempt`` that
+    time cannot make true (no minimum runtime, no checkpoint). ``ruled_out``, when given, gets
+    the types on which the run could not fit even with every victim ``may_ever`` accepts gone
     (a certain answer, which ``search_memo`` may keep)."""
-    going = [active[i] for i in sorted(going_ids) if i in active]
-    going = [a for a in going if a.placement is not None]
-    for a in going:
-        cap.release(a.project, _placement(a), a.request.gpu_types)
-    try:
-        best: Plan | None = None
-        for t in gpu_types:
-            plan = _plan_for_type(
-                snap, cap, quota, run, t, may_preempt, bool(going), search, pool(t)
-            )
-            if isinstance(plan, _NoRoom):
-                if ruled_out is not None:
-                    ruled_out.add(t)
-                plan = None
-            if plan is not None and (
-                best is None
-                or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
-            ):
-                best = plan
-        return best
-    finally:
-        for a in going:
-            cap.take(a.project, _placement(a), a.request.gpu_types)
+    ever = may_preempt if may_ever is None else may_ever
+    best: Plan | None = None
+    for t in gpu_types:
+        plan = _plan_for_type(snap, cap, quota, run, t, may_preempt, ever, pool(t))
+        if isinstance(plan, _NoRoom):
+            if ruled_out is not None:
+                ruled_out.add(t)
+            plan = None
+        if plan is not None and (
+            best is None
+            or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
+        ):
+            best = plan
+    return best
 
 
 def _placement(run: Run) -> Placement:
@@ -116,26 +106,25 @@ def _plan_for_type(
     run: Run,
     t: str,
     may_preempt: Callable[[Run, Run], bool],
-    going: bool,
-    search: bool,
+    may_ever: Callable[[Run, Run], bool],
     source: Iterable[Run],
 ) -> Plan | _NoRoom | None:
-    placed = _fits(snap, cap, quota, run, t) if going else None
-    if placed is not None:
-        return Plan((), placed, 0.0)  # it fits once the runs being preempted are gone
-    if not search:
-        return None
     pool = list(source)
     if not pool:
         return None
     whole = run.request.shape == "whole"
     if whole and not _could_fit_without_all(snap, cap, run, t, pool):
         return _NO_ROOM  # not even with every run of the pool gone: skip the per-victim rules
-    cands = [a for a in pool if may_preempt(run, a)]
+    ever = [a for a in pool if may_ever(run, a)]
+    if not ever:
+        return None
+    if whole and len(ever) < len(pool) and not _could_fit_without_all(snap, cap, run, t, ever):
+        return _NO_ROOM  # not even with every run that could ever be a victim gone
+    cands = [a for a in ever if may_preempt(run, a)] if may_ever is not may_preempt else ever
     if not cands:
         return None
-    if whole and len(cands) < len(pool) and not _could_fit_without_all(snap, cap, run, t, cands):
-        return _NO_ROOM  # every greedy order ends with all candidates gone: none would succeed
+    if whole and len(cands) < len(ever) and not _could_fit_without_all(snap, cap, run, t, cands):
+        return None  # every greedy order ends with all candidates gone: none would succeed
     cost = {a.id: lost_gpu_s(snap, a) for a in cands}
     cands.sort(key=lambda a: (cost[a.id], snap.priority_of(a), -(a.admitted_at or 0.0), a.id))
     on_node: dict[str, list[Run]] = {}

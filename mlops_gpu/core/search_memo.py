@@ -1,10 +1,11 @@
 """Preemption searches that failed for want of capacity, remembered across cycles.
 
 A search for run R fails *for want of capacity* when, on every type R accepts, no node set
-could take R even with every possible victim gone (``preempt._could_fit_without_all``, an upper
-bound: its "no" is certain). Such a failure stays true, and later cycles judge R blocked without
-trying it at all (``recalls_failure``, asked before ``Cycle._try``: no placement, no quota check,
-no search), until one of these happens:
+could take R even with every run that could ever be its victim gone
+(``preempt._could_fit_without_all``, an upper bound: its "no" is certain; "ever": without the
+conditions time or a checkpoint can fulfil, ``Cycle._ready``). Such a failure stays true, and
+later cycles judge R blocked without trying it at all (``recalls_failure``, asked before
+``Cycle._try``: no placement, no quota check, no search), until one of these happens:
 - a finished run gives back GPUs of one of R's types, or a run becomes a possible victim, on
   a node where the free whole devices plus what R's pool holds (R's project and the cohort
   members borrowing that type at the cycle's start) now reach R's GPUs per node. Nothing else
@@ -14,9 +15,10 @@ no search), until one of these happens:
 - who borrows R's types at the cycle's start, or whether R stays within its nominal quota,
   changes (``key``: they decide who may be a victim);
 - the clock goes back.
-Runs being preempted count as gone in a search, so a failure found with some of them is a
-failure with them gone; when such runs exist at a recall, each node they hold is checked as if
-released (``gone``), and the search runs if one reaches the need. The memo is not used under
+Runs being preempted hold nothing (their devices are free, logged as released when the engine
+marks them); within a cycle, the victims it has chosen so far gave their devices back before
+the engine logs it, so at a recall each node they held is checked (``gone_on``), and the search
+runs if one reaches the need. The memo is not used under
 ``order: las`` (attained service makes new victims as time passes; under ``shortest`` victims
 only drop out with time), for other than whole-GPU requests, or outside the incremental
 engine's cycles (explain passes book and give back without going through ``released``). It
@@ -29,7 +31,7 @@ test (incremental engine against from-scratch cycles, which never use the memo) 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from mlops_gpu.core.placement import request_amount
@@ -108,11 +110,11 @@ class SearchMemo:
         key: Key,
         now: float,
         free: Mapping[str, list[str]],
-        gone: Mapping[str, int] | None = None,
+        gone: Iterable[str] = (),
     ) -> bool:
         """Whether the search for ``run`` surely fails again (``free``: each node's free whole
-        devices now; ``gone``: whole devices on each node held by runs being preempted, of
-        ``run``'s types, which the search would count as free)."""
+        devices now; ``gone``: nodes of ``run``'s types whose devices were given back since
+        the last release logged, by victims of the cycle under way)."""
         e = self.entries.get(run.id)
         if e is None:
             return False
@@ -120,17 +122,18 @@ class SearchMemo:
             del self.entries[run.id]
             return False
         end = self.base + len(self.log)
+        gone = tuple(gone)
         if not gone and e.pos == end:  # nothing released since the last check
             e.now = now
             return True
         need = run.request.gpus
         projects = {p for _, pool, _ in key for p in pool}
 
-        def room(node: str, extra: int = 0) -> int:
+        def room(node: str) -> int:
             on = self.held.get(node, {})
-            return len(free.get(node, ())) + extra + sum(on.get(p, 0) for p in projects)
+            return len(free.get(node, ())) + sum(on.get(p, 0) for p in projects)
 
-        if gone and any(room(node, n) >= need for node, n in gone.items()):
+        if any(room(node) >= need for node in gone):
             return False  # it may fit once they are gone: search (the failure stays known)
         types = {t for t, _, _ in key}
         for gpu_type, nodes in self.log[e.pos - self.base :]:
@@ -180,18 +183,20 @@ def key_of(c: Cycle, run: Run, types: list[str]) -> Key:
     return tuple(out)
 
 
-def gone_on(c: Cycle, types: list[str]) -> dict[str, int]:
-    """Whole devices per node of ``types`` held by runs being preempted (remembered for the
-    cycle until it chooses more victims: the set only grows within a cycle)."""
-    if not c.going:
-        return {}
+def gone_on(c: Cycle, types: list[str]) -> tuple[str, ...]:
+    """The nodes of ``types`` held by the victims this cycle has chosen so far (remembered
+    for the cycle until it chooses more: the set only grows within a cycle)."""
+    fresh = len(c.going) - len(c.state.going)
+    if not fresh:
+        return ()
     seen = c.gone.get(tuple(types))
     if seen is not None and seen[0] == len(c.going):
         return seen[1]
-    out: dict[str, int] = defaultdict(int)
-    for a in map(c.state.active.get, c.going):
+    out: set[str] = set()
+    for rid in c.going:
+        a = None if rid in c.state.going else c.state.active.get(rid)
         if a is not None and a.placement is not None and a.placement.gpu_type in types:
-            for slot in a.placement.slots:
-                out[slot.node] += len(slot.devices)
-    c.gone[tuple(types)] = (len(c.going), out)
-    return out
+            out.update(a.placement.node_names)
+    found = tuple(sorted(out))
+    c.gone[tuple(types)] = (len(c.going), found)
+    return found

@@ -19,10 +19,15 @@ Invariants:
   preempted (the victim candidates), matching the counts in ``victims``; ``victim_ends[(project,
   type, class)]`` holds their expected ends (start + ``max_runtime``, infinite without one),
   sorted, so ``longest_to_go`` is one lookup.
+- A run being preempted (``going``: its preemption decided, its job not yet exited) stays in
+  ``active`` but holds nothing: no devices, no quota, no fair-share usage, no place in the
+  timelines or the victim pools. Its devices are free, except where the preemptor admitted in
+  the same decision took them (the controller, not the core, waits for it to exit).
 - ``ends[node]`` lists, sorted, (end, GPUs, run id) for every whole-GPU slot of an active run
   with a fixed expected end (start + ``max_runtime``); ``moving_ends[node]`` maps run id ->
-  (seconds after now, GPUs) for ends that move with the clock (a run being preempted ends
-  within its grace). ``lines(node, now)`` equals ``backfill._timelines`` for that node.
+  (seconds after now, GPUs) for ends that move with the clock (a run with ``max_runtime``
+  but neither start nor admission time). ``lines(node, now)`` equals
+  ``backfill._timelines`` for that node.
 - ``_reached[node][(free, need)]`` caches ``reach_fixed`` (the walk over the node's fixed
   ends, unclamped); it is dropped whenever ``ends[node]`` changes. Every change of a node's
   ends is also logged in ``cap.changes``, which the reservation's index follows
@@ -261,14 +266,15 @@ class State:
         """A run now holds its placement (``taken``: the cycle booked it already)."""
         assert run.placement is not None, f"active run {run.id} has no placement"
         self.active[run.id] = run
+        if run.preempt_requested:  # being preempted: it holds nothing (see the invariants)
+            self.going.add(run.id)
+            return
         self.touched.add((run.project, run.placement.gpu_type))
         self.hope_stale.add(run.project)
         if not taken:
             self.cap.take(run.project, run.placement, run.request.gpu_types)
         self._timeline(run, add=True)
-        if run.preempt_requested:
-            self.going.add(run.id)
-        elif run.spec.preemptible:
+        if run.spec.preemptible:
             self._victim(run, +1)
 
     def _victim(self, run: Run, delta: int) -> None:
@@ -338,31 +344,48 @@ class State:
         self.add_active(active, taken)
         return active
 
-    def mark_going(self, run_id: str) -> None:
+    def mark_going(self, run_id: str, released: bool = False) -> None:
+        """The run's preemption was decided: from now on it holds nothing (``released``: the
+        cycle that chose it gave its devices and quota back already)."""
         run = self.active[run_id]
         if run.id in self.going:
             return
-        self.hope_stale.add(run.project)
-        if run.spec.preemptible:
-            self._victim(run, -1)
-        self._timeline(run, add=False)
-        self.active[run_id] = replace(run, preempt_requested=True)
-        self._timeline(self.active[run_id], add=True)
         self.going.add(run_id)
+        self.active[run_id] = replace(run, preempt_requested=True)
+        self._drop(run, released)
 
     def finish(self, run_id: str) -> Run:
         run = self.active.pop(run_id)
+        if run_id in self.going:  # it held nothing since its preemption was decided
+            self.going.discard(run_id)
+            return run
+        self._drop(run, False)
+        return run
+
+    def _drop(self, run: Run, released: bool) -> None:
+        """An active run stops holding anything: devices, quota, timeline, victim pool."""
         assert run.placement is not None
         self.touched.add((run.project, run.placement.gpu_type))
         self.hope_stale.add(run.project)
-        self.cap.release(run.project, run.placement, run.request.gpu_types)
-        self.memo.released(run.placement.gpu_type, run.placement.node_names)
+        if not released:
+            self.cap.release(run.project, run.placement, run.request.gpu_types)
         self._timeline(run, add=False)
-        if run_id in self.going:
-            self.going.discard(run_id)
-        elif run.spec.preemptible:
+        if run.spec.preemptible:
             self._victim(run, -1)
-        return run
+        self.memo.released(run.placement.gpu_type, run.placement.node_names)
+
+    def checkpoint(self, run_id: str, at: float) -> None:
+        """An active run reported a checkpoint at ``at`` (``Run.last_checkpoint_at``): what
+        a same-class preemption asks of a victim (``Cycle._ready``) and its lost work."""
+        run = self.active.get(run_id)
+        if run is None:
+            return
+        run = replace(run, last_checkpoint_at=at)
+        self.active[run_id] = run
+        assert run.placement is not None
+        pool = self.running.get((run.project, run.placement.gpu_type))
+        if pool is not None and run_id in pool:
+            pool[run_id] = run
 
     def _timeline(self, run: Run, add: bool) -> None:
         """Book (or unbook) the run's expected end on its nodes, as ``backfill.expected_end``
@@ -370,9 +393,7 @@ class State:
         assert run.placement is not None
         mr = run.spec.max_runtime_s
         start = start_of(run)
-        if run.preempt_requested:
-            fixed, offset = None, run.spec.checkpoint.grace_s
-        elif mr is None:
+        if mr is None:
             return
         elif start is None:
             fixed, offset = None, mr

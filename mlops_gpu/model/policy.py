@@ -25,6 +25,13 @@ class PolicySettings:
     #: large, which keeps most of the JCT gain with far less lost work and churn (measured in
     #: ``benchmarks/philly_week.py``).
     shortest_preempt_ratio: float = 8.0
+    #: A run of the preemptor's own project and class (``las``, ``shortest``) is a victim
+    #: only after running this long (KAI-Scheduler's guaranteed minimum runtime): seconds
+    #: since it started (or was admitted). Lower classes and reclaimed borrowing ignore it.
+    min_runtime_before_preemption_s: float = 600.0
+    #: Whether such a same-class victim may be one that has not reported a checkpoint
+    #: (``mg.checkpoint_saved()``); by default it may not (it would restart from zero).
+    preempt_uncheckpointed: bool = False
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     #: Order across projects by weighted dominant share (allocation + decayed usage).
     fair_share: bool = True

@@ -78,4 +78,7 @@ def event_to_public(e: Any) -> dict[str, Any]:
         "phase_to": e.phase_to,
         "attempt": e.attempt,
         "reason": e.reason,
+        # preempting events: GPU-seconds of work thrown away (since the victim's last
+        # checkpoint, else its attempt's start); null on other events
+        "lost_gpu_s": None if e.lost_gpu_s is None else round(e.lost_gpu_s, 1),
     }

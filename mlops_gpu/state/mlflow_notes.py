@@ -42,9 +42,15 @@ class UnclosedMlflowRun:
     gpu_seconds: float = 0.0
     queued_at: float | None = None
     mean_util: float | None = None
+    #: A preempted attempt: the work its preemption threw away (its ``preempting`` event).
+    lost_gpu_s: float | None = None
 
 
-def unclosed(conn: Connection, active: Collection[Phase]) -> list[UnclosedMlflowRun]:
+def unclosed(
+    conn: Connection, active: Collection[Phase], with_lost: bool = True
+) -> list[UnclosedMlflowRun]:
+    """``with_lost``: read preempted attempts' ``lost_gpu_s`` (False for a store migrated from
+    before v7, which lacks the column)."""
     opened: dict[tuple[str, int], list[str]] = {}  # in the order noted
     closed: set[str] = set()
     q = (
@@ -81,6 +87,16 @@ def unclosed(conn: Connection, active: Collection[Phase]) -> list[UnclosedMlflow
     for i in range(0, len(over_ids), CHUNK):
         for row in conn.execute(select(usage).where(usage.c.run_id.in_(over_ids[i : i + CHUNK]))):
             ledger[(row.run_id, row.attempt)] = row
+    lost: dict[tuple[str, int], float | None] = {}
+    preempted = sorted({k[0] for k, u in ledger.items() if u.outcome == "preempted"})
+    for i in range(0, len(preempted) if with_lost else 0, CHUNK):
+        q = (
+            select(events.c.run_id, events.c.attempt, events.c.lost_gpu_s)
+            .where(events.c.kind == "preempting", events.c.run_id.in_(preempted[i : i + CHUNK]))
+            .order_by(events.c.id)
+        )
+        for e in conn.execute(q):
+            lost[(e.run_id, e.attempt)] = e.lost_gpu_s
     for (rid, attempt), mlflow_id in sorted(over.items()):
         u = ledger.get((rid, attempt))
         if u is None:
@@ -88,7 +104,7 @@ def unclosed(conn: Connection, active: Collection[Phase]) -> list[UnclosedMlflow
         else:
             out.append(UnclosedMlflowRun(rid, attempt, mlflow_id, u.outcome, u.gpu_type,
                                          u.start, u.end, u.gpu_seconds, u.queued_at,
-                                         u.mean_util))  # fmt: skip
+                                         u.mean_util, lost.get((rid, attempt))))  # fmt: skip
     return out
 
 

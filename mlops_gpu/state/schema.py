@@ -93,6 +93,9 @@ events = Table(
     Column("reason", Text, nullable=False, default=""),
     Index("ix_events_run", "run_id"),
     Index("ix_events_kind", "kind"),  # v5: a start reads the MLflow notes by kind
+    # v7: GPU-seconds of work a ``preempting`` event throws away (since the victim's last
+    # checkpoint, else since it started); null on every other event
+    Column("lost_gpu_s", Float),
 )
 
 usage = Table(
@@ -213,7 +216,8 @@ def _v5(conn: Connection) -> None:
 
     if "ix_events_kind" not in {ix["name"] for ix in inspect(conn).get_indexes("events")}:
         conn.execute(text("CREATE INDEX ix_events_kind ON events (kind)"))
-    done = [(u.run_id, u.attempt, CLOSED, u.mlflow_run_id) for u in unclosed(conn, ACTIVE_PHASES)]
+    old = unclosed(conn, ACTIVE_PHASES, with_lost=False)  # (events.lost_gpu_s comes with v7)
+    done = [(u.run_id, u.attempt, CLOSED, u.mlflow_run_id) for u in old]
     if done:
         conn.execute(events.insert(), note_rows(done, time.time()))
 
@@ -223,9 +227,13 @@ def _v6(conn: Connection) -> None:
     scheduler_status.create(conn, checkfirst=True)
 
 
+def _v7(conn: Connection) -> None:
+    _add_missing_columns(conn, events, ["lost_gpu_s"])
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6),
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

@@ -43,6 +43,9 @@ class Event:
     phase_to: str | None
     attempt: int
     reason: str
+    #: ``preempting`` events: the GPU-seconds of work the preemption throws away (since the
+    #: victim's last checkpoint, else since its attempt started); None on other events.
+    lost_gpu_s: float | None = None
 
 
 def new_run_id() -> str:
@@ -361,7 +364,16 @@ class Store:
             q = q.where(events.c.run_id == run_id)
         with self._ro() as conn:
             return [
-                Event(r.run_id, r.time, r.kind, r.phase_from, r.phase_to, r.attempt, r.reason)
+                Event(
+                    r.run_id,
+                    r.time,
+                    r.kind,
+                    r.phase_from,
+                    r.phase_to,
+                    r.attempt,
+                    r.reason,
+                    r.lost_gpu_s,
+                )
                 for r in conn.execute(q)
             ]
 
@@ -460,6 +472,8 @@ class Store:
             for run_id, handle in items:
                 row = rows[run_id]
                 values: dict[str, Any] = {"handle": handle}
+                if row.reason_code == "preempting":  # a preemptor that waited (``set_waiting``)
+                    values.update(reason_code=None, reason=None, eta=None)
                 if phase is Phase.RUNNING:
                     values["started_at"] = row.started_at if row.started_at is not None else now
                 if row.phase == phase.value:  # a new handle only (a reconciled job)
@@ -658,7 +672,11 @@ class Store:
                 )
             return phase
 
-    def mark_preempting(self, run_id: str, reason: str, now: float | None = None) -> None:
+    def mark_preempting(
+        self, run_id: str, reason: str, now: float | None = None, lost_gpu_s: float | None = None
+    ) -> None:
+        """Flag an active run for preemption, with its ``preempting`` event (``lost_gpu_s``:
+        the work the preemption throws away, shown by ``status --events`` and MLflow)."""
         now = time.time() if now is None else now
         with self._tx() as conn:
             row = self._locked(conn, run_id)
@@ -669,7 +687,36 @@ class Store:
                 .where(runs.c.id == run_id)
                 .values(preempt_requested=True, rev=self._bump(conn))
             )
-            self._event(conn, run_id, now, "preempting", None, None, row.attempt, reason)
+            conn.execute(
+                events.insert().values(
+                    run_id=run_id, time=now, kind="preempting", attempt=row.attempt,
+                    reason=reason, lost_gpu_s=lost_gpu_s,
+                )
+            )  # fmt: skip
+
+    def set_waiting(
+        self, items: Sequence[tuple[str, str, float | None]], now: float | None = None
+    ) -> None:
+        """For admitted runs not launched yet (a preemptor waiting for its victims to exit):
+        (run id, reason, eta). The reason is stored (code ``preempting``) without raising the
+        revision (it changes nothing the scheduler decides on); a new reason text is also an
+        event ``waiting``, so ``status --events`` shows why the start waited."""
+        if not items:
+            return
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            rows = locked_rows(conn, [run_id for run_id, _, _ in items])
+            for run_id, reason, eta in items:
+                row = rows[run_id]
+                if row.phase != Phase.ADMITTED.value or row.handle is not None:
+                    continue
+                if row.reason != reason:
+                    self._event(conn, run_id, now, "waiting", None, None, row.attempt, reason)
+                conn.execute(
+                    runs.update()
+                    .where(runs.c.id == run_id)
+                    .values(reason_code="preempting", reason=reason, eta=eta)
+                )
 
     def record_checkpoint(self, run_id: str, now: float | None = None) -> None:
         now = time.time() if now is None else now

@@ -1,5 +1,5 @@
-"""Differential test: over random sequences of submits, completions, preemptions and capacity
-changes, the incremental engine (state kept between cycles) decides exactly what a
+"""Differential test: over random sequences of submits, completions, preemptions, checkpoints and
+capacity changes, the incremental engine (state kept between cycles) decides exactly what a
 from-scratch recomputation decides from the same snapshot."""
 
 from __future__ import annotations
@@ -54,10 +54,13 @@ def scenarios(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
         backfill=draw(st.booleans()),
         preemption=draw(st.booleans()),
         fair_share=draw(st.booleans()),
+        # same-class victims become ready as the clock moves (1 s per event) or they checkpoint
+        min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 10.0])),
+        preempt_uncheckpointed=draw(st.booleans()),
     )
     events: list[tuple[object, ...]] = []
     for i in range(draw(st.integers(5, 40))):
-        kind = draw(st.sampled_from(["submit", "submit", "cycle", "finish", "nodes"]))
+        kind = draw(st.sampled_from(["submit", "submit", "cycle", "finish", "nodes", "checkpoint"]))
         if kind == "submit":
             events.append(
                 (
@@ -77,8 +80,8 @@ def scenarios(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
                     ),
                 )
             )
-        elif kind == "finish":
-            events.append(("finish", draw(st.integers(0, 50))))
+        elif kind in ("finish", "checkpoint"):
+            events.append((kind, draw(st.integers(0, 50))))
         elif kind == "nodes":
             events.append(("nodes", draw(st.integers(0, len(nodes) - 1))))
         else:
@@ -111,11 +114,17 @@ def contended(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
         for i in range(3)
     ]
     template = make_snapshot(
-        nodes, projects, now=0.0, order="shortest", backfill=draw(st.booleans())
+        nodes,
+        projects,
+        now=0.0,
+        order="shortest",
+        backfill=draw(st.booleans()),
+        min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 4.0])),
+        preempt_uncheckpointed=draw(st.booleans()),
     )
     events: list[tuple[object, ...]] = []
     for i in range(draw(st.integers(20, 60))):
-        kind = draw(st.sampled_from(["submit", "submit", "cycle", "cycle", "finish"]))
+        kind = draw(st.sampled_from(["submit", "submit", "cycle", "cycle", "finish", "checkpoint"]))
         if kind == "submit":
             gpus, width = draw(st.sampled_from([(1, 1), (2, 1), (4, 1), (8, 1), (4, 2)]))
             run = make_run(
@@ -129,8 +138,8 @@ def contended(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
                 max_runtime_s=draw(st.sampled_from([2.0, 5.0, 50.0, 400.0])),
             )
             events.append(("submit", run))
-        elif kind == "finish":
-            events.append(("finish", draw(st.integers(0, 50))))
+        elif kind in ("finish", "checkpoint"):
+            events.append((kind, draw(st.integers(0, 50))))
         else:
             events.append(("cycle",))
     events.append(("cycle",))
@@ -193,6 +202,9 @@ def replay(template: object, events: list[tuple[object, ...]]) -> None:
                         not_before=now + 2.0,
                     )
                 )
+        elif ev[0] == "checkpoint" and eng.active:
+            rid = sorted(eng.active)[int(ev[1]) % len(eng.active)]  # type: ignore[call-overload]
+            eng.checkpoint(rid, now)
         elif ev[0] == "nodes":
             nodes = list(eng.template.nodes)
             i = int(ev[1]) % len(nodes)  # type: ignore[call-overload]

@@ -1,7 +1,10 @@
 """Property tests (hypothesis) of every decision on random clusters, projects and workloads:
 no node over capacity, no project above nominal + borrowing limit, gangs whole or not at all,
-victims preemptible and of lower priority or borrowing, every pending run explained, and the
-same decision for the same snapshot."""
+victims preemptible and of lower priority or borrowing (or, of the preemptor's own class, ready:
+checkpointed, past the minimum runtime), no wasted preemption (every victim's preemptor is
+admitted in the same decision, on devices its victims held or with the quota they held), every
+pending run explained, and the same decision for the same snapshot. Runs being preempted hold
+nothing: their devices may be booked again."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlops_gpu.core import Snapshot, decide
-from mlops_gpu.core.quota import cohort_roots
+from mlops_gpu.core.quota import QuotaBook, cohort_roots
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 from mlops_gpu.testing.builders import placed_gang
@@ -103,6 +106,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         queueing=draw(st.sampled_from(["best-effort-fifo"] * 3 + ["strict-fifo"])),
         order=draw(st.sampled_from(["submit", "las", "shortest"])),
         backfill=draw(st.booleans()),
+        min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 300.0, 600.0])),
+        preempt_uncheckpointed=draw(st.booleans()),
         usage_history={(p.name, t): draw(st.floats(0, 50_000)) for p in projects for t in TYPES},
     )
 
@@ -115,12 +120,21 @@ def test_every_decision_keeps_the_invariants(snap: Snapshot) -> None:
     nodes = {n.name: n for n in snap.nodes}
     held: dict[str, set[str]] = defaultdict(set)
     used: dict[tuple[str, str], float] = defaultdict(float)
-    for r in snap.active:  # victims keep their GPUs until they have exited
+    victims = {p.run_id for p in d.preemptions}
+    for r in snap.active:  # runs being preempted (and this decision's victims) hold nothing
         assert r.placement is not None
+        if r.preempt_requested:
+            continue
+        used[(r.project, r.placement.gpu_type)] += r.placement.gpu_amount
+        if r.id in victims:
+            continue
         for s in r.placement.slots:
             held[s.node] |= set(s.devices)
-        used[(r.project, r.placement.gpu_type)] += r.placement.gpu_amount
     before = dict(used)
+    for r in snap.active:
+        if r.id in victims:
+            assert r.placement is not None
+            used[(r.project, r.placement.gpu_type)] -= r.placement.gpu_amount
     pending = {r.id: r for r in snap.pending}
     for a in d.admissions:
         run = pending.pop(a.run_id)
@@ -141,9 +155,47 @@ def test_every_decision_keeps_the_invariants(snap: Snapshot) -> None:
             assert amount <= q.nominal + q.borrowing_limit + 1e-9, (project, gpu_type, amount)
     roots = cohort_roots(snap)
     active = {r.id: r for r in snap.active}
+    admitted = {a.run_id: a.placement for a in d.admissions}
+    pending_all = {r.id: r for r in snap.pending}
+    by_preemptor: dict[str, list[str]] = defaultdict(list)
+    for pre in d.preemptions:
+        by_preemptor[pre.for_run].append(pre.run_id)
+    for rid, ids in by_preemptor.items():
+        # no wasted preemption: its preemptor starts on what its victims give back
+        assert rid in admitted, f"{rid} preempted {ids} but was not admitted"
+        mine = {(s.node, d) for s in admitted[rid].slots for d in s.devices}
+        freed = {
+            (s.node, d)
+            for v in ids
+            for s in active[v].placement.slots  # type: ignore[union-attr]
+            for d in s.devices
+        }
+        # or it needed the quota they held: with the usage before the decision and the
+        # admissions ahead of it, its project's quota would not admit it
+        preemptor = next(r for r in snap.pending if r.id == rid)
+        usage: dict[tuple[str, str], float] = defaultdict(float, before)
+        for a in d.admissions:
+            if a.run_id == rid:
+                break
+            usage[(pending_all[a.run_id].project, a.placement.gpu_type)] += a.placement.gpu_amount
+        t = admitted[rid].gpu_type
+        needs_quota = any(active[v].project != preemptor.project for v in ids) or not QuotaBook(
+            snap, usage
+        ).admits(preemptor.project, t, admitted[rid].gpu_amount)
+        assert mine & freed or needs_quota, (rid, ids)
+    pol = snap.policy
     for pre in d.preemptions:
         victim, preemptor = active[pre.run_id], next(r for r in snap.pending if r.id == pre.for_run)
         assert victim.spec.preemptible and not victim.preempt_requested
+        assert pre.lost_gpu_s >= 0.0
+        if victim.project == preemptor.project and snap.priority_of(victim) == snap.priority_of(
+            preemptor
+        ):
+            # rule B: a run of the preemptor's own class must be ready
+            assert victim.last_checkpoint_at is not None or pol.preempt_uncheckpointed
+            start = victim.started_at if victim.started_at is not None else victim.admitted_at
+            assert start is not None
+            assert snap.now - start >= pol.min_runtime_before_preemption_s
         if victim.project == preemptor.project:
             lower = snap.priority_of(victim) < snap.priority_of(preemptor)
             same = snap.priority_of(victim) == snap.priority_of(preemptor)
@@ -152,9 +204,9 @@ def test_every_decision_keeps_the_invariants(snap: Snapshot) -> None:
                 snap.policy.order == "shortest"
                 and same
                 and preemptor.spec.max_runtime_s is not None
+                and victim.spec.max_runtime_s is not None  # an unknown end is no victim
                 and (
-                    victim.spec.max_runtime_s is None
-                    or (victim.started_at or victim.admitted_at or snap.now)
+                    (victim.started_at or victim.admitted_at or snap.now)
                     + victim.spec.max_runtime_s
                     - snap.now
                     > preemptor.spec.max_runtime_s

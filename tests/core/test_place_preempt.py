@@ -174,17 +174,36 @@ LENDER = make_project("q", 2, cohort=ORG)
 BORROWER = make_project("p", 2, None, cohort=ORG)
 
 
-def quick_vs_long(long_max_runtime: float, **policy: object) -> Snapshot:
+def quick_vs_long(
+    long_max_runtime: float | None,
+    checkpoint: float | None = 500.0,
+    started: float = 0.0,
+    **policy: object,
+) -> Snapshot:
     """At 1,000 s, "quick" (4 GPUs, max_runtime 600 s) waits while "long" of the same project
-    and class, started at 0, holds the only node's 4 GPUs."""
+    and class, started at ``started`` (0) and checkpointed at ``checkpoint`` (500), holds the
+    only node's 4 GPUs."""
     return snap(
         N4,
         [make_project("p", 8)],
         [run("quick", gpus=4, max_runtime_s=600.0)],
-        [busy("long", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=long_max_runtime)],
+        [
+            busy(
+                "long",
+                "p",
+                "n1",
+                ["0", "1", "2", "3"],
+                max_runtime_s=long_max_runtime,
+                last_checkpoint_at=checkpoint,
+                admitted_at=started,
+            )
+        ],
         now=1000.0,
         **policy,
     )
+
+
+ALL4 = ("0", "1", "2", "3")
 
 
 PREEMPTION = {
@@ -195,9 +214,11 @@ PREEMPTION = {
             [run("hi", gpus=4, priority="high")],
             [busy("lo", "p", "n1", ["0", "1", "2", "3"], priority="low")],
         ),
+        # rule A: the preemptor is admitted in the same decision, on its victim's devices (a
+        # lower class needs neither a checkpoint nor a minimum runtime)
+        admit={"hi": "n1"},
+        devices={"hi": ALL4},
         preempt={"lo"},
-        codes={"hi": RC.PREEMPTING},
-        says={"hi": "preempting 1 run(s) (lo)"},
     ),
     "equal-priority-is-not-preempted": Case(
         snap(N4, [PREEMPT_P], [run("a", gpus=4)], [busy("b", "p", "n1", ["0", "1", "2", "3"])]),
@@ -219,9 +240,9 @@ PREEMPTION = {
             [run("q1", "q", gpus=2)],
             [busy("b1", "p", "n1", ["0", "1"]), busy("b2", "p", "n1", ["2", "3"])],
         ),
+        admit={"q1": "n1"},
+        devices={"q1": ("0", "1")},
         preempt={"b1"},
-        codes={"q1": RC.PREEMPTING},
-        says={"q1": "preempting"},
     ),
     "no-reclaim-from-non-borrower": Case(
         snap(
@@ -251,6 +272,8 @@ PREEMPTION = {
                 busy("fresh", "p", "n1", ["2", "3"], priority="low", last_checkpoint_at=990.0),
             ],
         ),
+        admit={"hi": "n1"},
+        devices={"hi": ("2", "3")},
         preempt={"fresh"},
     ),
     "fewest-victims-on-a-tie": Case(
@@ -264,6 +287,7 @@ PREEMPTION = {
                 busy("pair", "p", "n1", ["2", "3"], priority="low", last_checkpoint_at=500.0),
             ],
         ),
+        admit={"hi": "n1"},
         preempt={"pair"},
     ),
     "victims-on-the-node-that-helps": Case(
@@ -277,9 +301,10 @@ PREEMPTION = {
                 busy("c2", "p", "n2", ["0", "1"], priority="low", last_checkpoint_at=900.0),
             ],
         ),
+        admit={"hi": "n2"},
         preempt={"c2"},
     ),
-    "in-flight-preemption-is-awaited": Case(
+    "a-run-being-preempted-holds-nothing": Case(
         snap(
             N4,
             [PREEMPT_P],
@@ -296,9 +321,8 @@ PREEMPTION = {
                 )
             ],
         ),
-        codes={"hi": RC.PREEMPTING},
-        says={"hi": "waiting for preempted run(s) lo"},
-        eta={"hi": 1020.0},
+        # (its devices are free in the core: the controller waits for it to exit)
+        admit={"hi": "n1"},
     ),
     "preemption-switched-off": Case(
         snap(
@@ -315,15 +339,63 @@ PREEMPTION = {
             N4,
             [make_project("p", 8)],
             [run("new", gpus=4)],
+            [
+                busy(
+                    "hog",
+                    "p",
+                    "n1",
+                    ["0", "1", "2", "3"],
+                    attained_gpu_s=50_000.0,
+                    last_checkpoint_at=900.0,
+                )
+            ],
+            order="las",
+        ),
+        admit={"new": "n1"},
+        preempt={"hog"},
+    ),
+    "las-spares-an-uncheckpointed-run-of-its-class": Case(
+        snap(
+            N4,
+            [make_project("p", 8)],
+            [run("new", gpus=4)],
             [busy("hog", "p", "n1", ["0", "1", "2", "3"], attained_gpu_s=50_000.0)],
             order="las",
         ),
-        preempt={"hog"},
+        codes={"new": RC.NO_CAPACITY},
     ),
     "shortest-preempts-a-run-with-far-longer-to-go": Case(
         # started at 0, expected to run until 100,000: 99,000 s left at now=1,000 > 8 x 600
         quick_vs_long(100_000.0),
+        admit={"quick": "n1"},
+        devices={"quick": ALL4},
         preempt={"long"},
+    ),
+    "shortest-spares-an-uncheckpointed-run-of-its-class": Case(
+        quick_vs_long(100_000.0, checkpoint=None),
+        codes={"quick": RC.NO_CAPACITY},
+    ),
+    "shortest-takes-an-uncheckpointed-run-when-configured": Case(
+        quick_vs_long(100_000.0, checkpoint=None, preempt_uncheckpointed=True),
+        admit={"quick": "n1"},
+        preempt={"long"},
+    ),
+    "shortest-spares-a-run-of-its-class-under-the-minimum-runtime": Case(
+        # started at 500: 500 s run by now=1,000 < 600 (the default minimum)
+        quick_vs_long(100_000.0, checkpoint=900.0, started=500.0),
+        codes={"quick": RC.NO_CAPACITY},
+    ),
+    "shortest-minimum-runtime-is-configurable": Case(
+        quick_vs_long(
+            100_000.0, checkpoint=900.0, started=500.0, min_runtime_before_preemption_s=500.0
+        ),
+        admit={"quick": "n1"},
+        preempt={"long"},
+    ),
+    "shortest-spares-a-run-of-its-class-without-max-runtime": Case(
+        # its end is unknown: not taken as infinitely long
+        quick_vs_long(None),
+        codes={"quick": RC.NO_CAPACITY},
     ),
     "shortest-keeps-a-run-within-the-ratio": Case(
         # 4,000 s left: longer than the run, but not 8 x longer: no churn for a small gain
@@ -332,6 +404,7 @@ PREEMPTION = {
     ),
     "shortest-ratio-1-is-plain-srtf": Case(
         quick_vs_long(5000.0, shortest_preempt_ratio=1.0),
+        admit={"quick": "n1"},
         preempt={"long"},
     ),
     "shortest-no-swap-a-borrowing-run-for-its-own-runs-within-nominal": Case(
@@ -364,6 +437,7 @@ PREEMPTION = {
                 busy("v2", "p", "n2", ["0", "1"], priority="low"),
             ],
         ),
+        admit={"g": ("n1", "n2")},
         preempt={"v1", "v2"},
     ),
 }
@@ -400,6 +474,8 @@ def test_preemption_carries_signal_and_grace() -> None:
     )
     (pre,) = decide(s).preemptions
     assert (pre.signal, pre.grace_s, pre.for_run) == ("SIGUSR1", 45.0, "hi")
+    # 4 GPUs since its start at 0 (no checkpoint), at now=1,000
+    assert pre.lost_gpu_s == 4000.0
     assert "preempted for run hi" in pre.reason
 
 
