@@ -24,7 +24,9 @@ from conftest import core_bench  # noqa: E402
 def test_the_compiled_core_decides_exactly_as_the_python_core() -> None:
     python, compiled = core_bench("--core", "installed"), core_bench("--core", "compiled")
     assert (python["core"], compiled["core"]) == ("python", "compiled")
-    assert python["cycles"] == compiled["cycles"] and python["cycles"] > 1000
+    # (a cycle per completion of the 1,000 runs, some at the same moment; this workload
+    # reports no checkpoints, so only reclaim preempts and adds none)
+    assert python["cycles"] == compiled["cycles"] and python["cycles"] > 900
     assert python["preemptions"] == compiled["preemptions"]
     assert python["decisions_sha256"] == compiled["decisions_sha256"]
 
