@@ -307,6 +307,46 @@ def test_a_preemptor_starts_with_its_victim_which_then_holds_nothing(native: Any
     assert nat.used == ref.used == {("p0", TYPES[0]): 16.0}
 
 
+def _reclaim(native: Any) -> tuple[Any, Decision]:
+    """A cohort tree that lends nothing as the cycle begins (b borrows all of a's 8 GPUs); a's
+    run reclaims them for 1 GPU: the tree lends 7 again within that cycle. Returns the state
+    before that cycle and the native engine's decision."""
+    t = TYPES[0]
+    template = make_snapshot(
+        [make_node("n0", 8, t, backend="b1")],
+        [
+            make_project(name, cohort="org", quotas={t: Quota(nominal, None)})
+            for name, nominal in (("a", 8), ("b", 0), ("c", 0))
+        ],
+        now=0.0,
+    )
+    ref, nat = Incremental(template), NativeEngine(template, native)
+    for eng in (ref, nat):
+        eng.submit(make_run("v", "b", gpus=8, seq=0))
+        eng.cycle(1.0)
+        eng.submit(make_run("x", "c", gpus=1, seq=1, priority="high"))  # org exhausted: waits
+        eng.submit(make_run("r", "a", gpus=1, seq=2))  # reclaims v's borrowing
+        eng.submit(make_run("w", "c", gpus=1, seq=3, priority="low"))
+    return ref.snapshot(2.0), nat.cycle(2.0)
+
+
+def test_quota_a_victim_gives_back_is_lent_again_in_the_same_cycle(native: Any) -> None:
+    _, got = _reclaim(native)
+    assert [a.run_id for a in got.admissions] == ["r", "w"]
+    assert [(p.run_id, p.for_run) for p in got.preemptions] == [("v", "r")]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Python core: Cycle._cohort_exhausted's memo assumes usage only grows within a "
+    "cycle, which rule A's in-cycle evictions break (H1_DECISIONS.md)",
+)
+def test_quota_a_victim_gives_back_decide_agrees(native: Any) -> None:
+    snap, got = _reclaim(native)
+    want = decide(snap)
+    assert (got.admissions, got.preemptions) == (want.admissions, want.preemptions)
+
+
 def test_explanations_are_the_python_cores(native: Any) -> None:
     nodes = [make_node("n0", 4, TYPES[0], backend="b1")]
     projects = [make_project("p0", cohort="org", quotas={TYPES[0]: Quota(4, 0)})]
@@ -349,7 +389,8 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
 def test_the_benchmark_digest_is_the_python_cores(native: Any) -> None:
     python, ours = core_bench("--core", "installed"), core_bench("--core", "native")
     assert (python["core"], ours["core"]) == ("python", "native")
-    assert python["cycles"] == ours["cycles"] and python["cycles"] > 1000
+    # (949 cycles since a same-class victim must have checkpointed: the workload reports none)
+    assert python["cycles"] == ours["cycles"] and python["cycles"] > 900
     assert python["preemptions"] == ours["preemptions"] > 0
     assert python["decisions_sha256"] == ours["decisions_sha256"]
 
