@@ -665,9 +665,15 @@ class Cycle:
         )
 
     def _with_active(self) -> Snapshot:
-        """The cycle's snapshot with the state's active runs (the ETAs read their ends)."""
+        """The cycle's snapshot with the state's active runs (the ETAs read their ends); the
+        victims this cycle chose are marked as being preempted (they hold nothing now)."""
         if self._full is None:
-            self._full = replace(self.snap, active=tuple(self.state.active.values()))
+            chosen = {p.run_id for p in self.preemptions}
+            active = tuple(
+                replace(a, preempt_requested=True) if a.id in chosen else a
+                for a in self.state.active.values()
+            )
+            self._full = replace(self.snap, active=active)
         return self._full
 
     def explain(self) -> list[PendingReason]:

@@ -17,7 +17,9 @@ Baselines: ``kueue-like`` (nominal quota and cohort borrowing, best-effort FIFO,
 head first across projects, no fair share, reclaim of lent quota, no backfill), ``drf``
 (weighted dominant share of current allocation only, no quota limits, no preemption), ``las``
 (Tiresias' discretized 2D-LAS in one pool, preempting jobs in a higher service level).
-``default`` is the product's policy as shipped.
+``default`` is the product's policy as shipped. The references that preempt within a class
+(``srtf-oracle``, ``las``) model systems without a minimum runtime or a checkpoint condition
+(``min_runtime_before_preemption_s: 0``, ``preempt_uncheckpointed: true``).
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ PRESETS: dict[str, Preset] = {
             PolicySettings(
                 order="shortest",
                 shortest_preempt_ratio=1.0,
+                min_runtime_before_preemption_s=0.0,
+                preempt_uncheckpointed=True,
                 fair_share=False,
                 preemption=True,
                 backfill=False,
@@ -96,7 +100,14 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "las",
-            PolicySettings(order="las", fair_share=False, preemption=True, backfill=False),
+            PolicySettings(
+                order="las",
+                fair_share=False,
+                preemption=True,
+                backfill=False,
+                min_runtime_before_preemption_s=0.0,
+                preempt_uncheckpointed=True,
+            ),
             quotas=False,
             about="Tiresias 2D-LAS (discretized attained service), preemptive, one pool",
         ),

@@ -6,10 +6,16 @@ where it is installed and implements the policy and every job of the trace (``en
 ``auto``, ``python`` or ``native``, which insists).
 
 Each event time (arrivals, completions) runs one scheduling cycle, and another at once while a
-cycle preempts (victims stop instantly here: the simulated grace is 0). The preemption model of
-BENCHMARKS.md: jobs are preemptible and checkpoint every ``CHECKPOINT_S`` seconds of progress;
-a preempted job keeps its checkpointed progress, loses the rest, and pays ``RESTART_S`` of
-overhead when it starts again. ``max_runtime`` (what backfill and ETAs use) is 2 x the true
+cycle preempts. Preemption as the controller applies it: a decision that preempts admits the
+preemptor too, on the devices its victims free; the victims stop (instantly here: the simulated
+grace is 0), and the preemptor starts once they have exited (at once, then). The preemption
+model of BENCHMARKS.md: jobs are preemptible and checkpoint every ``CHECKPOINT_S`` seconds of
+progress, which they report (``engine.checkpoint``, before each cycle: what a same-class
+preemption asks of its victim, with the minimum runtime). As the controller cycles every tick,
+a cycle also runs when a running attempt becomes a possible same-class victim (its first
+checkpoint and its minimum runtime both reached: ``ready``); a preempted job keeps its
+checkpointed progress, loses the rest, and pays ``RESTART_S`` of overhead when it starts
+again. ``max_runtime`` (what backfill and ETAs use) is 2 x the true
 remaining time plus the restart overhead, as the pinned references require (1 x for the
 ``srtf-oracle``, which knows durations).
 
@@ -29,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Protocol, cast
 
 from mlops_gpu.core import native
 from mlops_gpu.core.engine import Incremental
@@ -196,6 +203,10 @@ class _Attempt:
 ENGINES = ("auto", "python", "native")
 
 
+class _Checkpoints(Protocol):
+    def checkpoint(self, run_id: str, at: float) -> None: ...
+
+
 class Simulation:
     def __init__(self, trace: Trace, cluster: Cluster, policy: str, engine: str = "auto") -> None:
         self.trace, self.cluster = trace, cluster
@@ -210,6 +221,10 @@ class Simulation:
         self.engine: Incremental | native.NativeEngine = self._engine(engine)
         self.running: dict[str, _Attempt] = {}
         self.ends: list[tuple[float, int, str]] = []
+        #: (next checkpoint, attempt, job) of each running attempt, reported before each cycle
+        self.checkpoints: list[tuple[float, int, str]] = []
+        #: (time, attempt, job): when a running attempt becomes a possible same-class victim
+        self.ready: list[tuple[float, int, str]] = []
         self.segments: list[tuple[str, float, float, float]] = []
         self.history: dict[tuple[str, str], float] = defaultdict(float)
         self.history_at = 0.0
@@ -234,6 +249,8 @@ class Simulation:
                 None,
             )
         )
+        if why is None and not hasattr(native.NativeEngine, "checkpoint"):
+            why = "the native engine does not take checkpoint reports"
         if why is None:
             return native.NativeEngine(self.template, module)
         if choice == "native":
@@ -286,12 +303,31 @@ class Simulation:
         project = job.project if self.preset.quotas else POOL
         self.history[(project, att.gpu_type)] += decayed(job.total_gpus, att.start, now, now, h)
 
+    def _report_checkpoints(self, now: float) -> None:
+        """Tell the engine of the checkpoints running attempts have made by ``now`` (the
+        latest of each: every ``CHECKPOINT_S`` of progress after the restart overhead)."""
+        while self.checkpoints and self.checkpoints[0][0] <= now:
+            _, attempt, jid = heapq.heappop(self.checkpoints)
+            att = self.running.get(jid)
+            if att is None or self.out[jid].attempts != attempt:
+                continue  # that attempt ended
+            done = math.floor((now - att.start - att.overhead) / CHECKPOINT_S)
+            # (the native engine is chosen only where it has ``checkpoint``: ``_engine``)
+            cast(_Checkpoints, self.engine).checkpoint(
+                jid, att.start + att.overhead + done * CHECKPOINT_S
+            )
+            nxt = att.start + att.overhead + (done + 1) * CHECKPOINT_S
+            heapq.heappush(self.checkpoints, (nxt, attempt, jid))
+
     def _cycle(self, now: float) -> int:
         self._decay(now)
+        self._report_checkpoints(now)
         t0 = time.perf_counter()
         d = self.engine.cycle(now, dict(self.history))
         self.cycle_s += time.perf_counter() - t0
         self.cycles += 1
+        for p in d.preemptions:  # the victims exit (grace 0) before their preemptors start
+            self._preempted(p.run_id, now)
         for a in d.admissions:
             job = self.jobs[a.run_id]
             o = self.out[job.id]
@@ -301,10 +337,24 @@ class Simulation:
                 o.first_start = now
             self.running[job.id] = _Attempt(now, overhead, a.placement.gpu_type)
             heapq.heappush(self.ends, (now + overhead + self.remaining[job.id], o.attempts, job.id))
-        for p in d.preemptions:
-            self._preempted(p.run_id, now)
+            first = now + overhead + CHECKPOINT_S
+            heapq.heappush(self.checkpoints, (first, o.attempts, job.id))
+            ready = self._ready_at(now, first)
+            if ready is not None:
+                heapq.heappush(self.ready, (ready, o.attempts, job.id))
         self._check_quota()
         return len(d.preemptions)
+
+    def _ready_at(self, start: float, first_checkpoint: float) -> float | None:
+        """When an attempt started at ``start`` may become a same-class victim, later than
+        ``start`` (None: no such moment, or at once)."""
+        pol = self.preset.settings
+        if not pol.preemption or pol.order not in ("las", "shortest"):
+            return None
+        at = start + pol.min_runtime_before_preemption_s
+        if not pol.preempt_uncheckpointed:
+            at = max(at, first_checkpoint)
+        return at if at > start else None
 
     def _preempted(self, job_id: str, now: float) -> None:
         job, o = self.jobs[job_id], self.out[job_id]
@@ -347,7 +397,10 @@ class Simulation:
             )
             if t_next == math.inf:
                 break
+            t_next = min(t_next, self.ready[0][0] if self.ready else math.inf)
             now = t_next
+            while self.ready and self.ready[0][0] <= now:
+                heapq.heappop(self.ready)  # (a cycle runs at this time anyway)
             while self.ends and self.ends[0][0] <= now:
                 _, attempt, jid = heapq.heappop(self.ends)
                 if jid in self.running and self.out[jid].attempts == attempt:

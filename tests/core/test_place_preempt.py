@@ -304,6 +304,32 @@ PREEMPTION = {
         admit={"hi": "n2"},
         preempt={"c2"},
     ),
+    "a-victims-gpus-count-once-in-the-etas": Case(
+        # lo's 8 GPUs go back now (hi takes 4, 4 are free): they are not also released at lo's
+        # expected end (1,200), so 'next' (8 GPUs) waits for hi's end, not for lo's
+        snap(
+            [make_node("n1", 8)],
+            [make_project("p", 16)],
+            [
+                run("hi", gpus=4, priority="high", max_runtime_s=100_000.0),
+                run("next", gpus=8, seq=1),
+            ],
+            [
+                busy(
+                    "lo",
+                    "p",
+                    "n1",
+                    [str(i) for i in range(8)],
+                    priority="low",
+                    max_runtime_s=1200.0,
+                )
+            ],
+        ),
+        admit={"hi": "n1"},
+        preempt={"lo"},
+        codes={"next": RC.NO_CAPACITY},
+        eta={"next": 101_000.0},
+    ),
     "a-run-being-preempted-holds-nothing": Case(
         snap(
             N4,

@@ -104,6 +104,25 @@ def test_default_preempts_its_own_class_only_for_a_large_gain() -> None:
     assert out["S"].finish == 4000.0
 
 
+# 2 GPUs. L (2 GPUs, 40,000 s) at 0; S (2 GPUs, 400 s) at 1,000 s: L is expected to go on for
+# far more than 8 x S's 800 s, but has not checkpointed yet (its first checkpoint: 1,800 s).
+NO_CHECKPOINT_YET = Trace(
+    "no-checkpoint-yet",
+    (TraceJob("L", 0.0, 40_000.0, 2, 1, "p"), TraceJob("S", 1000.0, 400.0, 2, 1, "p")),
+    {"p": 1.0},
+)
+
+
+def test_default_preempts_its_own_class_only_once_the_victim_has_checkpointed() -> None:
+    r = simulate(NO_CHECKPOINT_YET, Cluster(1, 2), "default")
+    out = {o.job.id: o for o in r.outcomes}
+    # Not at 1,000 s (nothing saved: all would be lost), but at L's first checkpoint, where
+    # S is admitted in the same decision and starts as L exits: nothing lost, no GPU idle.
+    assert out["L"].preempted == 1 and out["L"].lost_gpu_s == pytest.approx(0.0)
+    assert out["S"].first_start == 1800.0 and out["S"].finish == 2200.0
+    assert out["L"].finish == pytest.approx(2200.0 + 60.0 + 40_000.0 - 1800.0)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_compare_fills_gap_closed_from_both_references(workers: int) -> None:
     out, results = compare(
