@@ -3,7 +3,7 @@
 # services the tests need (PostgreSQL and a 4-node Slurm cluster from Debian's packages, a
 # Kubernetes control plane with 100 kwok GPU nodes built from Go modules; they stay up for the
 # next run, `scripts/*.sh stop` ends them), lint, type-check (Python, and the native engine's
-# Rust with cargo where cargo is installed), then pytest.
+# Rust with cargo where cargo is installed, and its unit tests: cargo test), then pytest.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,10 +43,11 @@ echo "== ruff" >&2
 echo "== mypy --strict (model, core, state, sim)" >&2
 .venv/bin/mypy
 if command -v cargo >/dev/null; then
-  echo "== cargo fmt --check, cargo clippy (native/)" >&2
+  echo "== cargo fmt --check, cargo clippy, cargo test (native/)" >&2
   (cd native && cargo fmt --check &&
-    CARGO_TARGET_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/mlops-gpu/native-target" \
-    PYO3_PYTHON="$PWD/../.venv/bin/python" cargo clippy --release --locked -q -- -D warnings)
+    export CARGO_TARGET_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/mlops-gpu/native-target" \
+      PYO3_PYTHON="$PWD/../.venv/bin/python" &&
+    cargo clippy --release --locked -q -- -D warnings && cargo test --locked -q)
 else
   echo "cargo not found: the native engine's tests will skip (CI makes them fail)" >&2
 fi

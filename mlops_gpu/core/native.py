@@ -1,8 +1,9 @@
 """The native engine: ``engine.Incremental``'s decisions, made by a Rust extension.
 
-``NativeEngine`` has ``Incremental``'s interface (``submit``, ``finish``, ``cycle``,
-``explain_all``, ``pending``, ``active``) and makes the same admissions, placements and
-preemptions, in the same order; ``tests/test_native_core.py`` compares them cycle by cycle on
+``NativeEngine`` has ``Incremental``'s interface (``submit``, ``finish``, ``checkpoint``,
+``cycle``, ``explain_all``, ``pending``, ``active``) and makes the same admissions, placements
+and preemptions (each with its preemptor admitted in the same decision and the victim's lost
+GPU-seconds), in the same order; ``tests/test_native_core.py`` compares them cycle by cycle on
 random workloads, and ``benchmarks/core_throughput.py --core native`` on the full benchmark.
 
 It serves what the extension implements, and says what it does not (``unsupported``,
@@ -181,6 +182,8 @@ class NativeEngine:
                 p.preemption,
                 p.backfill,
                 float(p.shortest_preempt_ratio),
+                float(p.min_runtime_before_preemption_s),
+                p.preempt_uncheckpointed,
             ),
         )
 
@@ -287,6 +290,14 @@ class NativeEngine:
         self._engine.finish(run_id)
         return run
 
+    def checkpoint(self, run_id: str, at: float) -> None:
+        """An active run reported a checkpoint at ``at`` (``State.checkpoint``)."""
+        run = self.active.get(run_id)
+        if run is None:
+            return
+        self.active[run_id] = replace(run, last_checkpoint_at=at)
+        self._engine.checkpoint(run_id, at)
+
     @property
     def used(self) -> dict[tuple[str, str], float]:
         """GPUs held per (project, GPU type), as ``Capacity.used``."""
@@ -325,7 +336,8 @@ class NativeEngine:
         spent: Mapping[str, tuple[float, float]] | None = None,
     ) -> Decision:
         """One cycle; its decision is applied (admitted runs become active, victims are
-        flagged). ``spent`` is accepted for ``Incremental``'s signature: without budgets
+        flagged and hold nothing from then on; each victim's preemptor is among the
+        admissions). ``spent`` is accepted for ``Incremental``'s signature: without budgets
         (``unsupported``) nothing reads it."""
         self._now = now
         while self._backoff and self._backoff[0][0] <= now:
@@ -359,8 +371,8 @@ class NativeEngine:
                 run, phase=Phase.RUNNING, placement=placement, admitted_at=now, started_at=now
             )
         preemptions = []
-        for vid, for_id in preempted:
-            v, run = self.active[vid], self.pending[for_id]
+        for vid, for_id, lost in preempted:
+            v, run = self.active[vid], self.active[for_id]  # admitted in this decision
             why = (
                 f"preempted for run {run.id} (priority {run.spec.priority})"
                 if v.project == run.project
@@ -368,7 +380,7 @@ class NativeEngine:
                 f"{v.project} was borrowing"
             )
             ck = v.spec.checkpoint
-            preemptions.append(Preemption(vid, why, ck.signal, ck.grace_s, for_id))
+            preemptions.append(Preemption(vid, why, ck.signal, ck.grace_s, for_id, lost))
             self.active[vid] = replace(v, preempt_requested=True)
         return Decision(tuple(admissions), tuple(preemptions), ())
 

@@ -2,11 +2,12 @@
 //! the highest; within a class the project with the lowest weighted dominant share takes its
 //! next run, first the runs within nominal quota, then those that borrow; within a project
 //! its runs in order, each queue judged by its head. A run that fits (respecting the
-//! reservation) and its quota admits is admitted; else it may choose victims (`preempt`).
+//! reservation) and its quota admits is admitted; else it may choose victims (`preempt`), and
+//! is then admitted at once on the devices they free.
 //!
 //! Invariant: the same decisions as the Python core's cycle on the same state; a cycle
-//! changes the state only through `cap` (admissions taken, trials given back), and the
-//! engine applies its admissions and victims after it.
+//! changes the state only through `cap` (admissions taken, victims' devices given back,
+//! trials undone), and the engine applies its admissions and victims after it.
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
@@ -34,7 +35,6 @@ pub struct Range {
 enum Outcome {
     Admitted,
     Blocked,
-    TryNext,
     Reserved,
 }
 
@@ -69,7 +69,9 @@ pub struct Cycle<'a> {
     load: Vec<f64>,
     shares: Vec<Option<f64>>,
     pub admissions: Vec<(usize, Placement)>,
-    pub preemptions: Vec<(usize, usize)>,
+    /// (victim, the run admitted in its place, GPU-seconds it loses)
+    pub preemptions: Vec<(usize, usize, f64)>,
+    /// The victims chosen this cycle (the state's pools still hold them until it ends).
     pub going: HashSet<usize>,
     pub used_at_start: Vec<f64>,
     pub reservation: Option<Reservation>,
@@ -91,7 +93,6 @@ impl<'a> Cycle<'a> {
             .enumerate()
             .map(|(k, u)| history.map_or(0.0, |hist| hist[k] / h) + u)
             .collect();
-        let going = st.going.iter().copied().collect();
         let used_at_start = st.cap.used.clone();
         let n = m.projects.len();
         let mut c = Cycle {
@@ -102,7 +103,7 @@ impl<'a> Cycle<'a> {
             shares: vec![None; n],
             admissions: Vec::new(),
             preemptions: Vec::new(),
-            going,
+            going: HashSet::default(),
             used_at_start,
             reservation: None,
             blocked: vec![false; n],
@@ -247,7 +248,7 @@ impl<'a> Cycle<'a> {
                 return false;
             }
             match outcome {
-                Outcome::Blocked => rg.lo = rg.hi,
+                Outcome::Blocked | Outcome::Admitted => rg.lo = rg.hi,
                 Outcome::Reserved => {
                     // identical runs behind it differ only in max_runtime: try the first that
                     // would end before the reservation
@@ -265,7 +266,6 @@ impl<'a> Cycle<'a> {
                     }
                     rg.lo = j;
                 }
-                _ => rg.lo += 1,
             }
         }
     }
@@ -340,25 +340,27 @@ impl<'a> Cycle<'a> {
         if fits_without_reservation && self.reservation.is_some() {
             return Outcome::Reserved;
         }
-        if m.policy.preemption {
-            let search = self.victims_possible(i);
-            let before = self.preemptions.len();
-            if (search || !self.going.is_empty()) && self.preempt(i, &types, search) {
-                return if self.preemptions.len() > before {
-                    Outcome::TryNext
-                } else {
-                    Outcome::Blocked
-                };
-            }
+        if m.policy.preemption && self.victims_possible(i) && self.preempt(i, &types) {
+            return Outcome::Admitted; // with its victims
         }
         Outcome::Blocked
     }
 
-    fn admit(&mut self, i: usize, p: Placement) {
+    pub fn admit(&mut self, i: usize, p: Placement) {
         let project = self.st.runs[i].project;
         self.st.cap.take(self.m, project, &p);
         self.load[self.m.pt(project, p.ty)] += p.amount();
         self.shares[project] = None;
         self.admissions.push((i, p));
+    }
+
+    /// A victim gives its devices, quota and fair-share load back at once.
+    pub fn evict(&mut self, v: usize) {
+        let (m, st) = (self.m, &mut *self.st);
+        let r = &st.runs[v];
+        let p = r.placement.as_ref().expect("an active run");
+        st.cap.release(m, r.project, p);
+        self.load[m.pt(r.project, p.ty)] -= p.amount();
+        self.shares[r.project] = None;
     }
 }

@@ -13,6 +13,8 @@ mod placement;
 mod preempt;
 mod quota;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -23,7 +25,18 @@ use crate::state::{Run, State};
 type NodeSpec = (usize, usize, usize, bool);
 type TermSpec = (f64, Option<f64>, Option<f64>);
 type ProjectSpec = (f64, Option<usize>, Vec<TermSpec>);
-type PolicySpec = (String, Vec<f64>, bool, bool, f64, bool, bool, f64);
+type PolicySpec = (
+    String,
+    Vec<f64>,
+    bool,
+    bool,
+    f64,
+    bool,
+    bool,
+    f64,
+    f64,
+    bool,
+);
 type Slots = Vec<(usize, Vec<u16>)>;
 
 #[pyclass]
@@ -95,7 +108,14 @@ impl Engine {
             preemption,
             backfill,
             ratio,
+            min_runtime_s,
+            preempt_uncheckpointed,
         ) = policy;
+        if min_runtime_s.is_nan() || ratio.is_nan() {
+            return Err(PyValueError::new_err(
+                "policy: min_runtime_before_preemption_s and shortest_preempt_ratio must be numbers",
+            ));
+        }
         let order = match order.as_str() {
             "shortest" => Order::Shortest,
             "submit" => Order::Submit,
@@ -124,6 +144,8 @@ impl Engine {
                 preemption,
                 backfill,
                 shortest_preempt_ratio: ratio,
+                min_runtime_s,
+                preempt_uncheckpointed,
             },
         };
         let st = State::new(&m);
@@ -138,7 +160,8 @@ impl Engine {
 
     /// A run that already holds GPUs (loaded from a store): `slots` are (node, device numbers)
     /// on `backend` and `ty`, `held` all the GPUs it holds (some may be on nodes the cluster no
-    /// longer has); `going`: it is being preempted.
+    /// longer has); `going`: it is being preempted, and then holds nothing (its devices are
+    /// free here, or held by the run admitted in its place).
     #[allow(clippy::too_many_arguments)]
     fn add_active(
         &mut self,
@@ -186,6 +209,20 @@ impl Engine {
         }
     }
 
+    /// An active run reported a checkpoint at `at` (what a same-class preemption asks of a
+    /// victim, and where its lost work starts).
+    fn checkpoint(&mut self, id: &str, at: f64) -> PyResult<()> {
+        match self.st.by_id.get(id) {
+            Some(&i) if self.st.runs[i].placement.is_some() && !at.is_nan() => {
+                self.st.runs[i].last_checkpoint_at = Some(at);
+                Ok(())
+            }
+            _ => Err(PyValueError::new_err(format!(
+                "run {id} is not active, or the time is NaN"
+            ))),
+        }
+    }
+
     /// GPUs held per (project, type), project-major.
     fn used(&self) -> Vec<f64> {
         self.st.cap.used.clone()
@@ -203,14 +240,18 @@ impl Engine {
 
     /// One cycle at `now`, applied to the state; `history`: decayed GPU-seconds per
     /// (project, type), project-major. Returns the admissions (run id, backend, type, slots of
-    /// (node, device numbers)) and the preemptions (victim id, the run it makes room for).
+    /// (node, device numbers)) and the preemptions (victim id, the run it makes room for, which
+    /// is among the admissions, and the GPU-seconds the victim loses).
     #[pyo3(signature = (now, history=None))]
     #[allow(clippy::type_complexity)]
     fn cycle(
         &mut self,
         now: f64,
         history: Option<Vec<f64>>,
-    ) -> PyResult<(Vec<(String, usize, usize, Slots)>, Vec<(String, String)>)> {
+    ) -> PyResult<(
+        Vec<(String, usize, usize, Slots)>,
+        Vec<(String, String, f64)>,
+    )> {
         if history
             .as_ref()
             .is_some_and(|h| h.len() != self.st.cap.used.len())
@@ -233,8 +274,8 @@ impl Engine {
             self.st.activate(m, i, p, now);
         }
         let mut out_p = Vec::with_capacity(preemptions.len());
-        for (v, i) in preemptions {
-            out_p.push((self.st.runs[v].id.clone(), self.st.runs[i].id.clone()));
+        for (v, i, lost) in preemptions {
+            out_p.push((self.st.runs[v].id.clone(), self.st.runs[i].id.clone(), lost));
             self.st.mark_going(m, v);
         }
         Ok((out_a, out_p))
@@ -297,7 +338,6 @@ impl Engine {
             pinned,
             max_runtime,
             preemptible,
-            grace_s,
             last_checkpoint_at,
             attained,
             key,

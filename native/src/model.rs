@@ -50,6 +50,12 @@ pub struct Policy {
     pub preemption: bool,
     pub backfill: bool,
     pub shortest_preempt_ratio: f64,
+    /// Seconds a run must have run before a run of its own project and class may preempt it
+    /// (`PolicySettings.min_runtime_before_preemption_s`).
+    pub min_runtime_s: f64,
+    /// Whether a run of the same project and class may preempt a run that never reported a
+    /// checkpoint (`PolicySettings.preempt_uncheckpointed`).
+    pub preempt_uncheckpointed: bool,
 }
 
 pub struct Model {

@@ -1,13 +1,18 @@
 //! Victim selection (`mlops_gpu.core.preempt` and the preemption rules of `policy.Cycle`).
 //!
 //! Who may be a victim of run R on the type R would use: a preemptible run of R's project of
-//! a lower class (under `shortest`, also one of R's class expected to run on for more than the
-//! ratio x R's max_runtime); a preemptible run of another project of R's cohort tree that
-//! borrowed that type as the cycle began, when R stays within its nominal quota. Runs being
-//! preempted count as gone. Among sufficient sets: the fewest GPU-seconds lost since each
-//! victim's checkpoint (or start), then the fewest victims; a greedy pass in cost order around
-//! each of the most promising nodes, then a prune that keeps only the victims still needed.
-//! Every trial gives back what it took: `cap` is as before when a search returns.
+//! a lower class; one of R's own project and class (`same_class_victim`) that reported a
+//! checkpoint (unless `preempt_uncheckpointed`), has run `min_runtime_s` and is further back
+//! in the order (under `shortest`: expected to run on for more than the ratio x R's
+//! max_runtime, so never one without a max_runtime; under `las`: in a later LAS level); a
+//! preemptible run of another project of R's cohort tree that borrowed that type as the cycle
+//! began, when R stays within its nominal quota. Runs being preempted hold nothing already.
+//! Among sufficient sets: the fewest GPU-seconds lost since each victim's checkpoint (or
+//! start), then the fewest victims; a greedy pass in cost order around each of the most
+//! promising nodes, then a prune that keeps only the victims still needed. Every trial gives
+//! back what it took: `cap` is as before when a search fails; when one succeeds, the victims
+//! give their devices back and R is admitted on the plan's placement in the same step (no
+//! preemption without its preemptor placed).
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -94,6 +99,39 @@ impl Cycle<'_> {
         end.max(self.now) - self.now
     }
 
+    /// Whether `v`, of run `i`'s project and class, may be its victim
+    /// (`Cycle._may_preempt`'s same-class rule): it reported a checkpoint (or the policy
+    /// preempts runs without one), has run at least the guaranteed minimum, and is further back
+    /// in the order than `i`.
+    fn same_class_victim(&self, i: usize, v: usize) -> bool {
+        let (pol, a) = (&self.m.policy, &self.st.runs[v]);
+        if a.last_checkpoint_at.is_none() && !pol.preempt_uncheckpointed {
+            return false;
+        }
+        if a.start().is_none_or(|s| self.now - s < pol.min_runtime_s) {
+            return false;
+        }
+        match pol.order {
+            Order::Las => {
+                pol.las_level(self.attained_now(v)) > pol.las_level(self.st.runs[i].attained)
+            }
+            // an unknown end is not an infinitely long run: no victim
+            Order::Shortest => self
+                .expected_end(v)
+                .is_some_and(|end| self.outlasts(i, end - self.now)),
+            Order::Submit => false,
+        }
+    }
+
+    /// When an active run not being preempted is expected to end (`backfill.expected_end`):
+    /// start + max_runtime (now + max_runtime without a start), never before now; None without
+    /// a max_runtime.
+    fn expected_end(&self, v: usize) -> Option<f64> {
+        let a = &self.st.runs[v];
+        let mr = a.max_runtime?;
+        Some((a.start().unwrap_or(self.now) + mr).max(self.now))
+    }
+
     fn borrowed_at_start(&self, p: usize, t: usize) -> bool {
         self.used_at_start[self.m.pt(p, t)] > self.m.term(p, t).nominal + 1e-9
     }
@@ -136,24 +174,16 @@ impl Cycle<'_> {
             .release(m, r.project, r.placement.as_ref().expect("an active run"));
     }
 
-    /// Choose victims for run `i` (or find it waits only for runs being preempted): true when
-    /// the run is blocked for that reason (`Cycle._preempt`).
-    pub fn preempt(&mut self, i: usize, types: &[usize], search: bool) -> bool {
-        // (in any order: giving back and taking devices commute)
-        let going: Vec<usize> = self.going.iter().copied().collect();
-        for &g in &going {
-            self.release(g);
-        }
+    /// Choose victims for run `i` and admit it on the devices they free: true when it did
+    /// (`Cycle._preempt`).
+    pub fn preempt(&mut self, i: usize, types: &[usize]) -> bool {
         let mut best: Option<Plan> = None;
         for &t in types {
-            if let Some(plan) = self.plan_for_type(i, t, !going.is_empty(), search) {
+            if let Some(plan) = self.plan_for_type(i, t) {
                 if better(&plan, &best) {
                     best = Some(plan);
                 }
             }
-        }
-        for &g in &going {
-            self.take(g);
         }
         let Some(plan) = best else { return false };
         if !self.keeps_what_it_frees(i, &plan) {
@@ -161,8 +191,11 @@ impl Cycle<'_> {
         }
         for &v in &plan.victims {
             self.going.insert(v);
-            self.preemptions.push((v, i));
+            self.evict(v);
+            let lost = self.lost_gpu_s(v);
+            self.preemptions.push((v, i, lost));
         }
+        self.admit(i, plan.placement);
         true
     }
 
@@ -173,19 +206,7 @@ impl Cycle<'_> {
         admits(m, &st.cap.used, r.project, t, placed.amount()).then_some(placed)
     }
 
-    fn plan_for_type(&mut self, i: usize, t: usize, going: bool, search: bool) -> Option<Plan> {
-        if going {
-            if let Some(placement) = self.fits(i, t) {
-                return Some(Plan {
-                    victims: Vec::new(),
-                    placement,
-                    lost: 0.0,
-                });
-            }
-        }
-        if !search {
-            return None;
-        }
+    fn plan_for_type(&mut self, i: usize, t: usize) -> Option<Plan> {
         // The candidates: the possible victims among the pool (the run's project's runs on
         // `t`, and those of the cohort members that borrowed `t` as the cycle began).
         // (`preempt._plan_for_type` first asks whether the run could fit with the whole pool
@@ -198,27 +219,25 @@ impl Cycle<'_> {
             // the pool's parts that hold candidates (runs chosen as victims this cycle, in
             // `going`, are skipped as they are read)
             let mut parts: Vec<&[Entry]> = Vec::new();
-            let mut las: Vec<Entry> = Vec::new();
+            let mut own: Vec<Entry> = Vec::new(); // of its own class (kept apart: filtered)
             for (&class, pool) in &self.st.pools[m.pt(r.project, t)] {
                 if class < r.class {
                     parts.push(&pool.ends);
-                } else if class == r.class && m.policy.order == Order::Shortest {
-                    // Its own class under `shortest`: the runs expected to go on for more than
-                    // the ratio x its max_runtime, a suffix of the pool sorted by end (the time
-                    // to go only grows with the end).
-                    let from = pool
-                        .ends
-                        .partition_point(|e| !self.outlasts(i, self.to_go(e.end)));
-                    parts.push(&pool.ends[from..]);
-                } else if class == r.class && m.policy.order == Order::Las {
-                    // Its own class under `las`: the runs in a later LAS level by the service
-                    // attained so far (kept apart: not a part of the pool as sorted)
-                    let mine = m.policy.las_level(r.attained);
-                    for e in &pool.ends {
-                        if m.policy.las_level(self.attained_now(e.run)) > mine {
-                            las.push(*e);
-                        }
-                    }
+                } else if class == r.class && m.policy.order != Order::Submit {
+                    // Under `shortest`, only a suffix of the pool sorted by end can go on for
+                    // more than the ratio x its max_runtime (the time to go only grows with the
+                    // end; an entry's end is never before the run's expected end).
+                    let from = if m.policy.order == Order::Shortest {
+                        pool.ends
+                            .partition_point(|e| !self.outlasts(i, self.to_go(e.end)))
+                    } else {
+                        0
+                    };
+                    own.extend(
+                        pool.ends[from..]
+                            .iter()
+                            .filter(|e| self.same_class_victim(i, e.run)),
+                    );
                 }
             }
             // Cohort members that borrowed `t` as the cycle began, while the run stays within
@@ -232,7 +251,7 @@ impl Cycle<'_> {
                     }
                 }
             }
-            parts.push(&las);
+            parts.push(&own);
             if self.could_fit_without_all(i, t, &parts) {
                 for part in parts {
                     cands.extend(
@@ -440,27 +459,21 @@ impl Cycle<'_> {
     }
 
     /// Whether a run preempting runs of its own class gets the GPUs it frees
-    /// (`Cycle._keeps_what_it_frees`): within nominal then, or every such victim would borrow
-    /// too.
+    /// (`Cycle._keeps_what_it_frees`): within nominal once its victims of its project are
+    /// gone, or every such victim would borrow too.
     fn keeps_what_it_frees(&mut self, i: usize, plan: &Plan) -> bool {
         let (project, class) = (self.st.runs[i].project, self.st.runs[i].class);
+        let mine = |v: &usize| self.st.runs[*v].project == project;
         let peers: Vec<usize> = plan
             .victims
             .iter()
             .copied()
-            .filter(|&v| self.st.runs[v].project == project && self.st.runs[v].class == class)
+            .filter(|v| mine(v) && self.st.runs[*v].class == class)
             .collect();
         if peers.is_empty() {
             return true;
         }
-        let going: Vec<usize> = self.going.iter().copied().collect();
-        let gone: Vec<usize> = plan
-            .victims
-            .iter()
-            .chain(going.iter())
-            .copied()
-            .filter(|&v| self.st.runs[v].project == project && self.st.runs[v].placement.is_some())
-            .collect();
+        let gone: Vec<usize> = plan.victims.iter().copied().filter(mine).collect();
         for &a in &gone {
             self.release(a);
         }

@@ -7,9 +7,12 @@
 //!   `las`, else (0, submit time, seq));
 //! - `pools[pt(p, t)]` maps class -> the preemptible active runs of project `p` on type `t`
 //!   that are not being preempted (the victim candidates), with their expected ends sorted;
+//! - a run being preempted (`going`) holds nothing: not in `cap` (its devices are free, or
+//!   held by the run admitted in its place; the cycle that chose it gave them back), not on
+//!   the timelines, not a victim candidate; it stays known until it finishes;
 //! - `ends[node]` holds (end, GPUs) of each active run with a fixed expected end (start +
 //!   max_runtime); `moving[node]` those whose end moves with the clock (run id, seconds after
-//!   now, GPUs): a run being preempted ends within its grace.
+//!   now, GPUs): one without a start yet ends max_runtime after now.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -27,7 +30,6 @@ pub struct Run {
     pub pinned: Option<usize>,
     pub max_runtime: Option<f64>,
     pub preemptible: bool,
-    pub grace_s: f64,
     pub last_checkpoint_at: Option<f64>,
     /// GPU-seconds held over earlier attempts (`Run.attained_gpu_s`)
     pub attained: f64,
@@ -195,7 +197,8 @@ impl State {
     }
 
     /// A run that holds `p` already (loaded from a store): booked in `cap`, its end on the
-    /// timelines, and a victim candidate unless it is being preempted (`going`).
+    /// timelines, and a victim candidate; unless it is being preempted (`going`): then it
+    /// holds nothing.
     pub fn hold(
         &mut self,
         m: &Model,
@@ -206,20 +209,27 @@ impl State {
         run.queued = false;
         let project = run.project;
         let i = self.register(run)?;
-        self.cap.take(m, project, &p);
         let r = &mut self.runs[i];
         r.placement = Some(p);
         r.going = going;
-        self.timeline(m, i, true);
         if going {
             self.going.push(i);
-        } else if self.runs[i].preemptible {
+            return Ok(());
+        }
+        self.cap.take(
+            m,
+            project,
+            self.runs[i].placement.as_ref().expect("just set"),
+        );
+        self.timeline(m, i, true);
+        if self.runs[i].preemptible {
             self.pool(m, i, true);
         }
         Ok(())
     }
 
-    /// The run was chosen as a victim: no longer a candidate; it ends within its grace.
+    /// The run was chosen as a victim: from now on it holds nothing (the cycle gave its
+    /// devices back already), is no victim candidate and has no end on the timelines.
     pub fn mark_going(&mut self, m: &Model, i: usize) {
         if self.runs[i].going {
             return;
@@ -229,7 +239,6 @@ impl State {
         }
         self.timeline(m, i, false);
         self.runs[i].going = true;
-        self.timeline(m, i, true);
         self.going.push(i);
     }
 
@@ -237,12 +246,14 @@ impl State {
         let Some(p) = self.runs[i].placement.clone() else {
             return Err(format!("run {} is not active", self.runs[i].id));
         };
-        self.cap.release(m, self.runs[i].project, &p);
-        self.timeline(m, i, false);
         if self.runs[i].going {
-            self.going.retain(|&g| g != i);
-        } else if self.runs[i].preemptible {
-            self.pool(m, i, false);
+            self.going.retain(|&g| g != i); // it held nothing
+        } else {
+            self.cap.release(m, self.runs[i].project, &p);
+            self.timeline(m, i, false);
+            if self.runs[i].preemptible {
+                self.pool(m, i, false);
+            }
         }
         let r = &mut self.runs[i];
         r.placement = None;
@@ -294,14 +305,14 @@ impl State {
 
     fn timeline(&mut self, _m: &Model, i: usize, add: bool) {
         let r = &self.runs[i];
-        let (fixed, offset) = if r.going {
-            (None, r.grace_s)
-        } else {
-            match (r.max_runtime, r.start()) {
-                (None, _) => return,
-                (Some(mr), None) => (None, mr),
-                (Some(mr), Some(s)) => (Some(s + mr), 0.0),
-            }
+        debug_assert!(
+            !r.going,
+            "a run being preempted has no end on the timelines"
+        );
+        let (fixed, offset) = match (r.max_runtime, r.start()) {
+            (None, _) => return,
+            (Some(mr), None) => (None, mr),
+            (Some(mr), Some(s)) => (Some(s + mr), 0.0),
         };
         let p = r.placement.as_ref().expect("an active run");
         for (node, devs) in &p.slots {

@@ -1,0 +1,212 @@
+//! Unit tests of the preemption rules on one 8-GPU node and one project (nominal 8): a run is
+//! admitted in the cycle that chooses its victims, the victims hold nothing from then on, and a
+//! victim of the preemptor's own project and class must have checkpointed, have run the
+//! guaranteed minimum and (under `shortest`) have a known end far enough away. The Python
+//! core is the specification; `tests/test_native_core.py` compares the two engines at large.
+
+use crate::capacity::Placement;
+use crate::cycle::Cycle;
+use crate::model::{Model, Node, Order, Policy, Project, Term};
+use crate::state::{Run, State};
+
+const LOW: i64 = 0;
+const NORMAL: i64 = 1;
+
+fn model(min_runtime_s: f64, preempt_uncheckpointed: bool) -> Model {
+    let term = Term {
+        nominal: 8.0,
+        borrowing: None,
+        lending: None,
+    };
+    Model {
+        n_types: 1,
+        nodes: vec![Node {
+            ty: 0,
+            backend: 0,
+            ndev: 8,
+            schedulable: true,
+        }],
+        multi_node: vec![true],
+        projects: vec![Project {
+            weight: 1.0,
+            root: None,
+            terms: vec![term],
+        }],
+        members: Vec::new(),
+        capacity_by_type: vec![8.0],
+        of_type: vec![vec![0]],
+        groups: vec![(0, 0)],
+        policy: Policy {
+            order: Order::Shortest,
+            las_thresholds: vec![3600.0],
+            strict_fifo: false,
+            fair_share: true,
+            half_life_s: 3600.0,
+            preemption: true,
+            backfill: false,
+            shortest_preempt_ratio: 1.0,
+            min_runtime_s,
+            preempt_uncheckpointed,
+        },
+    }
+}
+
+fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) -> Run {
+    Run {
+        id: id.to_string(),
+        project: 0,
+        class,
+        gpus,
+        nodes: 1,
+        types: vec![0],
+        pinned: None,
+        max_runtime,
+        preemptible: true,
+        last_checkpoint_at: None,
+        attained: 0.0,
+        key: (0, max_runtime.unwrap_or(f64::INFINITY), seq),
+        placement: None,
+        admitted_at: None,
+        started_at: None,
+        going: false,
+        queued: false,
+    }
+}
+
+/// A state where run "v" (class `class`) holds devices 0..8 of the node since `started`, with
+/// a checkpoint at `checkpoint`, and run "r" (class normal, 4 GPUs, max_runtime 100 s) waits.
+fn busy(
+    m: &Model,
+    class: i64,
+    victim_runtime: Option<f64>,
+    started: f64,
+    checkpoint: Option<f64>,
+) -> State {
+    let mut st = State::new(m);
+    let mut v = run("v", 0, class, 8, victim_runtime);
+    v.admitted_at = Some(started);
+    v.started_at = Some(started);
+    v.last_checkpoint_at = checkpoint;
+    let p = Placement {
+        ty: 0,
+        backend: 0,
+        slots: vec![(0, (0..8).collect())],
+        gpus: 8,
+    };
+    st.hold(m, v, p, false).expect("hold");
+    st.enqueue(run("r", 1, NORMAL, 4, Some(100.0)))
+        .expect("enqueue");
+    st
+}
+
+/// One cycle at `now`, applied: (admitted run ids, (victim, preemptor, lost GPU-s)).
+fn cycle(m: &Model, st: &mut State, now: f64) -> (Vec<String>, Vec<(String, String, f64)>) {
+    let mut c = Cycle::new(m, st, now, None);
+    c.run();
+    let admissions = std::mem::take(&mut c.admissions);
+    let preemptions = std::mem::take(&mut c.preemptions);
+    drop(c);
+    let ids = admissions
+        .iter()
+        .map(|(i, _)| st.runs[*i].id.clone())
+        .collect();
+    let out = preemptions
+        .iter()
+        .map(|&(v, i, lost)| (st.runs[v].id.clone(), st.runs[i].id.clone(), lost))
+        .collect();
+    for (i, p) in admissions {
+        st.activate(m, i, p, now);
+    }
+    for (v, _, _) in preemptions {
+        st.mark_going(m, v);
+    }
+    (ids, out)
+}
+
+#[test]
+fn the_preemptor_is_admitted_with_its_victim_which_then_holds_nothing() {
+    let m = model(600.0, false);
+    // a long same-class run, checkpointed at 500, running since 0: at 1000 it may go
+    let mut st = busy(&m, NORMAL, Some(10_000.0), 0.0, Some(500.0));
+    let (admitted, preempted) = cycle(&m, &mut st, 1000.0);
+    assert_eq!(admitted, vec!["r".to_string()]);
+    // 8 GPUs x 500 s since its checkpoint
+    assert_eq!(preempted, vec![("v".into(), "r".into(), 4000.0)]);
+    // only the preemptor's 4 GPUs are held; the other 4 of the victim's are free
+    assert_eq!(st.cap.used, vec![4.0]);
+    assert_eq!(st.cap.free[0].len(), 4);
+    assert!(st.pools[0]
+        .values()
+        .all(|p| p.ends.iter().all(|e| e.run != 0)));
+    // the victim's exit gives nothing back a second time
+    st.finish(&m, 0).expect("finish");
+    assert_eq!(st.cap.used, vec![4.0]);
+    assert_eq!(st.cap.free[0].len(), 4);
+    assert!(st.going.is_empty());
+}
+
+#[test]
+fn a_same_class_victim_without_max_runtime_is_not_infinitely_long() {
+    let m = model(0.0, true);
+    let mut st = busy(&m, NORMAL, None, 0.0, Some(500.0));
+    assert_eq!(cycle(&m, &mut st, 1000.0), (vec![], vec![]));
+    assert_eq!(st.cap.used, vec![8.0]);
+}
+
+#[test]
+fn a_same_class_victim_must_have_checkpointed_unless_the_policy_says_so() {
+    for (uncheckpointed, taken) in [(false, false), (true, true)] {
+        let m = model(600.0, uncheckpointed);
+        let mut st = busy(&m, NORMAL, Some(10_000.0), 0.0, None);
+        let (_, preempted) = cycle(&m, &mut st, 1000.0);
+        assert_eq!(preempted.len(), usize::from(taken), "{uncheckpointed}");
+        if taken {
+            assert_eq!(preempted[0].2, 8000.0); // since its start: no checkpoint
+        }
+    }
+}
+
+#[test]
+fn a_same_class_victim_must_have_run_the_guaranteed_minimum() {
+    let m = model(600.0, false);
+    for (now, taken) in [(599.0, false), (600.0, true)] {
+        let mut st = busy(&m, NORMAL, Some(10_000.0), 0.0, Some(10.0));
+        let (admitted, preempted) = cycle(&m, &mut st, now);
+        assert_eq!(preempted.len(), usize::from(taken), "at {now}");
+        assert_eq!(admitted.len(), usize::from(taken), "at {now}");
+    }
+}
+
+#[test]
+fn a_lower_class_victim_needs_neither_checkpoint_nor_minimum_nor_end() {
+    let m = model(600.0, false);
+    // just started, no checkpoint, no max_runtime
+    let mut st = busy(&m, LOW, None, 990.0, None);
+    let (admitted, preempted) = cycle(&m, &mut st, 1000.0);
+    assert_eq!(admitted, vec!["r".to_string()]);
+    assert_eq!(preempted, vec![("v".into(), "r".into(), 80.0)]);
+}
+
+#[test]
+fn a_run_loaded_as_being_preempted_holds_nothing() {
+    let m = model(600.0, false);
+    let mut st = State::new(&m);
+    let mut v = run("v", 0, NORMAL, 8, Some(50.0));
+    v.admitted_at = Some(0.0);
+    let p = Placement {
+        ty: 0,
+        backend: 0,
+        slots: vec![(0, (0..8).collect())],
+        gpus: 8,
+    };
+    st.hold(&m, v, p, true).expect("hold");
+    assert_eq!(st.cap.used, vec![0.0]);
+    assert_eq!(st.cap.free[0].len(), 8);
+    assert!(st.ends[0].is_empty() && st.moving[0].is_empty());
+    st.enqueue(run("r", 1, NORMAL, 8, Some(100.0)))
+        .expect("enqueue");
+    let (admitted, preempted) = cycle(&m, &mut st, 10.0);
+    assert_eq!((admitted, preempted.len()), (vec!["r".to_string()], 0));
+    st.finish(&m, 0).expect("finish");
+    assert_eq!(st.cap.used, vec![8.0]);
+}
