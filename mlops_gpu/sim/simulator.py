@@ -11,9 +11,8 @@ preemptor too, on the devices its victims free; the victims stop (instantly here
 grace is 0), and the preemptor starts once they have exited (at once, then). The preemption
 model of BENCHMARKS.md: jobs are preemptible and checkpoint every ``CHECKPOINT_S`` seconds of
 progress, which they report (``engine.checkpoint``, before each cycle: what a same-class
-preemption asks of its victim, with the minimum runtime). As the controller cycles every tick,
-a cycle also runs when a running attempt becomes a possible same-class victim (its first
-checkpoint and its minimum runtime both reached: ``ready``); a preempted job keeps its
+preemption asks of its victim, with the minimum runtime; cycles run at arrivals and
+completions only, so such a preemption waits for the next of them); a preempted job keeps its
 checkpointed progress, loses the rest, and pays ``RESTART_S`` of overhead when it starts
 again. ``max_runtime`` (what backfill and ETAs use) is 2 x the true
 remaining time plus the restart overhead, as the pinned references require (1 x for the
@@ -223,8 +222,6 @@ class Simulation:
         self.ends: list[tuple[float, int, str]] = []
         #: (next checkpoint, attempt, job) of each running attempt, reported before each cycle
         self.checkpoints: list[tuple[float, int, str]] = []
-        #: (time, attempt, job): when a running attempt becomes a possible same-class victim
-        self.ready: list[tuple[float, int, str]] = []
         self.segments: list[tuple[str, float, float, float]] = []
         self.history: dict[tuple[str, str], float] = defaultdict(float)
         self.history_at = 0.0
@@ -339,22 +336,9 @@ class Simulation:
             heapq.heappush(self.ends, (now + overhead + self.remaining[job.id], o.attempts, job.id))
             first = now + overhead + CHECKPOINT_S
             heapq.heappush(self.checkpoints, (first, o.attempts, job.id))
-            ready = self._ready_at(now, first)
-            if ready is not None:
-                heapq.heappush(self.ready, (ready, o.attempts, job.id))
+
         self._check_quota()
         return len(d.preemptions)
-
-    def _ready_at(self, start: float, first_checkpoint: float) -> float | None:
-        """When an attempt started at ``start`` may become a same-class victim, later than
-        ``start`` (None: no such moment, or at once)."""
-        pol = self.preset.settings
-        if not pol.preemption or pol.order not in ("las", "shortest"):
-            return None
-        at = start + pol.min_runtime_before_preemption_s
-        if not pol.preempt_uncheckpointed:
-            at = max(at, first_checkpoint)
-        return at if at > start else None
 
     def _preempted(self, job_id: str, now: float) -> None:
         job, o = self.jobs[job_id], self.out[job_id]
@@ -397,10 +381,7 @@ class Simulation:
             )
             if t_next == math.inf:
                 break
-            t_next = min(t_next, self.ready[0][0] if self.ready else math.inf)
             now = t_next
-            while self.ready and self.ready[0][0] <= now:
-                heapq.heappop(self.ready)  # (a cycle runs at this time anyway)
             while self.ends and self.ends[0][0] <= now:
                 _, attempt, jid = heapq.heappop(self.ends)
                 if jid in self.running and self.out[jid].attempts == attempt:
