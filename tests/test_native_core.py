@@ -336,11 +336,6 @@ def test_quota_a_victim_gives_back_is_lent_again_in_the_same_cycle(native: Any) 
     assert [(p.run_id, p.for_run) for p in got.preemptions] == [("v", "r")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Python core: Cycle._cohort_exhausted's memo assumes usage only grows within a "
-    "cycle, which rule A's in-cycle evictions break (H1_DECISIONS.md)",
-)
 def test_quota_a_victim_gives_back_decide_agrees(native: Any) -> None:
     snap, got = _reclaim(native)
     want = decide(snap)

@@ -393,7 +393,7 @@ class Cycle:
     def room(self, project: str, gpu_type: str) -> float:
         """The most of ``gpu_type`` the project could add without a certain quota problem:
         its nominal left, or, while its cohort tree still lends, up to nominal plus its
-        borrowing limit (unbounded without one). It only shrinks within a cycle."""
+        borrowing limit (unbounded without one). It only shrinks between a cycle's evictions."""
         q = self.quota.quota(project, gpu_type)
         used = self.quota.used[(project, gpu_type)]
         root = self.quota.root.get(project)
@@ -404,8 +404,9 @@ class Cycle:
         return q.nominal + q.borrowing_limit - used
 
     def _cohort_exhausted(self, root: str, gpu_type: str) -> bool:
-        """Whether the tree lends nothing more of ``gpu_type``. Within a cycle usage only
-        grows, so once exhausted it stays exhausted: remembered for the cycle."""
+        """Whether the tree lends nothing more of ``gpu_type``. Between evictions usage only
+        grows, so once exhausted it stays exhausted: remembered until a preemption gives quota
+        back (``_preempt`` forgets it)."""
         key = (root, gpu_type)
         if key in self._exhausted:
             return True
@@ -604,6 +605,9 @@ class Cycle:
                     lost_gpu_s(snap, v),
                 )
             )
+        # The victims gave back quota: a cohort tree found exhausted may lend again (the memo
+        # assumes usage only grows, which holds between evictions only)
+        self._exhausted.clear()
         self._admit(run, plan.placement)
         return True
 
