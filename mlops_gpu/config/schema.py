@@ -253,7 +253,22 @@ class SchedulerConfig(_Strict):
     idle_exit_s: float = Field(300.0, gt=0)
     #: The leader's lease in the store: renewed every tick; a scheduler that has not renewed
     #: it for this long (paused, hung, on a lost host) may be replaced, and is then fenced.
-    lease_s: float = Field(30.0, ge=2, le=3600)
+    #: Default (null): 30 s, or 3 ticks when longer.
+    lease_s: float | None = Field(None, ge=2, le=3600)
+
+    @property
+    def lease(self) -> float:
+        return self.lease_s if self.lease_s is not None else max(30.0, 3 * self.tick_s)
+
+    @model_validator(mode="after")
+    def _lease_outlasts_ticks(self) -> SchedulerConfig:
+        # the lease is renewed once a tick: one barely longer than a tick would lapse between
+        # two renewals of a healthy scheduler, and the next submit would start a rival
+        if self.lease_s is not None and self.lease_s < 3 * self.tick_s:
+            raise ValueError(
+                f"lease_s ({self.lease_s:g}) must be at least 3 x tick_s ({self.tick_s:g})"
+            )
+        return self
 
 
 class Config(_Strict):

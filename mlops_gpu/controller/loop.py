@@ -184,7 +184,7 @@ class Controller:
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
-        lock = LeaderLock(self.rt.store, self.rt.cfg.scheduler.lease_s)
+        lock = LeaderLock(self.rt.store, self.rt.cfg.scheduler.lease)
         if not lock.acquire():
             raise LeaderError(f"another scheduler is running against {self.rt.cfg.store_url}")
         self._lock = lock
