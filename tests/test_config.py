@@ -122,6 +122,10 @@ BAD_CONFIGS: dict[str, tuple[str | bytes | None, str]] = {
     "bool-is-not-a-count": (mutated(((*NODE, "gpus"), True)), "backends.local.nodes.0.gpus"),
     "absurd-gpu-count": (mutated(((*NODE, "gpus"), 10**9)), "backends.local.nodes.0.gpus"),
     "string-is-not-a-count": (mutated(((*QUOTA, "nominal"), "4")), ".a100-80gb.nominal"),
+    "gpu-type-name-too-long": (
+        mutated((("gpu_types", "g" * 101), {"price_per_hour": 1.0})),
+        "gpu_types: a name of 101 characters",
+    ),
     "lease-shorter-than-3-ticks": (
         mutated((("scheduler",), {"tick_s": 5, "lease_s": 10})),
         "scheduler: lease_s (10) must be at least 3 x tick_s (5)",

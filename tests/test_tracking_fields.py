@@ -74,7 +74,7 @@ def test_user_params_rounded_metrics_and_artifacts_in_the_state_folder(
     assert p["command"].endswith("...[truncated]")
     m = mr.data.metrics
     assert m["mlops_gpu.gpu_hours"] == 0.5556  # 2 x 1000 s
-    assert m["mlops_gpu.cost_usd"] == 1.39  # 0.5556 GPU-h x $2.50, to the cent
+    assert m["mlops_gpu.cost_usd"] == round(2000 / 3600 * 2.5, 6)  # $2.50 per GPU-hour
     wait = m["mlops_gpu.queue_wait_s"]  # (the submit is stamped by the wall clock)
     assert wait == pytest.approx(12.3, abs=1) and wait == round(wait, 1)
     where = (tmp_path / (root or "state/mlartifacts")).resolve()

@@ -70,7 +70,7 @@ def init(path: str, virtual_gpus: int | None, gpu_type: str, force: bool) -> Non
     try:
         said = write_starter(path, virtual_gpus=virtual_gpus, gpu_type=gpu_type, force=force)
         click.echo(visible(said))
-    except FileExistsError as e:
+    except (FileExistsError, ValueError) as e:
         raise UserError(str(e)) from None
     except OSError as e:  # a folder that cannot be made or written
         raise UserError(f"--path {path}: {e.strerror}") from None

@@ -294,6 +294,16 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _references(self) -> Config:
         errors: list[str] = []
+        # names the store keeps in columns of bounded width (``state.schema``)
+        for section, names, most in (
+            ("gpu_types", self.gpu_types, 100),
+            ("backends", self.backends, 100),
+            ("priority_classes", self.priority_classes, 100),
+            ("projects", self.projects, 200),
+        ):
+            for name in names:
+                if len(name) > most:
+                    errors.append(f"{section}: a name of {len(name)} characters (at most {most})")
         for pname, p in self.projects.items():
             if p.cohort is not None and p.cohort not in self.cohorts:
                 errors.append(f"projects.{pname}.cohort: unknown cohort {p.cohort!r}")

@@ -38,6 +38,8 @@ def write_starter(path: str, *, virtual_gpus: int | None, gpu_type: str, force: 
     target = Path(path)
     if target.exists() and not force:
         raise FileExistsError(f"{target}: already exists (use --force to overwrite)")
+    if len(gpu_type) > 100:  # (the store keeps GPU type names in 100-character columns)
+        raise ValueError(f"--gpu-type: a name of {len(gpu_type)} characters (at most 100)")
     nodes, why = starter_nodes(virtual_gpus, gpu_type)
     text = starter_config(nodes, source="mlops-gpu init", cohort=None)
     target.parent.mkdir(parents=True, exist_ok=True)
