@@ -225,3 +225,17 @@ def test_a_paused_leader_is_replaced_and_fenced(tmp_path: Path) -> None:
     for a, b in combinations(spans, 2):
         if float(a[2]) < float(b[3]) and float(b[2]) < float(a[3]):
             assert not set(a[1].split(",")) & set(b[1].split(",")), (a, b)
+
+
+def test_without_proc_a_holder_is_alive_while_its_pid_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where there is no /proc (macOS laptops), liveness falls back to the pid alone."""
+    from mlops_gpu.state import lease
+
+    monkeypatch.setattr(lease, "_HAS_PROC", False)
+    mine = lease.new_holder()
+    me = lease.Holder(mine, 1, time.time() + 30, os.getpid(), mine.split(":")[0])
+    assert me.alive(time.time())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = lease.Holder(f"{me.host}:{dead.pid}:-:x", 1, time.time() + 30, dead.pid, me.host)
+    assert not gone.alive(time.time())

@@ -29,6 +29,7 @@ from mlops_gpu.state.errors import LeadershipLost
 from mlops_gpu.state.schema import leader
 
 ROW = 1
+_HAS_PROC = os.path.exists("/proc/self/stat")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,14 @@ class Holder:
 def process_key(pid: int) -> str | None:
     """``host:pid:start``, the start time from /proc (a reused pid has another); None when the
     process is gone."""
+    if not _HAS_PROC:  # (no /proc, e.g. macOS: whether the pid lives, without its start)
+        try:
+            os.kill(pid, 0)
+        except PermissionError:
+            pass  # another user's process: alive
+        except OSError:
+            return None
+        return f"{socket.gethostname()}:{pid}:-"
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
