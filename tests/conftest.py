@@ -106,6 +106,14 @@ def postgres_url() -> Iterator[str]:
     yield url
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store's URL, once on SQLite and once on a real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/s.db"
+    return str(request.getfixturevalue("pg_store_url"))
+
+
 @pytest.fixture
 def pg_store_url(postgres_url: str) -> Iterator[str]:
     """The PostgreSQL URL with the mlops-gpu tables dropped before the test (a clean store)."""

@@ -26,13 +26,6 @@ from mlops_gpu.testing import config_yaml
 from mlops_gpu.testing.builders import make_spec, placed
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/s.db"
-    return str(request.getfixturevalue("pg_store_url"))
-
-
 @pytest.fixture
 def two(store_url: str) -> Iterator[tuple[Store, Store]]:
     """Two processes' views of one store (two engines)."""

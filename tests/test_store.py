@@ -27,13 +27,6 @@ OK, FAIL, CANC = Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED
 PL = placed("node-a", ["0", "1"])  # 2 GPUs of a100-80gb on the local backend
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/s.db"
-    return str(request.getfixturevalue("pg_store_url"))
-
-
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     s = Store(store_url)

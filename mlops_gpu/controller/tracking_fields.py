@@ -37,22 +37,16 @@ def tags(run: Run) -> dict[str, str]:
     p = run.placement
     assert p is not None
     return {
-        "mlops_gpu.run_id": run.id,
-        "mlops_gpu.project": run.project,
-        "mlops_gpu.user": run.spec.user,
-        "mlflow.user": run.spec.user,
-        "mlops_gpu.priority": run.spec.priority,
+        **recovered_tags(run, run.attempt, p.gpu_type),
         "mlops_gpu.backend": p.backend,
         "mlops_gpu.nodes": ",".join(p.node_names),
-        "mlops_gpu.gpu_type": p.gpu_type,
         "mlops_gpu.gpu_uuids": ",".join(d for s in p.slots for d in s.devices),
-        "mlops_gpu.attempt": str(run.attempt),
     }
 
 
 def recovered_tags(run: Run, attempt: int, gpu_type: str) -> dict[str, str]:
     """The tags of an attempt's MLflow run made after a restart, from the store's records (the
-    attempt's nodes and devices are no longer known)."""
+    attempt's nodes and devices are no longer known); ``tags`` adds those to them."""
     return {
         "mlops_gpu.run_id": run.id,
         "mlops_gpu.project": run.project,
