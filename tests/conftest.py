@@ -182,3 +182,15 @@ def stop_scheduler(cfg: Path) -> None:
     if holder is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(holder.pid, signal.SIGTERM)
+
+
+def stored(cfg: Path) -> int:
+    """How many runs the store of config ``cfg`` holds (nothing stored on a refusal)."""
+    from mlops_gpu.config import load_config
+    from mlops_gpu.state import Store
+
+    store = Store(load_config(cfg).store_url)
+    try:
+        return store.count()
+    finally:
+        store.close()

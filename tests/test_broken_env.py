@@ -21,9 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, stored
 
-from mlops_gpu.config import load_config
 from mlops_gpu.state import SetupError, Store, StoreError, open_check
 from mlops_gpu.testing import make_spec
 
@@ -304,14 +303,6 @@ BLOCKERS = [
     pytest.param(_checkpoints_folder_is_a_file, id="checkpoint-folder-is-a-file"),
     pytest.param(_scheduler_log_is_a_folder, id="scheduler-log-is-a-folder"),
 ]
-
-
-def stored(cfg_path: Path) -> int:
-    store = Store(load_config(cfg_path).store_url)
-    try:
-        return store.count()
-    finally:
-        store.close()
 
 
 @pytest.mark.usefixtures("stop_schedulers")

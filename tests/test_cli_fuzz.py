@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from conftest import stored
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlops_gpu.cli.main import cli
 from mlops_gpu.config import ConfigError, load_config
-from mlops_gpu.state import Store
 from mlops_gpu.testing import config_yaml
 
 FUZZ = settings(
@@ -75,14 +75,6 @@ def invoke(cfg: Path, *args: str) -> Result:
         for ch in RAW:
             assert ch not in result.stdout, (args, ch)
     return result
-
-
-def stored(cfg: Path) -> int:
-    store = Store(load_config(cfg).store_url)
-    try:
-        return store.count()
-    finally:
-        store.close()
 
 
 SUBMIT_FLAGS = {

@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import run_cli, stored
 
 import mlops_gpu as mg
-from mlops_gpu.config import load_config
 from mlops_gpu.controller import SubmitError
-from mlops_gpu.state import Store
 
 BAD = os.fsdecode(b"\xff\xfe")  # "\udcff\udcfe": what Python makes of those argv bytes
 
@@ -28,14 +26,6 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
     assert len(lines) == 1 and lines[0].startswith("mlops-gpu: error: "), proc.stderr
     assert "Traceback" not in proc.stderr
     return lines[0]
-
-
-def stored(cfg: Path) -> int:
-    store = Store(load_config(cfg).store_url)
-    try:
-        return store.count()
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize(
