@@ -232,3 +232,19 @@ def test_without_proc_a_holder_is_alive_while_its_pid_is(monkeypatch: pytest.Mon
     dead.wait()
     gone = lease.Holder(f"{me.host}:{dead.pid}:-:x", 1, time.time() + 30, dead.pid, me.host)
     assert not gone.alive(time.time())
+
+
+def test_a_holder_that_exited_unreaped_is_gone() -> None:
+    """A scheduler killed while its parent (a notebook that started it) never reaps it stays a
+    zombie: its lease must not bind until it expires."""
+    from mlops_gpu.state import lease
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while lease.process_key(child.pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)  # (not waited for: it stays a zombie)
+    assert lease.process_key(child.pid) is None
+    host = lease.new_holder().split(":")[0]
+    zombie = lease.Holder(f"{host}:{child.pid}:1:x", 1, time.time() + 30, child.pid, host)
+    assert not zombie.alive(time.time())
+    child.wait()

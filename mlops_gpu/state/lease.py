@@ -54,7 +54,7 @@ class Holder:
 
 def process_key(pid: int) -> str | None:
     """``host:pid:start``, the start time from /proc (a reused pid has another); None when the
-    process is gone."""
+    process is gone or a zombie."""
     if not _HAS_PROC:  # (no /proc, e.g. macOS: whether the pid lives, without its start)
         try:
             os.kill(pid, 0)
@@ -70,6 +70,8 @@ def process_key(pid: int) -> str | None:
         return None
     # the command name (field 2) may hold spaces and parentheses: split after its last ")"
     fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] == b"Z":  # exited, not yet reaped by its parent: gone (as heartbeat.pid_alive)
+        return None
     return f"{socket.gethostname()}:{pid}:{fields[19].decode()}"
 
 
