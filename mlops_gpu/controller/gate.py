@@ -16,17 +16,12 @@ Invariants:
 - Only runs with a job block: an admission not yet launched (a handle-less ``admitted`` run)
   holds devices in the core but never blocks another launch, so two waiting runs cannot wait
   on each other.
-- ``lost_gpu_s`` is the core's own measure (``core.preempt.lost_gpu_s``): GPU-seconds of work
-  since the victim's last checkpoint, else since its attempt started.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import replace
 
-from mlops_gpu.core import Snapshot
-from mlops_gpu.core.preempt import lost_gpu_s as core_lost_gpu_s
 from mlops_gpu.model import Phase, Run
 from mlops_gpu.state import Store
 
@@ -64,11 +59,6 @@ def waiting_reason(blocking: list[Run]) -> str:
     ids = ", ".join(r.id for r in blocking[:5]) + (", ..." if len(blocking) > 5 else "")
     grace = max(r.spec.checkpoint.grace_s for r in blocking)
     return f"waiting for preempted run(s) {ids} to exit (grace up to {grace:g} s)"
-
-
-def lost_gpu_s(template: Snapshot, now: float, victim: Run) -> float:
-    """GPU-seconds a preemption decided at ``now`` throws away (``core.preempt.lost_gpu_s``)."""
-    return core_lost_gpu_s(replace(template, now=now), victim)
 
 
 class Gate:

@@ -192,14 +192,8 @@ class Controller:
     def _renew(self) -> None:
         """Renew the lease before the tick writes anything; a scheduler replaced while it was
         stopped learns it here (or at its first write) and stops (``LeaderError``)."""
-        if self._lock is None:
-            return
-        try:
-            self._lock.renew()
-        except LeadershipLost as e:
-            self._lock.epoch = None  # (nothing to give up: it is another's now)
-            self._lock = None
-            raise LeaderError(str(e)) from e
+        if self._lock is not None:
+            self._lock.renew()  # (LeadershipLost: ``tick`` turns it into LeaderError)
 
     def release(self) -> None:
         self.tracking.close()  # (what it cannot close in time, the next start's reconcile does)
@@ -293,10 +287,10 @@ class Controller:
         try:
             self._renew()
             return self._tick()
-        except LeadershipLost as e:  # fenced at a write: another scheduler leads now
+        except LeadershipLost as e:  # at the renewal or fenced at a write: another leads now
             self.mirror.reset()
             if self._lock is not None:
-                self._lock.epoch = None
+                self._lock.epoch = None  # (nothing to give up: it is another's now)
                 self._lock = None
             raise LeaderError(str(e)) from e
         except BaseException:
@@ -328,9 +322,7 @@ class Controller:
         t_admit = time.monotonic()
         for pre in decision.preemptions:  # 5. preempt
             run = by_id[pre.run_id]
-            # the core's own measure, from the victim as the cycle saw it (whichever engine
-            # decided: a Preemption from an engine that does not fill lost_gpu_s is not trusted)
-            lost = gate.lost_gpu_s(tmpl, now, run)
+            lost = pre.lost_gpu_s  # (both engines fill it: the native tests compare them)
             store.mark_preempting(run.id, pre.reason, now=self.clock(), lost_gpu_s=lost)
             self._signal(run, pre.signal, pre.grace_s)
             self._emit("preempting", run, f"{pre.reason}; loses {lost:.0f} GPU-s of work")
