@@ -220,6 +220,7 @@ class Store:
         dst: str | None,
         attempt: int,
         reason: str,
+        lost_gpu_s: float | None = None,
     ) -> None:
         conn.execute(
             events.insert().values(
@@ -230,6 +231,7 @@ class Store:
                 phase_to=dst,
                 attempt=attempt,
                 reason=reason,
+                lost_gpu_s=lost_gpu_s,
             )
         )
 
@@ -687,12 +689,8 @@ class Store:
                 .where(runs.c.id == run_id)
                 .values(preempt_requested=True, rev=self._bump(conn))
             )
-            conn.execute(
-                events.insert().values(
-                    run_id=run_id, time=now, kind="preempting", attempt=row.attempt,
-                    reason=reason, lost_gpu_s=lost_gpu_s,
-                )
-            )  # fmt: skip
+            self._event(conn, run_id, now, "preempting", None, None, row.attempt, reason,
+                        lost_gpu_s)  # fmt: skip
 
     def set_waiting(
         self, items: Sequence[tuple[str, str, float | None]], now: float | None = None
