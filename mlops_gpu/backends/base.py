@@ -49,14 +49,31 @@ class JobTelemetry:
     idle_since: float | None = None
     #: Seconds spent in idle stretches that reached the window (the window included).
     idle_s: float = 0.0
+    #: The last sample of each device: (position among the run's devices, utilization
+    #: percent, memory used MB), None where NVML gave no value; empty without samples.
+    devices: tuple[tuple[int, float | None, float | None], ...] = ()
+    #: When those samples were taken (the launcher's clock).
+    sampled_at: float | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> JobTelemetry:
-        def num(key: str) -> float | None:
-            v = d.get(key)
-            return float(v) if isinstance(v, int | float) else None
+        def num(key: str, src: Mapping[str, object] = d) -> float | None:
+            v = src.get(key)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
-        return cls(num("mean_utilization"), num("idle_since"), num("idle_s") or 0.0)
+        devs = []
+        raw = d.get("devices")
+        for x in raw if isinstance(raw, list) else ():
+            pos = x.get("position") if isinstance(x, dict) else None
+            if isinstance(pos, int) and not isinstance(pos, bool) and pos >= 0:
+                devs.append((pos, num("utilization_pct", x), num("memory_used_mb", x)))
+        return cls(
+            num("mean_utilization"),
+            num("idle_since"),
+            num("idle_s") or 0.0,
+            tuple(devs),
+            num("sampled_at"),
+        )
 
 
 @dataclass(frozen=True, slots=True)

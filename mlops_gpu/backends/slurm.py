@@ -312,6 +312,9 @@ class SlurmBackend:
             sum(utils) / len(utils) if utils else None,
             None if None in since else max(s for s in since if s is not None),
             min(p.idle_s for p in parts),
+            # per-device samples of a one-node job (a gang's positions repeat on each node)
+            parts[0].devices if len(parts) == 1 else (),
+            parts[0].sampled_at if len(parts) == 1 else None,
         )
 
     def _scancel(self, job_ids: list[str]) -> None:

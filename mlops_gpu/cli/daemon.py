@@ -2,8 +2,9 @@
 Ctrl-C (runs keep running in their own sessions and are picked up by the next start).
 
 While it runs it publishes its status in the store (``state.heartbeat``: pid, start, last
-tick, engine, config version), and follows its config file (``controller.config_watch``):
-re-read when the file changes or on SIGHUP, applied at the next tick once it validates.
+tick, engine, config version; ``state.observed``: its cycle-latency histogram), and follows its
+config file (``controller.config_watch``): re-read when the file changes or on SIGHUP, applied
+at the next tick once it validates.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from mlops_gpu.cli.safe_text import visible
 from mlops_gpu.state import heartbeat as hb
+from mlops_gpu.state import observed
 
 
 class _VisibleFormatter(logging.Formatter):
@@ -129,6 +131,7 @@ def _publish_and_follow(ctl: Any, idle_exit: float | None) -> Any:
             name = None if engine is None else (
                 "native" if isinstance(engine, NativeEngine) else "python")  # fmt: skip
             _quietly(lambda: hb.beat(rt.store, tick_at=now, ticks=ticks, engine=name))
+            _quietly(lambda: observed.publish_cycles(rt.store, ctl.cycles, now))
 
     return after_tick
 

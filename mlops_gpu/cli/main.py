@@ -1,4 +1,5 @@
-"""``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, scheduler, simulate.
+"""``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, top, metrics,
+scheduler, simulate.
 
 Every read verb takes ``--json`` (the run keys of DESIGN.md). Errors are one line on stderr,
 ``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures (a store or
@@ -407,12 +408,16 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
 
 
 def _register() -> None:
+    from mlops_gpu.cli.metrics_cmd import metrics
     from mlops_gpu.cli.report import report
     from mlops_gpu.cli.scheduler_cmd import scheduler
     from mlops_gpu.cli.simulate import simulate
+    from mlops_gpu.cli.top import top
 
     cli.add_command(simulate)
     cli.add_command(report)
+    cli.add_command(metrics)
+    cli.add_command(top)
     cli.add_command(scheduler)  # (scheduler, scheduler run|status|stop|restart)
 
 

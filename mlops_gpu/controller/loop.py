@@ -44,12 +44,13 @@ from mlops_gpu.backends import (
 from mlops_gpu.controller import accounting, gate
 from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.controller.runtime import Runtime
+from mlops_gpu.controller.samples import GpuSamples
 from mlops_gpu.controller.tracking import Tracker
 from mlops_gpu.controller.tracking_queue import Ended, TrackingQueue
 from mlops_gpu.core import Snapshot
 from mlops_gpu.core.decision import ReasonCode
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
-from mlops_gpu.state import ConflictError, LeaderLock, LeadershipLost, UsageRow
+from mlops_gpu.state import ConflictError, LeaderLock, LeadershipLost, UsageRow, observed
 
 log = logging.getLogger("mlops_gpu.controller")
 
@@ -181,6 +182,10 @@ class Controller:
         self._tracker_warm = False
         #: admitted runs held back until their devices' jobs exit
         self.gate = gate.Gate(rt.store, self.clock, self._emit)
+        #: this process's cycle latencies (seconds per ``tick``), for metrics
+        self.cycles = observed.Histogram(observed.CYCLE_BUCKETS)
+        #: the launchers' last GPU samples, published for metrics
+        self.samples = GpuSamples(rt.store)
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -284,6 +289,7 @@ class Controller:
 
     # -- the tick -------------------------------------------------------------------------
     def tick(self) -> TickReport:
+        t0 = time.perf_counter()
         try:
             self._renew()
             return self._tick()
@@ -297,6 +303,8 @@ class Controller:
             self.mirror.reset()  # whatever the engine applied may not have reached the store
             self._flush_tracking()  # what did end is queued for its MLflow close all the same
             raise
+        finally:  # every cycle, failed ones too (the daemon publishes it: ``observed``)
+            self.cycles.observe(time.perf_counter() - t0)
 
     def _tick(self) -> TickReport:
         rep = TickReport()
@@ -474,6 +482,7 @@ class Controller:
         return result
 
     def _poll(self, active: list[Run], rep: TickReport) -> None:
+        samples = self.samples.collect()
         by_backend: dict[str, list[Run]] = defaultdict(list)
         for run in active:
             if run.handle is not None and run.placement is not None:
@@ -492,7 +501,11 @@ class Controller:
                 st = statuses.get(run.handle or "")
                 if st is not None:
                     self._apply(run, st, rep, started)
+                    if st.state is JobState.RUNNING and st.telemetry is not None:
+                        samples.add(run, st.telemetry, self.clock())
             self.rt.store.mark_running_many(started, now=self.clock())
+        if (problem := samples.publish()) is not None:
+            self._say_once(problem)
 
     def _apply(self, run: Run, st: JobStatus, rep: TickReport, started: list[str]) -> None:
         store, now = self.rt.store, self.clock()

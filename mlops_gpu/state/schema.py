@@ -159,6 +159,35 @@ scheduler_status = Table(
     Column("stopped_at", Float),
 )
 
+#: v8: the scheduler's own cycle-latency histogram (one row, ``id`` 1), rewritten with its
+#: heartbeat (``state.observed``) for metrics scrapes in other processes: cumulative over the
+#: publishing scheduler's life (``pid``); a new scheduler starts it again from zero.
+scheduler_cycles = Table(
+    "scheduler_cycles",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("pid", Integer, nullable=False),
+    Column("count", _Id, nullable=False),
+    Column("sum_s", Float, nullable=False),
+    #: JSON list of cumulative counts, one per bucket of ``observed.CYCLE_BUCKETS``
+    Column("buckets", Text, nullable=False),
+    Column("at", Float, nullable=False),
+)
+
+#: v8 too: the last GPU sample of each device a running run holds (``state.observed``),
+#: written by the scheduler from its launchers' telemetry files; a device no running run
+#: reports on has no row.
+gpu_samples = Table(
+    "gpu_samples",
+    metadata,
+    Column("node", String(255), primary_key=True),
+    Column("device", String(255), primary_key=True),
+    Column("run_id", String(32), nullable=False),
+    Column("utilization_pct", Float),
+    Column("memory_used_mb", Float),
+    Column("at", Float, nullable=False),
+)
+
 schema_version = Table(
     "schema_version",
     metadata,
@@ -231,9 +260,14 @@ def _v7(conn: Connection) -> None:
     _add_missing_columns(conn, events, ["lost_gpu_s"])
 
 
+def _v8(conn: Connection) -> None:
+    scheduler_cycles.create(conn, checkfirst=True)
+    gpu_samples.create(conn, checkfirst=True)
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7),
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

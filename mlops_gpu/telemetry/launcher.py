@@ -23,7 +23,8 @@ Idle runs: when every sample for ``idle_after_s`` seconds shows every device und
 idle) and a line on stderr, once per idle stretch; with ``stop_idle`` the child then gets SIGTERM,
 as on a cancel. The seconds of such stretches (the window included) are the run's idle time.
 
-``--telemetry-file``: a JSON file (``mean_utilization``, ``idle_since``, ``idle_s``, ``samples``)
+``--telemetry-file``: a JSON file (``mean_utilization``, ``idle_since``, ``idle_s``, ``samples``,
+and ``devices``: the last sample of each device, with ``sampled_at``)
 rewritten atomically after each sample and at the end, for the backend to read (samples handed
 to the controller, which books mean utilization and wasted GPU time in the usage ledger). A
 ``{node}`` in its name becomes the node's rank in a multi-node job (``SLURM_NODEID``), so each
@@ -95,6 +96,7 @@ class Launcher:
         self.client = client
         self._said: set[str] = set()
         self.samples: list[list[GpuSample]] = []
+        self._sampled_at: float | None = None
 
     def _say(self, msg: str) -> None:
         if msg not in self._said:
@@ -186,6 +188,17 @@ class Launcher:
             "samples": len(self.samples),
             "note": self.note,
             "final": final,
+            # the last sample of each device, by position (the run's CUDA_VISIBLE_DEVICES
+            # order): the scheduler publishes them for metrics (``state.observed``)
+            "devices": [
+                {
+                    "position": s.position,
+                    "utilization_pct": s.utilization_pct,
+                    "memory_used_mb": s.memory_used_mb,
+                }
+                for s in (self.samples[-1] if self.samples else ())
+            ],
+            "sampled_at": self._sampled_at,
         }
         tmp = f"{self.telemetry_file}.{os.getpid()}.tmp"
         try:
@@ -246,6 +259,7 @@ class Launcher:
 
     def _record(self, samples: list[GpuSample], step: int, rest: MlflowRest | None) -> None:
         self.samples.append(samples)
+        self._sampled_at = self.clock()
         if rest is None or not self.run_id:
             return
         now = self.clock()

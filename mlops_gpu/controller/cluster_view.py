@@ -1,0 +1,185 @@
+"""``ClusterView``: one read of the cluster for the people looking at it: Prometheus metrics
+(``controller.prometheus``) and ``mlops-gpu top`` read the same figures from here.
+
+A view is built from the config (projects, quotas, prices, classes), the backends' inventory
+(nodes and their devices) and one read of the store (``state.observed``): aggregates, the runs
+holding GPUs, the launchers' last GPU samples, the scheduler's cycle histogram.
+
+Invariants:
+- Nothing here writes: building a view never changes the store nor wakes the scheduler.
+- Its size is bounded by the config and the inventory (projects x GPU types x classes x reason
+  codes, nodes x GPUs), plus the runs holding GPUs; never by the pending queue, which is only
+  counted (``observed.read``) or cut to its head (``pending_head``).
+- GPU samples are shown only for runs still holding GPUs (the scheduler may have stopped since
+  it published them).
+- A GPU is in exactly one state: ``allocated`` (some active run holds it, wholly, a share or a
+  MIG slice of it), else ``cordoned`` (its node is not schedulable), else ``free``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlops_gpu.controller import accounting
+from mlops_gpu.controller.runtime import Runtime
+from mlops_gpu.core.fairshare import Shares
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import Node
+from mlops_gpu.model.cluster import mig_share
+from mlops_gpu.state import observed
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What one active run's stored placement holds (parsed once per placement text)."""
+
+    gpu_type: str
+    amount: float
+    #: (node, device) of each device held, in the run's device order
+    devices: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class ClusterView:
+    now: float
+    nodes: list[Node]
+    obs: observed.Observed
+    #: (node, device) -> the run id holding it (the first of several sharing it)
+    holder: dict[tuple[str, str], str]
+    #: (project, gpu_type) -> GPU amount held now
+    used: dict[tuple[str, str], float]
+    #: (project, gpu_type) -> GPU-seconds held so far by the attempts running now
+    running_gpu_s: dict[tuple[str, str], float]
+    #: project -> weighted dominant share (the order of projects within a class)
+    fair_share: dict[str, float]
+    #: budgeted project -> the largest of GPU-hours and money spent over its budget
+    budget_ratio: dict[str, float]
+    projects: dict[str, Any] = field(default_factory=dict)
+    gpu_types: dict[str, Any] = field(default_factory=dict)
+    priority_classes: dict[str, int] = field(default_factory=dict)
+
+    def gpu_state(self, node: Node, device: str) -> str:
+        if (node.name, device) in self.holder:
+            return "allocated"
+        return "free" if node.schedulable else "cordoned"
+
+    def node_devices(self, node: Node) -> list[str]:
+        """Every GPU of the node: whole devices, then the GPUs MIG slices are cut from (as
+        their slice ids: a slice held shows the GPU allocated)."""
+        out = list(node.devices)
+        for ids in node.mig.values():
+            out.extend(ids)
+        return out
+
+    def pending_by_project(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for (project, _prio, _code), n in self.obs.pending.items():
+            out[project] += n
+        return dict(out)
+
+    def running_by_project(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for r in self.obs.active:
+            out[r.project] += 1
+        return dict(out)
+
+
+class ClusterReader:
+    """Builds views for one runtime; keeps parsed placements between views (a scrape every
+    few seconds parses only the placements of runs admitted since the last one)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._held: dict[str, Held] = {}
+
+    def _parse(self, text: str) -> Held:
+        h = self._held.get(text)
+        if h is None:
+            d = json.loads(text)
+            slots = d.get("slots", [])
+            amount = sum(len(s["devices"]) * float(s.get("fraction", 1.0)) for s in slots)
+            devs = tuple((str(s["node"]), str(x)) for s in slots for x in s["devices"])
+            if len(self._held) > 200_000:  # bounded: old placements are not needed again
+                self._held.clear()
+            h = self._held[text] = Held(str(d["gpu_type"]), amount, devs)
+        return h
+
+    def view(self, now: float | None = None, with_shares: bool = True) -> ClusterView:
+        rt, now = self.rt, time.time() if now is None else now
+        cfg = rt.cfg
+        nodes = rt.nodes()
+        obs = observed.read(rt.store)
+        holder: dict[tuple[str, str], str] = {}
+        used: dict[tuple[str, str], float] = defaultdict(float)
+        running_s: dict[tuple[str, str], float] = defaultdict(float)
+        for r in obs.active:
+            if not r.placement:
+                continue
+            h = self._parse(r.placement)
+            used[(r.project, h.gpu_type)] += h.amount
+            if r.admitted_at is not None:
+                running_s[(r.project, h.gpu_type)] += h.amount * max(now - r.admitted_at, 0.0)
+            for key in h.devices:
+                holder.setdefault(key, r.id)
+        # a sample left by a scheduler that stopped, of a run that has ended since: not shown
+        live = {r.id for r in obs.active}
+        obs.samples = [x for x in obs.samples if x.run_id in live]
+        projects = cfg.model_projects()
+        gpu_types = cfg.model_gpu_types()
+        shares: dict[str, float] = {}
+        ratio: dict[str, float] = {}
+        if with_shares:
+            shares, ratio = self._shares(nodes, used, now)
+        return ClusterView(now, nodes, obs, holder, dict(used), dict(running_s), shares, ratio,
+                           projects, gpu_types, dict(cfg.priority_classes))  # fmt: skip
+
+    def _shares(
+        self, nodes: list[Node], used: dict[tuple[str, str], float], now: float
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """(fair share of every configured project, budget spent ratio of budgeted ones), as
+        the scheduler computes them from the usage ledger."""
+        cfg = self.rt.cfg
+        projects, prices = cfg.model_projects(), cfg.model_gpu_types()
+        policy = cfg.policy_settings()
+        since = accounting.ledger_since(now, policy.half_life_s, projects)
+        rows = self.rt.store.usage(since=since)
+        history = accounting.usage_history(rows, now, policy.half_life_s)
+        capacity: dict[str, float] = defaultdict(float)
+        for n in nodes:
+            # (as ``Capacity.capacity_by_type``: a MIG slice counts its share of a GPU)
+            capacity[n.gpu_type] += n.capacity + sum(
+                len(v) * mig_share(p) for p, v in n.mig.items()
+            )
+        snap = Snapshot(now=now, nodes=(), pending=(), active=(), projects=projects,
+                        gpu_types=prices, priority_classes=dict(cfg.priority_classes),
+                        cohorts={}, policy=policy, usage_history=history)  # fmt: skip
+        book = Shares(snap, used, capacity)
+        shares = {p: book.share(p) for p in projects}
+        ratio: dict[str, float] = {}
+        windows = {p.name: p.budget for p in projects.values() if p.budget is not None}
+        if windows:
+            spent = _spent_with_active(rows, self.rt, now, projects, prices)
+            for name, b in windows.items():
+                hours, usd = spent.get(name, (0.0, 0.0))
+                parts = []
+                if b.gpu_hours:
+                    parts.append(hours / b.gpu_hours)
+                if b.usd:
+                    parts.append(usd / b.usd)
+                ratio[name] = max(parts, default=0.0)
+        return shares, ratio
+
+
+def _spent_with_active(
+    rows: list[Any], rt: Runtime, now: float, projects: dict[str, Any], prices: dict[str, Any]
+) -> dict[str, tuple[float, float]]:
+    """What budgeted projects spent in their windows, running attempts included (as the
+    scheduler counts it: ``accounting.spent``)."""
+    from mlops_gpu.model import ACTIVE_PHASES
+
+    active = [r for r in rt.store.list_runs(ACTIVE_PHASES) if r.project in projects]
+    return accounting.spent(rows, active, now, projects, prices)

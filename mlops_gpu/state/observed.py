@@ -1,0 +1,322 @@
+"""What metrics scrapes and ``mlops-gpu top`` read from the store, and the two things only the
+scheduler process knows that it publishes there for them (schema v8).
+
+Published by the scheduler (the leader; other processes only read):
+- ``scheduler_cycles``: its cycle-latency histogram, cumulative since it started, rewritten with
+  its heartbeat (at most every ``heartbeat.BEAT_S``). Buckets are ``CYCLE_BUCKETS``.
+- ``gpu_samples``: the last sample of each device a running run's launcher reported (its
+  telemetry file), replaced as a whole whenever the set of samples changed.
+
+Read in one read-only transaction (``read``): aggregates computed by the database (GROUP BY),
+never one row per pending run, so a scrape's cost grows with projects, classes, nodes and
+running runs, not with the queue.
+
+Invariants:
+- These writes never raise the store revision: publishing metrics does not wake the scheduler.
+- Counts read here are monotonic where the metric is a counter: events and ledger rows are only
+  ever added; an admission's wait is counted from its admission on (active attempts from the
+  runs table, ended ones from the ledger: each attempt once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, case, func, select
+
+from mlops_gpu.model import ACTIVE_PHASES, Phase
+from mlops_gpu.state.schema import events, gpu_samples, runs, scheduler_cycles, usage
+from mlops_gpu.state.store import Store
+
+#: Upper bounds (seconds) of the scheduler cycle histogram's buckets (+Inf implied).
+CYCLE_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Upper bounds (seconds) of the admission wait histogram's buckets (+Inf implied).
+WAIT_BUCKETS: tuple[float, ...] = (
+    1.0,
+    5.0,
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    21600.0,
+    86400.0,
+)
+_ID = 1
+
+
+@dataclass
+class Histogram:
+    """Cumulative bucket counts (one per bound, in order), the total count and the sum."""
+
+    bounds: tuple[float, ...]
+    buckets: list[int] = field(default_factory=list)
+    count: int = 0
+    sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.buckets:
+            self.buckets = [0] * len(self.bounds)
+
+    def observe(self, value: float, n: int = 1) -> None:
+        self.count += n
+        self.sum += value * n
+        for i, b in enumerate(self.bounds):
+            if value <= b:
+                self.buckets[i] += n
+
+    def merge(self, other: Histogram) -> None:
+        self.count += other.count
+        self.sum += other.sum
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    node: str
+    device: str
+    run_id: str
+    utilization_pct: float | None
+    memory_used_mb: float | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveRow:
+    """An attempt holding GPUs (admitted, starting or running): just what metrics need."""
+
+    id: str
+    name: str
+    project: str
+    user: str
+    priority: str
+    phase: str
+    placement: str | None  # the stored JSON (``Placement.to_dict``)
+    admitted_at: float | None
+    queued_at: float | None
+
+
+@dataclass
+class Observed:
+    """One consistent read of everything the metrics and ``top`` show from the store."""
+
+    #: (project, priority, reason_code or "") -> pending runs
+    pending: dict[tuple[str, str, str], int]
+    active: list[ActiveRow]
+    #: (project, gpu_type) -> (GPU-seconds booked, idle GPU-seconds booked) by ended attempts
+    ledger: dict[tuple[str, str], tuple[float, float]]
+    #: (project, priority) -> waits of ended attempts (``WAIT_BUCKETS``)
+    ended_waits: dict[tuple[str, str], Histogram]
+    #: project -> admissions (events ``admitted``)
+    admitted: dict[str, int]
+    #: (project, kind) -> attempts ended ``preempted`` or ``lost``
+    requeued: dict[tuple[str, str], int]
+    #: project -> GPU-seconds of work preemptions threw away
+    lost_gpu_s: dict[str, float]
+    samples: list[GpuSample]
+    cycles: Histogram | None
+
+
+def publish_cycles(store: Store, hist: Histogram, now: float | None = None) -> None:
+    """The scheduler's histogram so far (it holds the leader lock; one row, replaced)."""
+    row = dict(
+        pid=os.getpid(),
+        count=hist.count,
+        sum_s=hist.sum,
+        buckets=json.dumps(hist.buckets),
+        at=time.time() if now is None else now,
+    )
+    with store.engine.begin() as conn:
+        conn.execute(scheduler_cycles.delete())
+        conn.execute(scheduler_cycles.insert().values(id=_ID, **row))
+
+
+def publish_samples(store: Store, samples: Iterable[GpuSample]) -> None:
+    """Replace every stored GPU sample with ``samples`` (one per (node, device))."""
+    rows = {(s.node, s.device): s for s in samples}
+    with store.engine.begin() as conn:
+        conn.execute(gpu_samples.delete())
+        if rows:
+            conn.execute(
+                gpu_samples.insert(),
+                [
+                    {
+                        "node": s.node,
+                        "device": s.device,
+                        "run_id": s.run_id,
+                        "utilization_pct": s.utilization_pct,
+                        "memory_used_mb": s.memory_used_mb,
+                        "at": s.at,
+                    }
+                    for s in rows.values()
+                ],
+            )
+
+
+def _wait_histograms(conn: Connection) -> dict[tuple[str, str], Histogram]:
+    wait = usage.c.start - func.coalesce(usage.c.queued_at, usage.c.start)
+    cols = [func.sum(case((wait <= b, 1), else_=0)) for b in WAIT_BUCKETS]
+    q = (
+        select(usage.c.project, runs.c.priority, func.count(), func.sum(wait), *cols)
+        .select_from(usage.join(runs, runs.c.id == usage.c.run_id))
+        .group_by(usage.c.project, runs.c.priority)
+    )
+    out = {}
+    for r in conn.execute(q):
+        out[(r[0], r[1])] = Histogram(
+            WAIT_BUCKETS, [int(x or 0) for x in r[4:]], int(r[2]), float(r[3] or 0.0)
+        )
+    return out
+
+
+def _event_counts(
+    conn: Connection,
+) -> tuple[dict[str, int], dict[tuple[str, str], int], dict[str, float]]:
+    j = events.join(runs, runs.c.id == events.c.run_id)
+    admitted = {
+        p: int(n)
+        for p, n in conn.execute(
+            select(runs.c.project, func.count())
+            .select_from(j)
+            .where(events.c.kind == "admitted")
+            .group_by(runs.c.project)
+        )
+    }
+    requeued = {
+        (p, k): int(n)
+        for p, k, n in conn.execute(
+            select(runs.c.project, events.c.kind, func.count())
+            .select_from(j)
+            .where(events.c.kind.in_(("preempted", "lost")))
+            .group_by(runs.c.project, events.c.kind)
+        )
+    }
+    lost = {
+        p: float(s or 0.0)
+        for p, s in conn.execute(
+            select(runs.c.project, func.sum(events.c.lost_gpu_s))
+            .select_from(j)
+            .where(events.c.kind == "preempting")
+            .group_by(runs.c.project)
+        )
+    }
+    return admitted, requeued, lost
+
+
+def read(store: Store) -> Observed:
+    """Everything ``Observed`` holds, in one read-only transaction."""
+    active_phases = [p.value for p in ACTIVE_PHASES]
+    with store.engine.connect().execution_options(readonly=True) as conn, conn.begin():
+        pending = {
+            (p, prio, code or ""): int(n)
+            for p, prio, code, n in conn.execute(
+                select(runs.c.project, runs.c.priority, runs.c.reason_code, func.count())
+                .where(runs.c.phase == Phase.PENDING.value)
+                .group_by(runs.c.project, runs.c.priority, runs.c.reason_code)
+            )
+        }
+        cols = (
+            runs.c.id,
+            runs.c.name,
+            runs.c.project,
+            runs.c.user,
+            runs.c.priority,
+            runs.c.phase,
+            runs.c.placement,
+            runs.c.admitted_at,
+            runs.c.queued_at,
+        )
+        active = [
+            ActiveRow(*r)
+            for r in conn.execute(
+                select(*cols).where(runs.c.phase.in_(active_phases)).order_by(runs.c.seq)
+            )
+        ]
+        ledger = {
+            (p, t): (float(g or 0.0), float(i or 0.0))
+            for p, t, g, i in conn.execute(
+                select(
+                    usage.c.project,
+                    usage.c.gpu_type,
+                    func.sum(usage.c.gpu_seconds),
+                    func.sum(usage.c.gpus * usage.c.idle_s),
+                ).group_by(usage.c.project, usage.c.gpu_type)
+            )
+        }
+        waits = _wait_histograms(conn)
+        admitted, requeued, lost = _event_counts(conn)
+        samples = [
+            GpuSample(r.node, r.device, r.run_id, r.utilization_pct, r.memory_used_mb, r.at)
+            for r in conn.execute(
+                select(gpu_samples).order_by(gpu_samples.c.node, gpu_samples.c.device)
+            )
+        ]
+        row = conn.execute(select(scheduler_cycles).where(scheduler_cycles.c.id == _ID)).first()
+    cycles = None
+    if row is not None:
+        m = row._mapping  # (``row.count`` is the tuple method)
+        cycles = Histogram(
+            CYCLE_BUCKETS, _buckets(m["buckets"]), int(m["count"]), float(m["sum_s"])
+        )
+    return Observed(pending, active, ledger, waits, admitted, requeued, lost, samples, cycles)
+
+
+def _buckets(raw: str) -> list[int]:
+    """The stored bucket counts, or zeros if they do not match ``CYCLE_BUCKETS`` (a row left
+    by a version with other buckets)."""
+    try:
+        vals = json.loads(raw)
+    except ValueError:
+        vals = None
+    if not isinstance(vals, list) or len(vals) != len(CYCLE_BUCKETS):
+        return [0] * len(CYCLE_BUCKETS)
+    return [int(v) for v in vals]
+
+
+def pending_head(store: Store, limit: int, order: Mapping[str, int]) -> list[Any]:
+    """The first ``limit`` pending runs, highest class (``order``: class -> value) then oldest
+    first: (id, name, project, priority, reason_code, reason, eta, submitted_at) rows. Reads
+    ``limit`` rows per class at most, not the whole queue."""
+    cols = (
+        runs.c.id,
+        runs.c.name,
+        runs.c.project,
+        runs.c.priority,
+        runs.c.reason_code,
+        runs.c.reason,
+        runs.c.eta,
+        runs.c.submitted_at,
+    )
+    with store.engine.connect().execution_options(readonly=True) as conn, conn.begin():
+        classes = [
+            c
+            for (c,) in conn.execute(
+                select(runs.c.priority).where(runs.c.phase == Phase.PENDING.value).distinct()
+            )
+        ]
+        out: list[Any] = []
+        for c in sorted(classes, key=lambda c: -order.get(c, 0)):
+            q = (
+                select(*cols)
+                .where(runs.c.phase == Phase.PENDING.value, runs.c.priority == c)
+                .order_by(runs.c.submitted_at, runs.c.seq)
+                .limit(limit)
+            )
+            out.extend(conn.execute(q).all())
+    out.sort(key=lambda r: (-order.get(r.priority, 0), r.submitted_at))
+    return out[:limit]
+
+
+def device_map(placement: Mapping[str, Any]) -> Sequence[tuple[str, str]]:
+    """(node, device) of each device of a stored placement, in the launcher's order for a
+    single-node run (its ``CUDA_VISIBLE_DEVICES``)."""
+    return [(str(s["node"]), str(d)) for s in placement.get("slots", []) for d in s["devices"]]

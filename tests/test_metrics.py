@@ -1,0 +1,222 @@
+"""Prometheus metrics (``controller.prometheus``) and ``mlops-gpu top --once``, read from a store
+written through its own API: every family holds the values the store holds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_cli
+from prometheus_client.parser import text_string_to_metric_families
+
+from mlops_gpu.backends import JobTelemetry
+from mlops_gpu.config import load_config
+from mlops_gpu.controller import Runtime
+from mlops_gpu.controller.prometheus import metrics_bytes
+from mlops_gpu.controller.samples import GpuSamples
+from mlops_gpu.model import Phase
+from mlops_gpu.state import observed
+from mlops_gpu.testing import config_yaml, make_spec
+from mlops_gpu.testing.builders import placed
+
+HOSTILE = "evil[/bold]\x1b]0;pwned\x07\u202eX"
+
+
+def samples_of(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(
+    m: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return m[(name, frozenset(labels.items()))]
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Runtime:
+    data = yaml.safe_load(
+        config_yaml(nodes=(("node-a", 4), ("node-b", 2)), projects={"p": (4, 2), "q": (1, None)})
+    )
+    data["projects"]["q"]["budget"] = {"window_s": 86400, "gpu_hours": 10}
+    data["backends"]["local"]["nodes"].append({"name": "node-c", "gpu_type": "a100-80gb",
+                                               "gpus": 2})  # fmt: skip
+    cfg = tmp_path / "mlops-gpu.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    return Runtime(load_config(cfg))
+
+
+def cordon_c(rt: Runtime) -> None:
+    """node-c drained (local nodes never are; Slurm and Kubernetes inventories say so)."""
+    nodes = rt.nodes
+    rt.nodes = lambda: [  # type: ignore[method-assign]
+        replace(n, schedulable=False, state_reason="drained") if n.name == "node-c" else n
+        for n in nodes()
+    ]
+
+
+def _fill(rt: Runtime) -> dict[str, str]:
+    """p: 2 GPUs running on node-a (queued 100 s), one run preempted (lost 600 GPU-s) and
+    pending again; q: 2 GPUs running on node-b (borrowed 1), one pending unexplained; p: one
+    pending with a quota reason, and one that ended after an hour on 1 GPU (idle 900 s)."""
+    s, t0 = rt.store, 1_000_000.0
+    a = s.submit(make_spec("p", 2, name="a"), now=t0)
+    b = s.submit(make_spec("q", 2, name="b"), now=t0)
+    c = s.submit(make_spec("p", 1, name="c"), now=t0)
+    d = s.submit(make_spec("p", 1, name="d"), now=t0)
+    e = s.submit(make_spec("q", 1, name=HOSTILE), now=t0)
+    f = s.submit(make_spec("p", 4, name="f"), now=t0)
+    s.admit(a.id, placed("node-a", ["0", "1"]), now=t0 + 100)
+    s.set_handle(a.id, "h-a", Phase.RUNNING, now=t0 + 101)
+    s.admit(b.id, placed("node-b", ["0", "1"]), now=t0 + 10)
+    s.set_handle(b.id, "h-b", Phase.RUNNING, now=t0 + 11)
+    s.admit(c.id, placed("node-a", ["2"]), now=t0 + 5)
+    s.mark_preempting(c.id, "reclaimed", now=t0 + 50, lost_gpu_s=600.0)
+    s.requeue(c.id, "preempted", "preempted", None, now=t0 + 60)
+    s.admit(d.id, placed("node-a", ["3"]), now=t0 + 1)
+    s.finish(d.id, Phase.SUCCEEDED, "exited 0", now=t0 + 3601, idle_s=900.0)
+    s.set_reasons([(f.id, "quota", "project p is at its nominal", None)])
+    return {"a": a.id, "b": b.id, "c": c.id, "e": e.id, "f": f.id}
+
+
+def test_every_family_holds_the_store_values(rt: Runtime) -> None:
+    _fill(rt)
+    cordon_c(rt)
+    m = samples_of(metrics_bytes(rt).decode())
+    # pending by project, class and reason code (c came back preempted; e unexplained)
+    assert value(m, "mlops_gpu_pending_runs", project="p", priority="normal",
+                 reason_code="quota") == 1  # fmt: skip
+    assert value(m, "mlops_gpu_pending_runs", project="p", priority="normal",
+                 reason_code="preempted") == 1  # fmt: skip
+    assert value(m, "mlops_gpu_pending_runs", project="q", priority="normal",
+                 reason_code="unknown") == 1  # fmt: skip
+    assert value(m, "mlops_gpu_running_runs", project="p") == 1
+    assert value(m, "mlops_gpu_running_runs", project="q") == 1
+    # admissions: a, b, c, d (each attempt once)
+    assert value(m, "mlops_gpu_admitted_runs_total", project="p") == 3
+    assert value(m, "mlops_gpu_admitted_runs_total", project="q") == 1
+    assert value(m, "mlops_gpu_preempted_runs_total", project="p", reason="preempted") == 1
+    assert value(m, "mlops_gpu_preempted_runs_total", project="q", reason="preempted") == 0
+    assert value(m, "mlops_gpu_lost_gpu_seconds_total", project="p") == 600.0
+    # quota: nominal, limit (q has none: no series), used, borrowed
+    t = "a100-80gb"
+    assert value(m, "mlops_gpu_quota_nominal_gpus", project="p", gpu_type=t) == 4
+    assert value(m, "mlops_gpu_quota_borrowing_limit_gpus", project="p", gpu_type=t) == 2
+    assert ("mlops_gpu_quota_borrowing_limit_gpus",
+            frozenset({"project": "q", "gpu_type": t}.items())) not in m  # fmt: skip
+    assert value(m, "mlops_gpu_quota_used_gpus", project="p", gpu_type=t) == 2
+    assert value(m, "mlops_gpu_quota_used_gpus", project="q", gpu_type=t) == 2
+    assert value(m, "mlops_gpu_quota_borrowed_gpus", project="q", gpu_type=t) == 1
+    assert value(m, "mlops_gpu_quota_borrowed_gpus", project="p", gpu_type=t) == 0
+    # GPUs by node and state: node-c is not schedulable
+    g = "mlops_gpu_gpus"
+    assert value(m, g, node="node-a", gpu_type=t, state="allocated") == 2
+    assert value(m, g, node="node-a", gpu_type=t, state="free") == 2
+    assert value(m, g, node="node-b", gpu_type=t, state="allocated") == 2
+    assert value(m, g, node="node-c", gpu_type=t, state="cordoned") == 2
+    assert value(m, g, node="node-c", gpu_type=t, state="free") == 0
+    # admission waits: a waited 100 s, c 5 s, d 1 s (p); b 10 s (q)
+    w = "mlops_gpu_admission_wait_seconds"
+    assert value(m, w + "_count", project="p", priority="normal") == 3
+    assert value(m, w + "_sum", project="p", priority="normal") == pytest.approx(106.0)
+    assert value(m, w + "_bucket", project="p", priority="normal", le="5.0") == 2
+    assert value(m, w + "_bucket", project="p", priority="normal", le="60.0") == 2
+    assert value(m, w + "_bucket", project="p", priority="normal", le="120.0") == 3
+    assert value(m, w + "_bucket", project="q", priority="normal", le="+Inf") == 1
+    # idle GPU time booked with d's ledger row; cost grows with the running attempts
+    assert value(m, "mlops_gpu_idle_gpu_seconds_total", project="p") == 900.0
+    assert value(m, "mlops_gpu_cost_usd_total", project="p", gpu_type=t) > 2.5 * (1 + 55 / 3600)
+    # fair share and budget are the scheduler's own figures (positive while GPUs are held)
+    assert value(m, "mlops_gpu_fair_share", project="p") > 0
+    assert value(m, "mlops_gpu_budget_spent_ratio", project="q") > 0
+    assert ("mlops_gpu_budget_spent_ratio", frozenset({"project": "p"}.items())) not in m
+    # no run id, name or user is a label anywhere (bounded cardinality)
+    labels = {v for (_n, ls) in m for (_k, v) in ls}
+    assert not labels & {HOSTILE, "a", "tester"} and not any(v.startswith("r") and len(v) == 11
+                                                           for v in labels)  # fmt: skip
+
+
+def test_scheduler_published_figures(rt: Runtime) -> None:
+    """Cycle latency and GPU samples come from the scheduler's process, through the store."""
+    ids = _fill(rt)
+    m = samples_of(metrics_bytes(rt).decode())
+    assert not any(n.startswith("mlops_gpu_scheduler_cycle_seconds") for n, _ in m)
+    hist = observed.Histogram(observed.CYCLE_BUCKETS)
+    for x in (0.003, 0.02, 0.02, 3.0):
+        hist.observe(x)
+    observed.publish_cycles(rt.store, hist)
+    run = rt.store.get(ids["a"])
+    assert run is not None
+    poll = GpuSamples(rt.store).collect()
+    poll.add(run, JobTelemetry(devices=((0, 37.0, 2048.0), (1, 81.0, None)), sampled_at=5.0), 9)
+    assert poll.publish() is None
+    # a sample left for a run that has ended since (the scheduler stopped): not shown
+    ended = observed.GpuSample("node-a", "3", "r-ended", 99.0, 1.0, 5.0)
+    observed.publish_samples(rt.store, [*poll.samples.values(), ended])
+    m = samples_of(metrics_bytes(rt).decode())
+    c = "mlops_gpu_scheduler_cycle_seconds"
+    assert value(m, c + "_count") == 4
+    assert value(m, c + "_sum") == pytest.approx(3.043)
+    assert value(m, c + "_bucket", le="0.005") == 1
+    assert value(m, c + "_bucket", le="0.025") == 3
+    assert value(m, c + "_bucket", le="+Inf") == 4
+    u = "mlops_gpu_gpu_utilization_ratio"
+    assert value(m, u, node="node-a", gpu="0") == pytest.approx(0.37)
+    assert value(m, u, node="node-a", gpu="1") == pytest.approx(0.81)
+    assert value(m, "mlops_gpu_gpu_memory_used_bytes", node="node-a", gpu="0") == 2048 * 2**20
+    assert ("mlops_gpu_gpu_utilization_ratio",
+            frozenset({"node": "node-a", "gpu": "3"}.items())) not in m  # fmt: skip
+    assert ("mlops_gpu_gpu_memory_used_bytes",
+            frozenset({"node": "node-a", "gpu": "1"}.items())) not in m  # fmt: skip
+
+
+def test_telemetry_file_devices_round_trip() -> None:
+    tel = JobTelemetry.from_dict(
+        {
+            "mean_utilization": 40,
+            "devices": [
+                {"position": 0, "utilization_pct": 40, "memory_used_mb": 1024},
+                {"position": True, "utilization_pct": 1},  # not a position
+                "junk",
+                {"position": 1, "utilization_pct": "x"},
+            ],
+            "sampled_at": 7,
+        }
+    )
+    assert tel.devices == ((0, 40.0, 1024.0), (1, None, None)) and tel.sampled_at == 7.0
+    assert JobTelemetry.from_dict({"devices": "nope"}).devices == ()
+
+
+def test_metrics_once_and_top_once_from_the_cli(rt: Runtime) -> None:
+    ids = _fill(rt)
+    cfg = str(rt.cfg.source)
+    r = run_cli("--config", cfg, "metrics", "--once")
+    assert r.returncode == 0, r.stderr
+    m = samples_of(r.stdout)
+    assert value(m, "mlops_gpu_quota_used_gpus", project="q", gpu_type="a100-80gb") == 2
+    r = run_cli("--config", cfg, "metrics")
+    assert r.returncode == 2 and "exactly one of --once and --listen" in r.stderr
+    r = run_cli("--config", cfg, "metrics", "--listen", "nowhere")
+    assert r.returncode == 2 and "expected HOST:PORT" in r.stderr
+    r = run_cli("--config", cfg, "top", "--once")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    heat = {ln.split()[0]: ln.split()[2:] for ln in lines if ln.strip().startswith("node-")}
+    assert heat == {"node-a": ["██", "██", "··", "··"], "node-b": ["██", "██"],
+                    "node-c": ["··", "··"]}  # fmt: skip
+    queue = [ln for ln in lines if ids["f"] in ln]
+    assert queue and "quota" in queue[0] and "project p is at its nominal" in queue[0]
+    assert "GPUs 8: 4 allocated, 4 free, 0 cordoned" in r.stdout
+    assert "\x1b" not in r.stdout and "\u202e" not in r.stdout
+    # the hostile name (pending, so in the queue's head) is shown as typed, escapes visible
+    assert "evil[/bold]\\x1b]0;pwned\\x07\\u202eX" in r.stdout
+    data = json.loads(run_cli("--config", cfg, "top", "--once", "--json").stdout)
+    assert [q["id"] for q in data["queue"]][:1] in ([ids["c"]], [ids["e"]], [ids["f"]])
+    assert data["pending"] == 3
+    assert sum(g["state"] == "allocated" for g in data["gpus"]) == 4
