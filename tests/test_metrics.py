@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -40,13 +41,15 @@ def value(
 
 
 @pytest.fixture
-def rt(tmp_path: Path) -> Runtime:
+def rt(tmp_path: Path, store_url: str) -> Runtime:
+    """The store on SQLite and on a real PostgreSQL (``store_url``)."""
     data = yaml.safe_load(
         config_yaml(nodes=(("node-a", 4), ("node-b", 2)), projects={"p": (4, 2), "q": (1, None)})
     )
     data["projects"]["q"]["budget"] = {"window_s": 86400, "gpu_hours": 10}
     data["backends"]["local"]["nodes"].append({"name": "node-c", "gpu_type": "a100-80gb",
                                                "gpus": 2})  # fmt: skip
+    data["store"] = store_url
     cfg = tmp_path / "mlops-gpu.yaml"
     cfg.write_text(yaml.safe_dump(data))
     return Runtime(load_config(cfg))
@@ -174,6 +177,44 @@ def test_scheduler_published_figures(rt: Runtime) -> None:
             frozenset({"node": "node-a", "gpu": "3"}.items())) not in m  # fmt: skip
     assert ("mlops_gpu_gpu_memory_used_bytes",
             frozenset({"node": "node-a", "gpu": "1"}.items())) not in m  # fmt: skip
+
+
+def test_render_reads_back_as_prometheus_clients_own_text(rt: Runtime) -> None:
+    """The fast text writer and ``generate_latest`` say the same, hostile label values too."""
+    from prometheus_client import generate_latest
+
+    from mlops_gpu.controller.prometheus import (
+        Fam,
+        StoreCollector,
+        exposition,
+        registry_for,
+        render,
+    )
+
+    class Fixed:
+        def __init__(self, fams: list[Any]) -> None:
+            self.fams = fams
+
+        def collect(self) -> list[Any]:
+            return self.fams
+
+    _fill(rt)
+    col = StoreCollector(rt)
+    body, ctype = exposition(col)
+    assert ctype.startswith("text/plain; version=0.0.4") and b"mlops_gpu_pending_runs{" in body
+    fams = col.families()  # (one read: costs move with the clock)
+    theirs = samples_of(generate_latest(Fixed([f.metric() for f in fams])).decode())  # type: ignore[arg-type]
+    assert samples_of(render(fams).decode()) == theirs and len(theirs) > 50
+    assert col.series == len(theirs)
+    # the registry path (prometheus_client's own writer) reads the same families
+    reg, _ = registry_for(rt)
+    assert {k for k in samples_of(exposition(reg)[0].decode())} == set(theirs)
+    odd = Fam("mlops_gpu_x", "gauge", 'doc \\ "q"\nline', ["node"])
+    for v in ('a"b', "c\\d", "e\nf", "\u202eg", "", "h}i,j=k"):
+        odd.add_metric([v], 1.5)
+    mine = samples_of(render([odd]).decode())
+    assert mine == samples_of(generate_latest(Fixed([odd.metric()])).decode())  # type: ignore[arg-type]
+    assert len(mine) == 6
 
 
 def test_telemetry_file_devices_round_trip() -> None:

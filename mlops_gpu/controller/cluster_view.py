@@ -30,7 +30,10 @@ from mlops_gpu.core.fairshare import Shares
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node
 from mlops_gpu.model.cluster import mig_share
-from mlops_gpu.state import observed
+from mlops_gpu.state import UsageRow, observed
+
+#: A view re-reads the whole ledger this often (as the controller does: ``loop``).
+LEDGER_RELOAD_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,13 @@ class ClusterView:
             out.extend(ids)
         return out
 
+    def held_per_node(self) -> dict[str, int]:
+        """node -> its GPUs some active run holds (each counted once)."""
+        out: dict[str, int] = defaultdict(int)
+        for node, _dev in self.holder:
+            out[node] += 1
+        return out
+
     def pending_by_project(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
         for (project, _prio, _code), n in self.obs.pending.items():
@@ -95,6 +105,15 @@ class ClusterReader:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self._held: dict[str, Held] = {}
+        # the usage ledger read so far (rows are only added, with growing ids): later views
+        # read only newer rows, and decay the fair-share history kept at ``_hist_at``
+        self._rows: list[UsageRow] = []
+        self._row_id = 0
+        self._read_at = float("-inf")
+        self._hist: dict[tuple[str, str], float] = {}
+        self._hist_at = 0.0
+        self._active: list[observed.ActiveRow] = []
+        self._feed = observed.ActiveFeed()
 
     def _parse(self, text: str) -> Held:
         h = self._held.get(text)
@@ -112,7 +131,8 @@ class ClusterReader:
         rt, now = self.rt, time.time() if now is None else now
         cfg = rt.cfg
         nodes = rt.nodes()
-        obs = observed.read(rt.store)
+        obs = observed.read(rt.store, self._feed)
+        self._active = obs.active
         holder: dict[tuple[str, str], str] = {}
         used: dict[tuple[str, str], float] = defaultdict(float)
         running_s: dict[tuple[str, str], float] = defaultdict(float)
@@ -146,8 +166,7 @@ class ClusterReader:
         projects, prices = cfg.model_projects(), cfg.model_gpu_types()
         policy = cfg.policy_settings()
         since = accounting.ledger_since(now, policy.half_life_s, projects)
-        rows = self.rt.store.usage(since=since)
-        history = accounting.usage_history(rows, now, policy.half_life_s)
+        rows, history = self._ledger(since, now, policy.half_life_s)
         capacity: dict[str, float] = defaultdict(float)
         for n in nodes:
             # (as ``Capacity.capacity_by_type``: a MIG slice counts its share of a GPU)
@@ -162,7 +181,7 @@ class ClusterReader:
         ratio: dict[str, float] = {}
         windows = {p.name: p.budget for p in projects.values() if p.budget is not None}
         if windows:
-            spent = _spent_with_active(rows, self.rt, now, projects, prices)
+            spent = self._spent(rows, now, projects, prices)
             for name, b in windows.items():
                 hours, usd = spent.get(name, (0.0, 0.0))
                 parts = []
@@ -173,13 +192,47 @@ class ClusterReader:
                 ratio[name] = max(parts, default=0.0)
         return shares, ratio
 
+    def _ledger(
+        self, since: float, now: float, half_life: float
+    ) -> tuple[list[UsageRow], dict[tuple[str, str], float]]:
+        """(ledger rows ending at or after ``since``, decayed usage history at ``now``).
+        Full re-read every ``LEDGER_RELOAD_S`` (ids from concurrent writers may commit out of
+        order, as the controller knows); in between only rows with newer ids, and the history
+        kept is decayed to ``now`` (a finished interval's weight only shrinks, by
+        2^(-dt / half_life)) before the new rows are added."""
+        store = self.rt.store
+        if now - self._read_at >= LEDGER_RELOAD_S or now < self._hist_at:
+            self._rows = store.usage(since=since)
+            self._hist = accounting.usage_history(self._rows, now, half_life)
+            self._read_at = now
+        else:
+            new = store.usage(after_id=self._row_id)
+            f = 2.0 ** (-(now - self._hist_at) / half_life)
+            hist = {k: v * f for k, v in self._hist.items()}
+            for k, v in accounting.usage_history(new, now, half_life).items():
+                hist[k] = hist.get(k, 0.0) + v
+            self._hist = hist
+            self._rows.extend(new)
+            if self._rows and self._rows[0].end < since:
+                self._rows = [r for r in self._rows if r.end >= since]
+        self._hist_at = now
+        self._row_id = max((r.id for r in self._rows), default=self._row_id)
+        return self._rows, self._hist
 
-def _spent_with_active(
-    rows: list[Any], rt: Runtime, now: float, projects: dict[str, Any], prices: dict[str, Any]
-) -> dict[str, tuple[float, float]]:
-    """What budgeted projects spent in their windows, running attempts included (as the
-    scheduler counts it: ``accounting.spent``)."""
-    from mlops_gpu.model import ACTIVE_PHASES
-
-    active = [r for r in rt.store.list_runs(ACTIVE_PHASES) if r.project in projects]
-    return accounting.spent(rows, active, now, projects, prices)
+    def _spent(
+        self, rows: list[UsageRow], now: float, projects: dict[str, Any], prices: dict[str, Any]
+    ) -> dict[str, tuple[float, float]]:
+        """What budgeted projects spent in their windows, running attempts included (as the
+        scheduler counts it: ``accounting.spent``)."""
+        spent = accounting.spent(rows, [], now, projects, prices)
+        windows = {p.name: p.budget.window_s for p in projects.values() if p.budget is not None}
+        for r in self._active:
+            w = windows.get(r.project)
+            if w is None or not r.placement or r.admitted_at is None:
+                continue
+            h = self._parse(r.placement)
+            hours = h.amount * max(now - max(r.admitted_at, now - w), 0.0) / 3600
+            price = prices[h.gpu_type].price_per_hour if h.gpu_type in prices else 0.0
+            old = spent.get(r.project, (0.0, 0.0))
+            spent[r.project] = (old[0] + hours, old[1] + hours * price)
+        return spent
