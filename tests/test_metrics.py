@@ -217,6 +217,60 @@ def test_render_reads_back_as_prometheus_clients_own_text(rt: Runtime) -> None:
     assert len(mine) == 6
 
 
+def test_a_kept_collector_follows_the_store(rt: Runtime) -> None:
+    """A server keeps one collector: what changed between scrapes (admissions, ends, new
+    ledger rows) shows at the next scrape, as a fresh collector would show it."""
+    from mlops_gpu.controller.prometheus import StoreCollector, exposition
+
+    ids = _fill(rt)
+    col = StoreCollector(rt)
+    m = samples_of(exposition(col)[0].decode())
+    t = "a100-80gb"
+    assert value(m, "mlops_gpu_quota_used_gpus", project="q", gpu_type=t) == 2
+    s = rt.store
+    s.finish(ids["b"], Phase.SUCCEEDED, "exited 0", now=1_000_000.0 + 7200, idle_s=30.0)
+    s.admit(ids["e"], placed("node-b", ["0"]), now=1_000_000.0 + 7201)
+    s.admit(ids["c"], placed("node-a", ["2", "3"][:1]), now=1_000_000.0 + 7202)
+    m2 = samples_of(exposition(col)[0].decode())
+    fresh = samples_of(metrics_bytes(rt).decode())
+    assert value(m2, "mlops_gpu_quota_used_gpus", project="q", gpu_type=t) == 1
+    assert value(m2, "mlops_gpu_quota_used_gpus", project="p", gpu_type=t) == 3
+    assert value(m2, "mlops_gpu_idle_gpu_seconds_total", project="q") == 60.0
+    assert value(m2, "mlops_gpu_admitted_runs_total", project="q") == 2
+    assert value(m2, "mlops_gpu_gpus", node="node-b", gpu_type=t, state="allocated") == 1
+    for key in ("mlops_gpu_quota_used_gpus", "mlops_gpu_running_runs", "mlops_gpu_gpus",
+                "mlops_gpu_pending_runs", "mlops_gpu_fair_share"):  # fmt: skip
+        mine = {k: v for k, v in m2.items() if k[0] == key}
+        assert mine == pytest.approx({k: v for k, v in fresh.items() if k[0] == key}), key
+
+
+def test_top_frame_shows_cordoned_gpus_and_sampled_utilization(rt: Runtime) -> None:
+    from rich.console import Console
+
+    from mlops_gpu.cli.top import frame
+    from mlops_gpu.controller.cluster_view import ClusterReader
+
+    ids = _fill(rt)
+    cordon_c(rt)
+    run = rt.store.get(ids["a"])
+    assert run is not None
+    poll = GpuSamples(rt.store).collect()
+    poll.add(run, JobTelemetry(devices=((0, 12.4, None), (1, 100.0, None))), 9)
+    assert poll.publish() is None
+    group, data = frame(rt, ClusterReader(rt), max_nodes=2, queue_rows=1)
+    con = Console(width=160, record=True)
+    con.print(group)
+    text = con.export_text()
+    heat = {ln.split()[0]: ln.split()[2:] for ln in text.splitlines()
+            if ln.strip().startswith("node-")}  # fmt: skip
+    assert heat == {"node-a": ["12", "99", "··", "··"], "node-b": ["██", "██"]}
+    assert "1 more nodes" in text  # node-c is past --nodes 2
+    assert "GPUs 8: 4 allocated, 2 free, 2 cordoned" in text
+    states = {(g["node"], g["gpu"]): g["state"] for g in data["gpus"]}
+    assert states[("node-c", "0")] == "cordoned" and states[("node-a", "0")] == "allocated"
+    assert len(data["queue"]) == 1 and data["pending"] == 3
+
+
 def test_telemetry_file_devices_round_trip() -> None:
     tel = JobTelemetry.from_dict(
         {
