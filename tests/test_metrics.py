@@ -271,6 +271,31 @@ def test_top_frame_shows_cordoned_gpus_and_sampled_utilization(rt: Runtime) -> N
     assert len(data["queue"]) == 1 and data["pending"] == 3
 
 
+def test_samples_are_written_at_most_every_few_seconds_but_ended_runs_leave_at_once(
+    rt: Runtime,
+) -> None:
+    ids = _fill(rt)
+    a, b = rt.store.get(ids["a"]), rt.store.get(ids["b"])
+    assert a is not None and b is not None
+    keep = GpuSamples(rt.store)
+
+    def poll(*runs: tuple[Any, float]) -> None:
+        p = keep.collect()
+        for run, util in runs:
+            p.add(run, JobTelemetry(devices=((0, util, None),)), 1.0)
+        assert p.publish() is None
+
+    def stored() -> dict[tuple[str, str], float | None]:
+        return {(x.node, x.device): x.utilization_pct for x in observed.read(rt.store).samples}
+
+    poll((a, 10.0), (b, 20.0))
+    assert stored() == {("node-a", "0"): 10.0, ("node-b", "0"): 20.0}
+    poll((a, 11.0), (b, 21.0))  # new values within PUBLISH_EVERY_S: not written yet
+    assert stored() == {("node-a", "0"): 10.0, ("node-b", "0"): 20.0}
+    poll((a, 12.0))  # b ended: written at once
+    assert stored() == {("node-a", "0"): 12.0}
+
+
 def test_telemetry_file_devices_round_trip() -> None:
     tel = JobTelemetry.from_dict(
         {

@@ -5,23 +5,30 @@ Invariants:
 - Only running one-node runs are sampled: a sample's position among the run's devices is
   mapped to the (node, device) its placement holds there. A gang's launchers number their
   devices per node, so a gang's samples are left out rather than put on the wrong GPU.
-- The store is written only when the set of samples changed since the last write, and a failed
-  write never fails the tick (it is said once, and tried again at the next poll).
+- The store is written only when the samples changed since the last write, at most every
+  ``PUBLISH_EVERY_S`` (launchers sample every few seconds: with thousands of runs the samples
+  change at every poll, and each write replaces them all), and a failed write never fails the
+  tick (it is said once, and tried again at the next poll).
 """
 
 from __future__ import annotations
+
+import time
 
 from mlops_gpu.backends import JobTelemetry
 from mlops_gpu.model import Run
 from mlops_gpu.state import Store, observed
 
 Key = tuple[str, str]
+#: The least time between two writes of the samples (metrics are scraped every 15 s or so).
+PUBLISH_EVERY_S = 5.0
 
 
 class GpuSamples:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.published: dict[Key, observed.GpuSample] = {}
+        self.published_at = float("-inf")  # (time.monotonic)
 
     def collect(self) -> Poll:
         """A new poll's samples, published together at its end."""
@@ -47,11 +54,16 @@ class Poll:
 
     def publish(self) -> str | None:
         """Write the samples if they changed; a one-line problem if the write failed."""
-        if self.samples == self.owner.published:
+        owner = self.owner
+        if self.samples == owner.published:
+            return None
+        # (runs that ended leave at once: their GPUs must not show a stale owner)
+        gone = owner.published.keys() - self.samples.keys()
+        if not gone and time.monotonic() - owner.published_at < PUBLISH_EVERY_S:
             return None
         try:
-            observed.publish_samples(self.owner.store, self.samples.values())
+            observed.publish_samples(owner.store, self.samples.values())
         except Exception as e:  # metrics only: the scheduling goes on
             return f"could not publish GPU samples: {e}"
-        self.owner.published = self.samples
+        owner.published, owner.published_at = self.samples, time.monotonic()
         return None
