@@ -251,7 +251,10 @@ def top(ctx: click.Context, once: bool, as_json: bool, interval: float, max_node
     try:
         with Live(console=con, screen=True, auto_refresh=False) as live:
             while True:
-                group, _ = frame(rt, reader, max_nodes=max_nodes, queue_rows=queue_rows)
+                try:
+                    group, _ = frame(rt, reader, max_nodes=max_nodes, queue_rows=queue_rows)
+                except Exception as e:  # a store busy or gone for a moment: said, retried
+                    group = cell(f"mlops-gpu top: cannot read the store now: {e}", 500)
                 live.update(group, refresh=True)
                 time.sleep(interval)
     except KeyboardInterrupt:

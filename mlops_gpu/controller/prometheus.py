@@ -32,6 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -345,7 +346,13 @@ def serve(rt: Runtime, host: str, port: int, ready: Any = None) -> None:
         if environ.get("PATH_INFO") not in ("/metrics", "/metrics/"):
             start("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: try /metrics\n"]
-        body, ctype = exposition(col)
+        try:
+            body, ctype = exposition(col)
+        except Exception as e:  # a store that cannot be read now: one line; the next scrape
+            msg = " ".join(f"cannot read the store: {e}".split())  # tries again
+            print(f"mlops-gpu metrics: {msg}", file=sys.stderr, flush=True)
+            start("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [msg.encode() + b"\n"]
         start("200 OK", [("Content-Type", ctype), ("Content-Length", str(len(body)))])
         return [body]
 
