@@ -340,3 +340,60 @@ def test_metrics_once_and_top_once_from_the_cli(rt: Runtime) -> None:
     assert [q["id"] for q in data["queue"]][:1] in ([ids["c"]], [ids["e"]], [ids["f"]])
     assert data["pending"] == 3
     assert sum(g["state"] == "allocated" for g in data["gpus"]) == 4
+
+
+def test_exporter_serves_metrics_only_and_stops_on_sigterm_mid_scrape(cfg_path: Path) -> None:
+    """SIGTERM while scrapes keep coming (wsgiref swallows an exception raised inside one):
+    the exporter answers the scrape in progress and exits."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    from conftest import _free_port
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mlops_gpu.cli.main", "--config",
+                             str(cfg_path), "metrics", "--listen", f"127.0.0.1:{port}"],
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+                    assert b"mlops_gpu_quota_nominal_gpus{" in r.read()
+                    break
+            except urllib.error.URLError:
+                assert proc.poll() is None and time.time() < deadline, proc.stderr
+                time.sleep(0.2)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{url}/", timeout=5)
+        assert e.value.code == 404
+        stop = threading.Event()
+
+        def scrape() -> None:
+            while not stop.is_set():
+                try:
+                    urllib.request.urlopen(f"{url}/metrics", timeout=5).read()
+                except OSError:
+                    return
+
+        threads = [threading.Thread(target=scrape) for _ in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=15) == 0
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,14 +1,16 @@
 """``mlops-gpu metrics``: the Prometheus exposition of the cluster (``controller.prometheus``).
 
 ``--once`` prints one exposition to stdout; ``--listen HOST:PORT`` serves ``/metrics`` over HTTP
-until SIGTERM or Ctrl-C: an exporter beside the scheduler, for a Prometheus to scrape (a team's
-``mlops-gpu server`` serves the same at its own ``/metrics``). It only reads the store.
+until SIGTERM or Ctrl-C (a scrape in progress is answered first): an exporter beside the
+scheduler, for a Prometheus to scrape (a team's ``mlops-gpu server`` serves the same at its own
+``/metrics``). It only reads the store.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
 from typing import Any
 
 import click
@@ -43,12 +45,18 @@ def metrics(ctx: click.Context, listen: str | None, once: bool) -> None:
     assert listen is not None
     host, port = parse_listen(listen)
 
-    def _stop(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
+    servers: list[Any] = []
 
-    signal.signal(signal.SIGTERM, _stop)
+    def _stop(_signum: int, _frame: Any) -> None:
+        # Not an exception: wsgiref swallows any raised while it serves a scrape. shutdown()
+        # waits for serve_forever to return, so it runs beside it, not in this handler.
+        for httpd in servers:
+            threading.Thread(target=httpd.shutdown, daemon=True).start()
 
     def ready(httpd: Any) -> None:
+        servers.append(httpd)
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
         h, p = httpd.server_address[:2]
         click.echo(f"serving http://{h}:{p}/metrics (Ctrl-C stops)", err=True)
 
@@ -56,5 +64,5 @@ def metrics(ctx: click.Context, listen: str | None, once: bool) -> None:
         serve(rt, host, port, ready)
     except OSError as e:
         raise UserError(f"--listen {listen}: {e.strerror or e}") from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # (before it was listening)
         pass
