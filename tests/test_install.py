@@ -67,6 +67,7 @@ def test_install_without_cargo_succeeds_and_the_demo_runs_on_python(tmp_path: Pa
     assert probe.returncode == 0, probe.stderr[-4000:]
     none, where = probe.stdout.split()
     assert none == "None" and where.startswith(str(venv)), probe.stdout
+    assert Path(where).with_name("_engine.pyi").is_file()  # the stubs ship (py.typed)
     demo = subprocess.run(
         [str(venv / "bin" / "mlops-gpu"), "demo", "--dir", str(tmp_path / "demo")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,

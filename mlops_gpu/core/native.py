@@ -51,10 +51,11 @@ except ModuleNotFoundError as e:  # not built (no cargo at install): the Python 
         raise
     _engine = None  # type: ignore[assignment]
 
+NOT_INSTALLED = f"the Rust engine ({MODULE}) is not installed"
 #: What the scheduler logs once where the Rust engine is missing (``controller.mirror``).
 PYTHON_ENGINE_WARNING = (
-    "the Rust engine (mlops_gpu._engine) is not installed, so the scheduler runs the Python "
-    "engine: the same decisions at about 500 admissions/s instead of about 9,000 "
+    f"{NOT_INSTALLED}, so the scheduler runs the Python engine: the same decisions at about "
+    "500 admissions/s instead of about 9,000 "
     "(benchmarks/RESULTS.md). To build it, install Rust (cargo 1.82 or later) and reinstall "
     "mlops-gpu (pip install -e . or pip install .)"
 )
@@ -105,7 +106,7 @@ class NativeEngine:
     def __init__(self, template: Snapshot, module: ModuleType | None = None) -> None:
         """``module``: the extension, as ``installed()`` returns it (the default)."""
         if _engine is None:
-            raise NotSupported(PYTHON_ENGINE_WARNING.split(", so")[0])
+            raise NotSupported(NOT_INSTALLED)
         if module is not None and module is not _engine:
             raise ValueError(f"module: expected {MODULE}, got {module.__name__}")
         why = unsupported(template)
