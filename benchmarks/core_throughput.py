@@ -8,15 +8,14 @@ reason and ETA for every pending run) at the longest queue, peak RSS, and, in th
 naive FIFO first-fit baseline on the same workload. The last line printed is one JSON object.
 
     python benchmarks/core_throughput.py [--nodes 1000] [--runs 50000] [--seed 1]
-                                         [--core auto|native|installed|compiled]
+                                         [--core auto|native|python]
 
 The engine is the incremental one (``--engine from-scratch``: a snapshot per cycle). Its
-core: ``native`` is the engine in Rust (``mlops_gpu.core.native``; ``scripts/native_core.py``
-builds it with cargo, cached), ``installed`` the Python core as imported, ``compiled`` the same
-Python source compiled with mypyc (``scripts/compiled_core.py``, cached); ``auto``, the
-default, is native where it can be built and says so on stderr where it cannot.
+core: ``native`` is the engine in Rust (``mlops_gpu.core.native`` over ``mlops_gpu._engine``,
+built by ``pip install`` where cargo exists), ``python`` the Python core; ``auto``, the
+default, is native where it is installed and says so on stderr where it is not.
 ``decisions_sha256`` digests every cycle's admissions (run, nodes, devices) and preemptions, so
-two runs that print the same digest decided alike: the three cores print the same.
+two runs that print the same digest decided alike: both cores print the same.
 """
 
 from __future__ import annotations
@@ -26,20 +25,17 @@ import hashlib
 import heapq
 import json
 import math
-import os
 import random
 import resource
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
-from pathlib import Path
 from types import MappingProxyType
 
 from mlops_gpu.core import PolicySettings, Snapshot
 from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.native import NativeEngine, load
+from mlops_gpu.core.native import PYTHON_ENGINE_WARNING, NativeEngine, installed
 from mlops_gpu.model import (
     BackendCapabilities,
     Cohort,
@@ -226,39 +222,25 @@ def main() -> int:
     )
     ap.add_argument(
         "--core",
-        choices=["auto", "native", "installed", "compiled"],
+        choices=["auto", "native", "python", "installed"],
         default="auto",
-        help="native: the engine in Rust (scripts/native_core.py builds it, cached); installed: "
-        "the Python core as imported; compiled: the Python core compiled with mypyc "
-        "(scripts/compiled_core.py); auto (default): native where cargo can build it, else "
-        "installed",
+        help="native: the engine in Rust (mlops_gpu._engine, built by pip install where cargo "
+        "exists); python (or its former name, installed): the Python core; auto (default): "
+        "native where installed, else python",
     )
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import compiled_core
-    import native_core
-
-    if args.core == "compiled" and not compiled_core.is_compiled():
-        if os.environ.get("MLOPS_GPU_COMPILED_CHILD"):
-            raise SystemExit("core_throughput: the compiled core did not load (PYTHONPATH)")
-        out = compiled_core.build()
-        path = os.pathsep.join(x for x in (str(out), os.environ.get("PYTHONPATH")) if x)
-        env = {**os.environ, "PYTHONPATH": path, "MLOPS_GPU_COMPILED_CHILD": "1"}
-        return subprocess.call([sys.executable, __file__, *sys.argv[1:]], env=env)
     template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order)
     module = None
     if args.core in ("auto", "native") and args.engine == "incremental":
-        try:
-            module = load(str(native_core.build()))
-        except SystemExit as e:  # no cargo, or the build failed: say so
+        module = installed()
+        if module is None:
             if args.core == "native":
-                raise
-            print(f"core_throughput: {e}; measuring the Python core instead", file=sys.stderr)
+                raise SystemExit(f"core_throughput: {PYTHON_ENGINE_WARNING}")
+            print(f"core_throughput: {PYTHON_ENGINE_WARNING}; measuring the Python core",
+                  file=sys.stderr)  # fmt: skip
     elif args.core == "native":
         raise SystemExit("core_throughput: --core native serves --engine incremental only")
-    core = (
-        "native" if module is not None else "compiled" if compiled_core.is_compiled() else "python"
-    )
+    core = "native" if module is not None else "python"
     engine = (
         NativeEngine(template, module) if module is not None else make_engine(args.engine, template)
     )

@@ -9,16 +9,15 @@ line: the object ``mlops-gpu simulate --json`` prints, with ``gap_closed`` per p
     python benchmarks/philly_week.py [--workers 2] [--days 7] [--policy NAME]...
                                      [--engine auto|python|native]
 
-``--engine``: the core's engine for every replay (the decisions are the same): ``native`` (Rust;
-built with cargo by ``scripts/native_core.py``, cached) where it runs the policy, ``python``, or
-``auto`` (default: native where cargo can build it and it runs the policy, else python).
+``--engine``: the core's engine for every replay (the decisions are the same): ``native`` (Rust,
+``mlops_gpu._engine``, built by the install where cargo exists) where it runs the policy,
+``python``, or ``auto`` (default: native where installed and it runs the policy, else python).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import date
@@ -84,16 +83,10 @@ def main() -> int:
     ap.add_argument("--engine", choices=["auto", "python", "native"], default="auto")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    if args.engine != "python" and not os.environ.get(native.ENV):
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-        import native_core
-
-        try:  # the replays (in worker processes too) find it through the environment
-            os.environ[native.ENV] = str(native_core.build())
-        except SystemExit as e:
-            if args.engine == "native":
-                raise
-            print(f"philly week: {e}; the Python engine replays", file=sys.stderr)
+    if args.engine != "python" and native.installed() is None:
+        if args.engine == "native":
+            raise SystemExit(f"philly week: {native.PYTHON_ENGINE_WARNING}")
+        print(f"philly week: {native.PYTHON_ENGINE_WARNING}", file=sys.stderr)
     trace = load_philly(
         DATA / "philly.csv.gz", DATA / "philly_vc_nodes.csv", date(2017, 10, 9), args.days, 8
     )

@@ -3,11 +3,18 @@
 # services the tests need (PostgreSQL and a 4-node Slurm cluster from Debian's packages, a
 # Kubernetes control plane with 100 kwok GPU nodes built from Go modules; they stay up for the
 # next run, `scripts/*.sh stop` ends them), lint, type-check (Python, and the native engine's
-# Rust with cargo where cargo is installed, and its unit tests: cargo test), then pytest.
+# two Rust crates with cargo where cargo is installed, and their unit tests: cargo test), then
+# pytest. The install builds the Rust engine (mlops_gpu._engine) where cargo is on PATH.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"  # rustup's cargo, for the native engine (native/)
+# Cargo's build directory under ~/.cache: the install's release build (and clippy's) is reused
+# by the next run and by other checkouts, so an unchanged engine costs seconds, not minutes.
+# PYO3_PYTHON fixed to this venv's Python (setuptools-rust would otherwise name pip's temporary
+# build environment, which changes every install and makes cargo rebuild PyO3).
+export CARGO_TARGET_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/mlops-gpu/native-target"
+export PYO3_PYTHON="$PWD/.venv/bin/python"
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
@@ -43,13 +50,12 @@ echo "== ruff" >&2
 echo "== mypy --strict (model, core, state, sim)" >&2
 .venv/bin/mypy
 if command -v cargo >/dev/null; then
-  echo "== cargo fmt --check, cargo clippy, cargo test (native/)" >&2
-  (cd native && cargo fmt --check &&
-    export CARGO_TARGET_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/mlops-gpu/native-target" \
-      PYO3_PYTHON="$PWD/../.venv/bin/python" &&
-    cargo clippy --release --locked -q -- -D warnings && cargo test --locked -q)
+  echo "== cargo fmt --check, cargo clippy, cargo test (native/ and native/py)" >&2
+  (cd native && cargo fmt --all --check &&
+    cargo clippy --workspace --release --locked -q -- -D warnings &&
+    cargo test --workspace --locked -q)
 else
-  echo "cargo not found: the native engine's tests will skip (CI makes them fail)" >&2
+  echo "cargo not found: the install built no Rust engine; its tests will skip (CI makes them fail)" >&2
 fi
 echo "== pytest" >&2
 exec .venv/bin/python -m pytest "$@"

@@ -1,6 +1,6 @@
 """Shared fixtures: a config folder on the local backend, a PostgreSQL URL from the repo's own
-script, the CLI as a subprocess, the native engine's built library, and the throughput
-benchmark at a small scale."""
+script, the CLI as a subprocess, the Rust engine's module (or the Python engine in its place),
+and the throughput benchmark at a small scale."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,17 +25,27 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def native_path() -> str:
-    """The native engine's library, built with cargo (``scripts/native_core.py``, cached).
-    Without cargo the test skips, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI): it fails."""
-    if shutil.which("cargo") is None:
-        if os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
-            pytest.fail("cargo not found: the native engine cannot be built")
-        pytest.skip("cargo not found: the native engine cannot be built")
-    sys.path.insert(0, str(REPO / "scripts"))
-    import native_core
+def native_module() -> ModuleType:
+    """The Rust engine, ``mlops_gpu._engine``, as ``pip install -e .`` built it where cargo
+    was on PATH. Missing, the test skips, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI): it
+    fails."""
+    from mlops_gpu.core import native
 
-    return str(native_core.build())
+    module = native.installed()
+    if module is None:
+        msg = "mlops_gpu._engine is not built (no cargo at `pip install -e .`)"
+        if os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return module
+
+
+@pytest.fixture
+def without_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as if the install had built no Rust engine: the Python engine serves."""
+    from mlops_gpu.core import native
+
+    monkeypatch.setattr(native, "_engine", None)
 
 
 def core_bench(*args: str) -> dict[str, Any]:

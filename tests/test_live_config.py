@@ -188,8 +188,10 @@ def test_invalid_run_becomes_schedulable_when_the_config_names_its_project(
 ) -> None:
     from mlops_gpu.core import native
 
-    monkeypatch.setenv(native.ENV, "off" if engine == "python" else
-                       request.getfixturevalue("native_path"))  # fmt: skip
+    if engine == "python":
+        monkeypatch.setattr(native, "_engine", None)  # as installed without cargo
+    else:
+        request.getfixturevalue("native_module")
     cfg = tmp_path / "mlops-gpu.yaml"
     _write(cfg, {"p": (4, 0)})
     rt = Runtime(load_config(cfg))

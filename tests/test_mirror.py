@@ -1,9 +1,9 @@
 """The controller's ``Mirror`` (change feed + incremental core) against the from-scratch core:
 over random submits, cancels, completions, preemptions and a node change, every tick's decision
 equals ``decide`` on the snapshot of the same moment, and the mirror ends holding exactly the
-store's live runs; with the Python engine, and with the native one where cargo builds it (which
-the mirror takes when ``$MLOPS_GPU_NATIVE`` names it), and back to Python for a run the native
-engine cannot take."""
+store's live runs; with the Python engine, and with the native one where the install built it
+(which the mirror then takes), and back to Python for a run the native engine cannot take; and
+without the Rust engine it says once what running the Python engine costs."""
 
 from __future__ import annotations
 
@@ -48,12 +48,12 @@ def runtime(tmp_path: Path, clock: Clock) -> Runtime:
 
 @pytest.fixture(params=["python", "native"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Which engine the mirror should take: ``$MLOPS_GPU_NATIVE`` names the built extension,
-    or is ``off``."""
+    """Which engine the mirror should take: the installed Rust one, or Python (as installed
+    without cargo)."""
     if request.param == "python":
-        monkeypatch.setenv(native.ENV, "off")
+        request.getfixturevalue("without_native")
     else:
-        monkeypatch.setenv(native.ENV, request.getfixturevalue("native_path"))
+        request.getfixturevalue("native_module")
     return str(request.param)
 
 
@@ -121,9 +121,8 @@ def test_mirror_decides_as_the_core_does_from_scratch(
 
 
 def test_a_run_the_native_engine_cannot_take_moves_the_mirror_to_python(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_path: str
+    tmp_path: Path, native_module: Any
 ) -> None:
-    monkeypatch.setenv(native.ENV, native_path)
     clock = Clock()
     rt = runtime(tmp_path, clock)
     ctl = Controller(rt, clock=clock)
@@ -140,3 +139,28 @@ def test_a_run_the_native_engine_cannot_take_moves_the_mirror_to_python(
     assert set(ctl.mirror.engine.pending) | set(ctl.mirror.engine.active) == {
         r.id for r in rt.store.live_runs()[0]
     }
+
+
+def test_without_the_rust_engine_the_scheduler_says_once_what_python_costs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    without_native: None,
+) -> None:
+    from mlops_gpu.controller import mirror as mirror_mod
+
+    monkeypatch.setattr(mirror_mod, "_warned", False)  # (another test may have logged it)
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    with caplog.at_level("WARNING", logger="mlops_gpu"):
+        for _ in range(2):  # a restarted controller in the same process: still once
+            ctl = Controller(rt, clock=clock)
+            rt.submit(rt.spec(("train",), project="p", request=ResourceRequest(gpus=1)))
+            ctl.tick()
+            clock.now += 5
+            ctl.mirror.reset()  # a rebuild of the engine
+            ctl.tick()
+            assert isinstance(ctl.mirror.engine, Incremental)
+    said = [r.getMessage() for r in caplog.records if "Rust engine" in r.getMessage()]
+    assert said == [native.PYTHON_ENGINE_WARNING]
+    assert "about 500 admissions/s instead of about 9,000" in said[0] and "cargo" in said[0]

@@ -5,8 +5,9 @@ checked against from-scratch cycles in ``tests/core/test_differential.py``); it 
 same; on the throughput benchmark's workload it prints the Python core's digest; and it refuses,
 by name, what it does not implement.
 
-The extension is built with cargo (``scripts/native_core.py``, cached). Without cargo these
-tests skip, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI sets it): then they fail.
+The extension is ``mlops_gpu._engine``, built by ``pip install -e .`` where cargo exists.
+Without it these tests skip, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI sets it): then they
+fail.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 from mlops_gpu.core import native as native_mod
 from mlops_gpu.core.decision import Decision
 from mlops_gpu.core.engine import Incremental
-from mlops_gpu.core.native import NativeEngine, NotSupported, load, run_unsupported, unsupported
+from mlops_gpu.core.native import NativeEngine, NotSupported, run_unsupported, unsupported
 from mlops_gpu.core.policy import decide
 from mlops_gpu.model import BackendCapabilities, Budget, Cohort, Phase, Quota
 from mlops_gpu.sim import Cluster
@@ -36,8 +37,8 @@ PRIOS = ["low", "normal", "high"]
 
 
 @pytest.fixture(scope="module")
-def native(native_path: str) -> Any:
-    return load(native_path)
+def native(native_module: Any) -> Any:
+    return native_module
 
 
 @st.composite
@@ -382,7 +383,7 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
 
 @pytest.mark.slow
 def test_the_benchmark_digest_is_the_python_cores(native: Any) -> None:
-    python, ours = core_bench("--core", "installed"), core_bench("--core", "native")
+    python, ours = core_bench("--core", "python"), core_bench("--core", "native")
     assert (python["core"], ours["core"]) == ("python", "native")
     # (949 cycles since a same-class victim must have checkpointed: the workload reports none)
     assert python["cycles"] == ours["cycles"] and python["cycles"] > 900
@@ -397,10 +398,7 @@ TIMING = {"decisions_per_s", "wall_s"}
 @pytest.mark.parametrize(
     "policy", ["default", "fifo", "fifo-backfill", "kueue-like", "drf", "srtf-oracle", "las"]
 )
-def test_the_simulator_replays_alike_on_either_engine(
-    native_path: str, monkeypatch: pytest.MonkeyPatch, policy: str
-) -> None:
-    monkeypatch.setenv(native_mod.ENV, native_path)
+def test_the_simulator_replays_alike_on_either_engine(native: Any, policy: str) -> None:
     trace = synthetic(seed=3, jobs=400, days=0.5)
     cluster = Cluster(6, 8)
     py = simulate(trace, cluster, policy, engine="python")
@@ -414,20 +412,16 @@ def test_the_simulator_replays_alike_on_either_engine(
 
 
 def test_the_simulator_falls_back_to_python_where_native_cannot(
-    native_path: str, monkeypatch: pytest.MonkeyPatch
+    native: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = synthetic(seed=3, jobs=50, days=0.1)
     cluster = Cluster(2, 8)
-    monkeypatch.setenv(native_mod.ENV, native_path)
     # a job asking for host CPU: the native engine does not implement host resources
     cpu = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], cpu_milli=500)))
     assert simulate(cpu, cluster, "default").engine == "python"
     with pytest.raises(NotSupported, match=r"policy default: run \S+ asks for host CPU"):
         simulate(cpu, cluster, "default", engine="native")
-    monkeypatch.setenv(native_mod.ENV, "off")
+    monkeypatch.setattr(native_mod, "_engine", None)  # as installed without cargo
     assert simulate(trace, cluster, "default").engine == "python"
     with pytest.raises(NotSupported, match="not installed"):
         simulate(trace, cluster, "default", engine="native")
-    monkeypatch.setenv(native_mod.ENV, "/nowhere/mlops_gpu_native.so")
-    with pytest.raises((ImportError, OSError, FileNotFoundError)):
-        simulate(trace, cluster, "default")

@@ -97,9 +97,9 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
     type=click.Choice(["auto", "python", "native"]),
     default="auto",
     show_default=True,
-    help="The core's engine: native (Rust, the same decisions; $MLOPS_GPU_NATIVE names the "
-    "library scripts/native_core.py builds) where installed and able to run the policy and "
-    "trace, else python; 'native' insists.",
+    help="The core's engine: native (Rust, the same decisions; built by the install where "
+    "cargo exists) where installed and able to run the policy and trace, else python; "
+    "'native' insists.",
 )
 def simulate(
     trace_name: str,

@@ -9,7 +9,9 @@ the store through its change feed, so that a tick costs what changed, not the qu
   decisions equal ``decide`` on the same snapshot (the core's differential test); or of the
   native one (``core.native``, the same decisions) where it is installed and can take the
   config and every live run. A run or config it cannot take (``NotSupported``) rebuilds the
-  engine in Python, which stays until the config changes. The engine
+  engine in Python, which stays until the config changes. Where the Rust engine is not
+  installed at all (no cargo at install), the first engine built logs
+  ``native.PYTHON_ENGINE_WARNING`` once per process. The engine
   applies its own decision; the store writes that follow come back through the feed and replace
   the engine's copies, so a write that did not happen (an admission refused because the run was
   cancelled meanwhile) is undone by the cancel's own change.
@@ -22,6 +24,7 @@ revision read, and the engine holds the same runs in the same phases.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from mlops_gpu.core import native
@@ -30,6 +33,16 @@ from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Run
 from mlops_gpu.state import Store
+
+log = logging.getLogger("mlops_gpu.controller")
+_warned = False  # PYTHON_ENGINE_WARNING was logged (once per process: it is about the install)
+
+
+def _warn_python_engine() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("%s", native.PYTHON_ENGINE_WARNING)
 
 
 class Mirror:
@@ -126,6 +139,8 @@ class Mirror:
         waiting = [r for r in self.runs.values() if r.phase is Phase.PENDING]
         runs = sorted(held, key=_seq) + sorted(waiting, key=_seq)
         module = None if self._python_only else native.installed()
+        if module is None and not self._python_only:
+            _warn_python_engine()
         if module is not None:
             try:
                 engine: Incremental | native.NativeEngine = native.NativeEngine(template, module)

@@ -2,9 +2,9 @@
 
 Invariants (checked by property tests):
 - No I/O, no clock, no randomness, no logging side effects: time comes in ``Snapshot.now``, and
-  the same snapshot always yields the same decision. (One exception, outside any decision:
-  ``native.installed`` / ``native.load`` find and load the optional native engine's library.)
-- Imports only ``mlops_gpu.model``.
+  the same snapshot always yields the same decision.
+- Imports only ``mlops_gpu.model`` (and ``native`` the Rust engine's module,
+  ``mlops_gpu._engine``, where the install built it).
 - A decision never puts a node over capacity, never puts a project over nominal + borrowing
   limit, and places a gang whole or not at all.
 - Every pending run that is not admitted gets a reason code and a human sentence.

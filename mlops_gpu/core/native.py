@@ -15,11 +15,13 @@ Runs with an unknown project or class wait (as ``invalid``) and runs in backoff 
 their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: a cycle
 of the Python core explains the same state on demand (``explain_all``).
 
-The extension is ``native/`` (Rust), built by ``scripts/native_core.py`` (cached by source
-hash) or into an installed package (``MLOPS_GPU_BUILD_NATIVE=1 pip install .``);
-``load(path)`` imports it from a built file, ``installed()`` finds it (``$MLOPS_GPU_NATIVE``, a
-path; or the package's own copy). Finding and loading the extension is the only file access
-here; the engine itself is as pure as the Python one.
+The extension is the module ``mlops_gpu._engine``: the PyO3 crate ``native/py`` over the Rust
+library crate ``native/``, built by the ordinary install (``pip install .`` or ``-e .``, through
+setuptools-rust) where cargo exists; without cargo the install succeeds without it.
+``installed()`` imports it (None where it is missing; ``PYTHON_ENGINE_WARNING`` says what that
+costs). Settings and runs cross into it as its typed classes (``_engine.Settings``,
+``_engine.RunSpec``, ...; ``mlops_gpu/_engine.pyi``), decisions come back as
+``_engine.Admitted`` and ``_engine.Preempted``.
 
 Invariant: the indices given to the extension number GPU types, backends, nodes and projects
 in the sorted order of their names (the Python core breaks its ties by name), so that index
@@ -29,12 +31,9 @@ order is name order there.
 from __future__ import annotations
 
 import heapq
-import importlib.util
-import os
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.policy import Cycle
@@ -43,42 +42,33 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
 from mlops_gpu.model import NodeSlot, Phase, Placement, Run
 
-MODULE = "mlops_gpu_native"
-#: The built extension's path (``scripts/native_core.py build`` prints it); ``off``: none.
-ENV = "MLOPS_GPU_NATIVE"
+MODULE = "mlops_gpu._engine"
+
+try:
+    import mlops_gpu._engine as _engine
+except ModuleNotFoundError as e:  # not built (no cargo at install): the Python engine serves
+    if e.name != MODULE:  # it is there but needs something missing: say so
+        raise
+    _engine = None  # type: ignore[assignment]
+
+NOT_INSTALLED = f"the Rust engine ({MODULE}) is not installed"
+#: What the scheduler logs once where the Rust engine is missing (``controller.mirror``).
+PYTHON_ENGINE_WARNING = (
+    f"{NOT_INSTALLED}, so the scheduler runs the Python engine: the same decisions at about "
+    "500 admissions/s instead of about 9,000 "
+    "(benchmarks/RESULTS.md). To build it, install Rust (cargo 1.82 or later) and reinstall "
+    "mlops-gpu (pip install -e . or pip install .)"
+)
 
 
 class NotSupported(ValueError):
     """The native engine does not implement what the snapshot or run asks for."""
 
 
-_LOADED: dict[str, Any] = {}
-
-
-def load(path: str) -> Any:
-    """The extension module built at ``path`` (``scripts/native_core.py build`` prints it);
-    loaded once per path."""
-    if path in _LOADED:
-        return _LOADED[path]
-    spec = importlib.util.spec_from_file_location(MODULE, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path}: not a loadable extension module")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    _LOADED[path] = module
-    return module
-
-
-def installed() -> Any | None:
-    """The extension named by ``$MLOPS_GPU_NATIVE`` (an error if it does not load), else the
-    one built into this package, else None (``off`` in the variable: None)."""
-    path = os.environ.get(ENV, "")
-    if path == "off":
-        return None
-    if path:
-        return load(path)
-    found = sorted(Path(__file__).parent.glob(f"{MODULE}*.so"))
-    return load(str(found[0])) if found else None
+def installed() -> ModuleType | None:
+    """The Rust engine's module (``mlops_gpu._engine``), or None where the install built none
+    (no cargo)."""
+    return _engine
 
 
 def unsupported(template: Snapshot) -> str | None:
@@ -113,7 +103,12 @@ def run_unsupported(run: Run) -> str | None:
 class NativeEngine:
     """``engine.Incremental`` with the cycle in Rust (see the module docstring)."""
 
-    def __init__(self, template: Snapshot, module: Any) -> None:
+    def __init__(self, template: Snapshot, module: ModuleType | None = None) -> None:
+        """``module``: the extension, as ``installed()`` returns it (the default)."""
+        if _engine is None:
+            raise NotSupported(NOT_INSTALLED)
+        if module is not None and module is not _engine:
+            raise ValueError(f"module: expected {MODULE}, got {module.__name__}")
         why = unsupported(template)
         if why is not None:
             raise NotSupported(why)
@@ -140,51 +135,66 @@ class NativeEngine:
             root = roots[name]
             if root is not None:
                 members[root_ix[root]].append(self._project_ix[name])
+        e = _engine
         projects = []
         for name in self.projects:
             proj = template.projects[name]
-            terms = []
+            quotas = []
             for t in self.types:
                 q = proj.quota(t)
-                terms.append(
-                    (
-                        float(q.nominal),
-                        None if q.borrowing_limit is None else float(q.borrowing_limit),
-                        None if q.lending_limit is None else float(q.lending_limit),
+                quotas.append(
+                    e.QuotaSpec(
+                        nominal=float(q.nominal),
+                        borrowing_limit=None
+                        if q.borrowing_limit is None
+                        else float(q.borrowing_limit),
+                        lending_limit=None if q.lending_limit is None else float(q.lending_limit),
                     )
                 )
             root = roots[name]
-            projects.append((proj.weight, None if root is None else root_ix[root], terms))
+            projects.append(
+                e.ProjectSpec(
+                    weight=proj.weight,
+                    root=None if root is None else root_ix[root],
+                    quotas=quotas,
+                )
+            )
         capacity = [0.0] * len(self.types)
         of_type: list[list[int]] = [[] for _ in self.types]
         for n in template.nodes:  # the snapshot's node order (``eligible_nodes``)
             capacity[self._type_ix[n.gpu_type]] += n.capacity
             of_type[self._type_ix[n.gpu_type]].append(self._node_ix[n.name])
-        specs = [
-            (self._type_ix[n.gpu_type], backend_ix[n.backend], n.capacity, n.schedulable)
-            for n in nodes
-        ]
         p = template.policy
-        self._engine = module.Engine(
-            len(self.types),
-            specs,
-            [template.caps(b).multi_node for b in self.backends],
-            projects,
-            members,
-            capacity,
-            of_type,
-            (
-                p.order,
-                [float(x) for x in p.las_thresholds_gpu_s],
-                p.queueing == "strict-fifo",
-                p.fair_share,
-                float(p.half_life_s),
-                p.preemption,
-                p.backfill,
-                float(p.shortest_preempt_ratio),
-                float(p.min_runtime_before_preemption_s),
-                p.preempt_uncheckpointed,
-            ),
+        self._engine = e.Engine(
+            e.Settings(
+                n_types=len(self.types),
+                nodes=[
+                    e.NodeSpec(
+                        gpu_type=self._type_ix[n.gpu_type],
+                        backend=backend_ix[n.backend],
+                        devices=n.capacity,
+                        schedulable=n.schedulable,
+                    )
+                    for n in nodes
+                ],
+                multi_node=[template.caps(b).multi_node for b in self.backends],
+                projects=projects,
+                members=members,
+                capacity_by_type=capacity,
+                of_type=of_type,
+                policy=e.PolicySpec(
+                    order=p.order,
+                    las_thresholds_gpu_s=[float(x) for x in p.las_thresholds_gpu_s],
+                    strict_fifo=p.queueing == "strict-fifo",
+                    fair_share=p.fair_share,
+                    half_life_s=float(p.half_life_s),
+                    preemption=p.preemption,
+                    backfill=p.backfill,
+                    shortest_preempt_ratio=float(p.shortest_preempt_ratio),
+                    min_runtime_before_preemption_s=float(p.min_runtime_before_preemption_s),
+                    preempt_uncheckpointed=p.preempt_uncheckpointed,
+                ),
+            )
         )
 
     # -- events -------------------------------------------------------------------------
@@ -205,33 +215,28 @@ class NativeEngine:
         self._engine.submit(self._spec(run))
         self._queued.add(run.id)
 
-    def _spec(self, run: Run) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    def _spec(self, run: Run) -> _engine.RunSpec:
         """The run as the extension's ``submit`` and ``add_active`` take it."""
         req, spec = run.request, run.spec
-        types = [i for i, t in enumerate(self.types) if req.accepts(t)]
         pinned = None
         if spec.backend is not None:
             # a backend the cluster lacks gets a number no node has: nothing can host it
             pinned = self._backend_ix.get(spec.backend, len(self.backends))
-        return (
-            (
-                run.id,
-                run.seq,
-                self._project_ix[run.project],
-                self.template.priority_of(run),
-                req.gpus,
-                req.nodes,
-                types,
-                pinned,
-                spec.max_runtime_s,
-            ),
-            (
-                spec.preemptible,
-                float(spec.checkpoint.grace_s),
-                run.submitted_at,
-                run.last_checkpoint_at,
-                run.attained_gpu_s,
-            ),
+        return _engine.RunSpec(
+            id=run.id,
+            seq=run.seq,
+            project=self._project_ix[run.project],
+            priority=self.template.priority_of(run),
+            gpus=req.gpus,
+            nodes=req.nodes,
+            gpu_types=[i for i, t in enumerate(self.types) if req.accepts(t)],
+            backend=pinned,
+            max_runtime_s=spec.max_runtime_s,
+            preemptible=spec.preemptible,
+            grace_s=float(spec.checkpoint.grace_s),
+            submitted_at=run.submitted_at,
+            last_checkpoint_at=run.last_checkpoint_at,
+            attained_gpu_s=run.attained_gpu_s,
         )
 
     def remove_pending(self, run_id: str) -> Run:
@@ -258,13 +263,15 @@ class NativeEngine:
         ]
         self._engine.add_active(
             self._spec(run),
-            self._backend_ix[p.backend],
-            self._type_ix[p.gpu_type],
-            slots,
-            p.total_gpus,
-            run.admitted_at,
-            run.started_at,
-            run.preempt_requested,
+            _engine.Held(
+                backend=self._backend_ix[p.backend],
+                gpu_type=self._type_ix[p.gpu_type],
+                slots=slots,
+                gpus=p.total_gpus,
+                admitted_at=run.admitted_at,
+                started_at=run.started_at,
+                going=run.preempt_requested,
+            ),
         )
         self.active[run.id] = run
 
@@ -347,13 +354,14 @@ class NativeEngine:
                 self._enqueue(run)
         admitted, preempted = self._engine.cycle(now, self._history(usage_history))
         admissions = []
-        for rid, backend, t, slots in admitted:
+        for a in admitted:
+            rid, slots = a.run_id, a.slots
             run = self.pending.pop(rid)
             self._queued.discard(rid)
             req = run.request
             placement = Placement(
-                self.backends[backend],
-                self.types[t],
+                self.backends[a.backend],
+                self.types[a.gpu_type],
                 tuple(
                     NodeSlot(
                         self._nodes[n].name,
@@ -371,7 +379,8 @@ class NativeEngine:
                 run, phase=Phase.RUNNING, placement=placement, admitted_at=now, started_at=now
             )
         preemptions = []
-        for vid, for_id, lost in preempted:
+        for pr in preempted:
+            vid, for_id, lost = pr.run_id, pr.for_run_id, pr.lost_gpu_s
             v, run = self.active[vid], self.active[for_id]  # admitted in this decision
             why = (
                 f"preempted for run {run.id} (priority {run.spec.priority})"

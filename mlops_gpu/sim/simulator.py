@@ -233,8 +233,8 @@ class Simulation:
             raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
         module = None if choice == "python" else native.installed()
         why = (
-            f"the native engine is not installed (build it with scripts/native_core.py and set "
-            f"${native.ENV} to the path it prints)"
+            "the native engine is not installed (mlops_gpu._engine: reinstall mlops-gpu where "
+            "cargo, Rust 1.82 or later, is on PATH)"
             if module is None
             else native.unsupported(self.template)
             or next(

@@ -86,16 +86,17 @@ def test_simulate_openb_rejects_a_date_as_start() -> None:
     assert res.exit_code != 0 and "day number" in res.output
 
 
-def test_simulate_engine_native_says_when_it_is_not_there(tmp_path: Path) -> None:
+def test_simulate_engine_native_says_when_it_is_not_there(
+    tmp_path: Path, without_native: None
+) -> None:
     trace = tmp_path / "jobs.csv"
     rows = [f"{i * 60},{600 + i},{1 + i % 2},team-{i % 2}" for i in range(20)]
     trace.write_text("submit_time,duration_s,gpus,project\n" + "\n".join(rows) + "\n")
     args = ["simulate", "--trace", str(trace), "--nodes", "2", "--policy", "default", "--json"]
-    env = {"MLOPS_GPU_NATIVE": "off"}
-    res = CliRunner().invoke(cli, [*args, "--engine", "native"], env=env)
+    res = CliRunner().invoke(cli, [*args, "--engine", "native"])
     assert res.exit_code != 0
     assert "the native engine is not installed" in res.output
-    assert "MLOPS_GPU_NATIVE" in res.output
-    res = CliRunner().invoke(cli, args, env=env)  # auto: the Python engine
+    assert "cargo" in res.output
+    res = CliRunner().invoke(cli, args)  # auto: the Python engine
     assert res.exit_code == 0, res.output
     assert "(python engine)" in res.output

@@ -1,0 +1,354 @@
+//! `mlops_gpu._engine`: the PyO3 boundary of the engine in `native/` (the library crate
+//! `mlops_gpu_native`), and nothing else: each class here wraps one of the library's named
+//! structures, built with keyword arguments, and every error is a `ValueError`.
+//! `mlops_gpu/_engine.pyi` types it for mypy; `mlops_gpu/core/native.py` is its one caller.
+
+use mlops_gpu_native as lib;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+fn err(e: String) -> PyErr {
+    PyValueError::new_err(e)
+}
+
+/// One node: its GPU type and backend as indices, its whole devices.
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct NodeSpec(lib::NodeSpec);
+
+#[pymethods]
+impl NodeSpec {
+    #[new]
+    #[pyo3(signature = (*, gpu_type, backend, devices, schedulable))]
+    fn new(gpu_type: usize, backend: usize, devices: usize, schedulable: bool) -> Self {
+        NodeSpec(lib::NodeSpec {
+            gpu_type,
+            backend,
+            devices,
+            schedulable,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// A project's quota on one GPU type.
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct QuotaSpec(lib::QuotaSpec);
+
+#[pymethods]
+impl QuotaSpec {
+    #[new]
+    #[pyo3(signature = (*, nominal, borrowing_limit, lending_limit))]
+    fn new(nominal: f64, borrowing_limit: Option<f64>, lending_limit: Option<f64>) -> Self {
+        QuotaSpec(lib::QuotaSpec {
+            nominal,
+            borrowing_limit,
+            lending_limit,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// A project: its fair-share weight, cohort tree and one quota per GPU type.
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct ProjectSpec(lib::ProjectSpec);
+
+#[pymethods]
+impl ProjectSpec {
+    #[new]
+    #[pyo3(signature = (*, weight, root, quotas))]
+    fn new(weight: f64, root: Option<usize>, quotas: Vec<QuotaSpec>) -> Self {
+        ProjectSpec(lib::ProjectSpec {
+            weight,
+            root,
+            quotas: quotas.into_iter().map(|q| q.0).collect(),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// The policy settings the engine reads.
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct PolicySpec(lib::PolicySpec);
+
+#[pymethods]
+impl PolicySpec {
+    #[new]
+    #[pyo3(signature = (
+        *, order, las_thresholds_gpu_s, strict_fifo, fair_share, half_life_s, preemption,
+        backfill, shortest_preempt_ratio, min_runtime_before_preemption_s,
+        preempt_uncheckpointed
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        order: String,
+        las_thresholds_gpu_s: Vec<f64>,
+        strict_fifo: bool,
+        fair_share: bool,
+        half_life_s: f64,
+        preemption: bool,
+        backfill: bool,
+        shortest_preempt_ratio: f64,
+        min_runtime_before_preemption_s: f64,
+        preempt_uncheckpointed: bool,
+    ) -> Self {
+        PolicySpec(lib::PolicySpec {
+            order,
+            las_thresholds_gpu_s,
+            strict_fifo,
+            fair_share,
+            half_life_s,
+            preemption,
+            backfill,
+            shortest_preempt_ratio,
+            min_runtime_before_preemption_s,
+            preempt_uncheckpointed,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// What an engine is built around.
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct Settings(lib::Settings);
+
+#[pymethods]
+impl Settings {
+    #[new]
+    #[pyo3(signature = (
+        *, n_types, nodes, multi_node, projects, members, capacity_by_type, of_type, policy
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        n_types: usize,
+        nodes: Vec<NodeSpec>,
+        multi_node: Vec<bool>,
+        projects: Vec<ProjectSpec>,
+        members: Vec<Vec<usize>>,
+        capacity_by_type: Vec<f64>,
+        of_type: Vec<Vec<usize>>,
+        policy: PolicySpec,
+    ) -> Self {
+        Settings(lib::Settings {
+            n_types,
+            nodes: nodes.into_iter().map(|n| n.0).collect(),
+            multi_node,
+            projects: projects.into_iter().map(|p| p.0).collect(),
+            members,
+            capacity_by_type,
+            of_type,
+            policy: policy.0,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// A run as the engine queues it.
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct RunSpec(lib::RunSpec);
+
+#[pymethods]
+impl RunSpec {
+    #[new]
+    #[pyo3(signature = (
+        *, id, seq, project, priority, gpus, nodes, gpu_types, backend, max_runtime_s,
+        preemptible, grace_s, submitted_at, last_checkpoint_at, attained_gpu_s
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        id: String,
+        seq: i64,
+        project: usize,
+        priority: i64,
+        gpus: usize,
+        nodes: usize,
+        gpu_types: Vec<usize>,
+        backend: Option<usize>,
+        max_runtime_s: Option<f64>,
+        preemptible: bool,
+        grace_s: f64,
+        submitted_at: f64,
+        last_checkpoint_at: Option<f64>,
+        attained_gpu_s: f64,
+    ) -> Self {
+        RunSpec(lib::RunSpec {
+            id,
+            seq,
+            project,
+            priority,
+            gpus,
+            nodes,
+            gpu_types,
+            backend,
+            max_runtime_s,
+            preemptible,
+            grace_s,
+            submitted_at,
+            last_checkpoint_at,
+            attained_gpu_s,
+        })
+    }
+
+    #[getter]
+    fn id(&self) -> &str {
+        &self.0.id
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// Where a run already holds GPUs.
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct Held(lib::Held);
+
+#[pymethods]
+impl Held {
+    #[new]
+    #[pyo3(signature = (*, backend, gpu_type, slots, gpus, admitted_at, started_at, going))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        backend: usize,
+        gpu_type: usize,
+        slots: Vec<lib::Slot>,
+        gpus: usize,
+        admitted_at: Option<f64>,
+        started_at: Option<f64>,
+        going: bool,
+    ) -> Self {
+        Held(lib::Held {
+            backend,
+            gpu_type,
+            slots,
+            gpus,
+            admitted_at,
+            started_at,
+            going,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// A run a cycle admitted, and where: slots of (node, device numbers).
+#[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
+struct Admitted {
+    run_id: String,
+    backend: usize,
+    gpu_type: usize,
+    slots: Vec<lib::Slot>,
+}
+
+/// A run a cycle preempts, for `for_run_id`, admitted in the same cycle.
+#[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
+struct Preempted {
+    run_id: String,
+    for_run_id: String,
+    lost_gpu_s: f64,
+}
+
+/// The incremental engine (`lib::Engine`).
+#[pyclass(module = "mlops_gpu._engine")]
+struct Engine(lib::Engine);
+
+#[pymethods]
+impl Engine {
+    #[new]
+    fn new(settings: &Settings) -> PyResult<Self> {
+        lib::Engine::new(settings.0.clone())
+            .map(Engine)
+            .map_err(err)
+    }
+
+    fn submit(&mut self, run: &RunSpec) -> PyResult<()> {
+        self.0.submit(run.0.clone()).map_err(err)
+    }
+
+    fn add_active(&mut self, run: &RunSpec, held: &Held) -> PyResult<()> {
+        self.0
+            .add_active(run.0.clone(), held.0.clone())
+            .map_err(err)
+    }
+
+    fn withdraw(&mut self, id: &str) -> PyResult<()> {
+        self.0.withdraw(id).map_err(err)
+    }
+
+    fn checkpoint(&mut self, id: &str, at: f64) -> PyResult<()> {
+        self.0.checkpoint(id, at).map_err(err)
+    }
+
+    fn used(&self) -> Vec<f64> {
+        self.0.used().to_vec()
+    }
+
+    fn finish(&mut self, id: &str) -> PyResult<()> {
+        self.0.finish(id).map_err(err)
+    }
+
+    #[pyo3(signature = (now, history=None))]
+    fn cycle(
+        &mut self,
+        now: f64,
+        history: Option<Vec<f64>>,
+    ) -> PyResult<(Vec<Admitted>, Vec<Preempted>)> {
+        let (admitted, preempted) = self.0.cycle(now, history.as_deref()).map_err(err)?;
+        let admitted = admitted
+            .into_iter()
+            .map(|a| Admitted {
+                run_id: a.run_id,
+                backend: a.backend,
+                gpu_type: a.gpu_type,
+                slots: a.slots,
+            })
+            .collect();
+        let preempted = preempted
+            .into_iter()
+            .map(|p| Preempted {
+                run_id: p.run_id,
+                for_run_id: p.for_run_id,
+                lost_gpu_s: p.lost_gpu_s,
+            })
+            .collect();
+        Ok((admitted, preempted))
+    }
+}
+
+#[pymodule]
+fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NodeSpec>()?;
+    m.add_class::<QuotaSpec>()?;
+    m.add_class::<ProjectSpec>()?;
+    m.add_class::<PolicySpec>()?;
+    m.add_class::<Settings>()?;
+    m.add_class::<RunSpec>()?;
+    m.add_class::<Held>()?;
+    m.add_class::<Admitted>()?;
+    m.add_class::<Preempted>()?;
+    m.add_class::<Engine>()?;
+    Ok(())
+}

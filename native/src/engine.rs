@@ -1,0 +1,378 @@
+//! The engine's public face: the settings and runs it takes, and what a cycle decides, as
+//! named structures; no Python here (the PyO3 crate in `native/py` only converts).
+//!
+//! Invariants: every index in a `Settings` or `RunSpec` is checked here, once, on the way in
+//! (an unknown type, backend, node, device or project is an error, never a panic later);
+//! times are checked not NaN; an `Engine` owns its state and is changed only by its methods.
+
+use crate::capacity;
+use crate::cycle;
+use crate::model::{Model, Node, Order, Policy, Project, Term};
+use crate::state::{Run, State};
+
+/// One node (`mlops_gpu.model.Node`), its type and backend as indices.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub gpu_type: usize,
+    pub backend: usize,
+    /// Whole devices, numbered in the node's own device order.
+    pub devices: usize,
+    pub schedulable: bool,
+}
+
+/// A project's quota on one GPU type (`mlops_gpu.model.Quota`).
+#[derive(Clone, Copy, Debug)]
+pub struct QuotaSpec {
+    pub nominal: f64,
+    pub borrowing_limit: Option<f64>,
+    pub lending_limit: Option<f64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProjectSpec {
+    pub weight: f64,
+    /// The project's cohort tree (an index into `Settings::members`), if any.
+    pub root: Option<usize>,
+    /// One quota per GPU type, in type order.
+    pub quotas: Vec<QuotaSpec>,
+}
+
+/// `mlops_gpu.core.PolicySettings`, the parts the engine reads.
+#[derive(Clone, Debug)]
+pub struct PolicySpec {
+    /// `shortest`, `submit` or `las`.
+    pub order: String,
+    pub las_thresholds_gpu_s: Vec<f64>,
+    pub strict_fifo: bool,
+    pub fair_share: bool,
+    pub half_life_s: f64,
+    pub preemption: bool,
+    pub backfill: bool,
+    pub shortest_preempt_ratio: f64,
+    pub min_runtime_before_preemption_s: f64,
+    pub preempt_uncheckpointed: bool,
+}
+
+/// What an engine is built around (see `model.rs` for how the indices are numbered).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub n_types: usize,
+    pub nodes: Vec<NodeSpec>,
+    /// Per backend: whether a run may span nodes.
+    pub multi_node: Vec<bool>,
+    pub projects: Vec<ProjectSpec>,
+    /// Per cohort tree: its projects in the snapshot's project order.
+    pub members: Vec<Vec<usize>>,
+    /// Per GPU type: the devices of every node of the type.
+    pub capacity_by_type: Vec<f64>,
+    /// Per GPU type: its nodes in the snapshot's node order.
+    pub of_type: Vec<Vec<usize>>,
+    pub policy: PolicySpec,
+}
+
+/// A run as the engine queues it (`mlops_gpu.model.Run`).
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub id: String,
+    pub seq: i64,
+    pub project: usize,
+    /// Its priority class's priority.
+    pub priority: i64,
+    /// GPUs per node, and nodes.
+    pub gpus: usize,
+    pub nodes: usize,
+    /// The accepted GPU types, ascending.
+    pub gpu_types: Vec<usize>,
+    /// The backend it is pinned to (a number no node has: nothing can host it).
+    pub backend: Option<usize>,
+    pub max_runtime_s: Option<f64>,
+    pub preemptible: bool,
+    pub grace_s: f64,
+    pub submitted_at: f64,
+    pub last_checkpoint_at: Option<f64>,
+    pub attained_gpu_s: f64,
+}
+
+/// GPUs on one node: (node, device numbers).
+pub type Slot = (usize, Vec<u16>);
+
+/// Where a run already holds GPUs (loaded from a store).
+#[derive(Clone, Debug)]
+pub struct Held {
+    pub backend: usize,
+    pub gpu_type: usize,
+    /// Slots on the nodes the cluster has.
+    pub slots: Vec<Slot>,
+    /// All the GPUs it holds (some may be on nodes the cluster no longer has).
+    pub gpus: usize,
+    pub admitted_at: Option<f64>,
+    pub started_at: Option<f64>,
+    /// It is being preempted, and then holds nothing (its devices are free here, or held by
+    /// the run admitted in its place).
+    pub going: bool,
+}
+
+/// A run a cycle admitted, and where.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Admitted {
+    pub run_id: String,
+    pub backend: usize,
+    pub gpu_type: usize,
+    pub slots: Vec<Slot>,
+}
+
+/// A run a cycle preempts, for a run admitted in the same cycle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preempted {
+    pub run_id: String,
+    pub for_run_id: String,
+    pub lost_gpu_s: f64,
+}
+
+/// The incremental engine: events in, one cycle's decision out (applied to its state).
+pub struct Engine {
+    m: Model,
+    st: State,
+}
+
+impl Engine {
+    pub fn new(s: Settings) -> Result<Self, String> {
+        let n_types = s.n_types;
+        let nodes: Vec<Node> = s
+            .nodes
+            .into_iter()
+            .map(|n| Node {
+                ty: n.gpu_type,
+                backend: n.backend,
+                ndev: n.devices,
+                schedulable: n.schedulable,
+            })
+            .collect();
+        if nodes
+            .iter()
+            .any(|n| n.ty >= n_types || n.backend >= s.multi_node.len())
+        {
+            return Err("a node names an unknown GPU type or backend".into());
+        }
+        let mut groups: Vec<(usize, usize)> = nodes
+            .iter()
+            .filter(|n| n.schedulable)
+            .map(|n| (n.ty, n.backend))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let projects = s
+            .projects
+            .into_iter()
+            .map(|p| Project {
+                weight: p.weight,
+                root: p.root,
+                terms: p
+                    .quotas
+                    .into_iter()
+                    .map(|q| Term {
+                        nominal: q.nominal,
+                        borrowing: q.borrowing_limit,
+                        lending: q.lending_limit,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let p = s.policy;
+        if p.min_runtime_before_preemption_s.is_nan() || p.shortest_preempt_ratio.is_nan() {
+            return Err(
+                "policy: min_runtime_before_preemption_s and shortest_preempt_ratio must be numbers"
+                    .into(),
+            );
+        }
+        let order = match p.order.as_str() {
+            "shortest" => Order::Shortest,
+            "submit" => Order::Submit,
+            "las" => Order::Las,
+            other => {
+                return Err(format!(
+                    "policy.order: expected shortest, submit or las, got {other:?}"
+                ))
+            }
+        };
+        let m = Model {
+            n_types,
+            nodes,
+            multi_node: s.multi_node,
+            projects,
+            members: s.members,
+            capacity_by_type: s.capacity_by_type,
+            of_type: s.of_type,
+            groups,
+            policy: Policy {
+                order,
+                las_thresholds: p.las_thresholds_gpu_s,
+                strict_fifo: p.strict_fifo,
+                fair_share: p.fair_share,
+                half_life_s: p.half_life_s,
+                preemption: p.preemption,
+                backfill: p.backfill,
+                shortest_preempt_ratio: p.shortest_preempt_ratio,
+                min_runtime_s: p.min_runtime_before_preemption_s,
+                preempt_uncheckpointed: p.preempt_uncheckpointed,
+            },
+        };
+        let st = State::new(&m);
+        Ok(Engine { m, st })
+    }
+
+    /// A run joins its project's queue.
+    pub fn submit(&mut self, run: RunSpec) -> Result<(), String> {
+        let run = self.run(run)?;
+        self.st.enqueue(run)
+    }
+
+    /// A run that already holds GPUs (loaded from a store).
+    pub fn add_active(&mut self, run: RunSpec, held: Held) -> Result<(), String> {
+        let m = &self.m;
+        let bad = |(n, d): &Slot| {
+            *n >= m.nodes.len() || d.iter().any(|&x| x as usize >= m.nodes[*n].ndev)
+        };
+        if held.gpu_type >= m.n_types
+            || held.backend >= m.multi_node.len()
+            || held.slots.iter().any(bad)
+        {
+            return Err(format!(
+                "run {}: its placement names an unknown type, backend, node or device",
+                run.id
+            ));
+        }
+        let mut run = self.run(run)?;
+        run.admitted_at = held.admitted_at;
+        run.started_at = held.started_at;
+        let p = capacity::Placement {
+            ty: held.gpu_type,
+            backend: held.backend,
+            slots: held.slots,
+            gpus: held.gpus,
+        };
+        self.st.hold(&self.m, run, p, held.going)
+    }
+
+    /// A queued run leaves its queue without running (cancelled, or changed in the store).
+    pub fn withdraw(&mut self, id: &str) -> Result<(), String> {
+        match self.st.by_id.get(id) {
+            Some(&i) if self.st.runs[i].queued => {
+                self.st.dequeue(i);
+                Ok(())
+            }
+            _ => Err(format!("run {id} is not queued")),
+        }
+    }
+
+    /// An active run reported a checkpoint at `at` (what a same-class preemption asks of a
+    /// victim, and where its lost work starts).
+    pub fn checkpoint(&mut self, id: &str, at: f64) -> Result<(), String> {
+        match self.st.by_id.get(id) {
+            Some(&i) if self.st.runs[i].placement.is_some() && !at.is_nan() => {
+                self.st.runs[i].last_checkpoint_at = Some(at);
+                Ok(())
+            }
+            _ => Err(format!("run {id} is not active, or the time is NaN")),
+        }
+    }
+
+    /// GPUs held per (project, type), project-major.
+    pub fn used(&self) -> &[f64] {
+        &self.st.cap.used
+    }
+
+    /// An active run ended: its GPUs are free.
+    pub fn finish(&mut self, id: &str) -> Result<(), String> {
+        let i = *self
+            .st
+            .by_id
+            .get(id)
+            .ok_or_else(|| format!("run {id} is not active"))?;
+        self.st.finish(&self.m, i)
+    }
+
+    /// One cycle at `now`, applied to the state; `history`: decayed GPU-seconds per
+    /// (project, type), project-major. Each preemption's `for_run_id` is among the admissions.
+    pub fn cycle(
+        &mut self,
+        now: f64,
+        history: Option<&[f64]>,
+    ) -> Result<(Vec<Admitted>, Vec<Preempted>), String> {
+        if history.is_some_and(|h| h.len() != self.st.cap.used.len()) {
+            return Err("history: one value per (project, GPU type)".into());
+        }
+        let m = &self.m;
+        let mut c = cycle::Cycle::new(m, &mut self.st, now, history);
+        c.run();
+        let (admissions, preemptions) = (
+            std::mem::take(&mut c.admissions),
+            std::mem::take(&mut c.preemptions),
+        );
+        drop(c);
+        let mut out_a = Vec::with_capacity(admissions.len());
+        for (i, p) in admissions {
+            out_a.push(Admitted {
+                run_id: self.st.runs[i].id.clone(),
+                backend: p.backend,
+                gpu_type: p.ty,
+                slots: p.slots.clone(),
+            });
+            self.st.activate(m, i, p, now);
+        }
+        let mut out_p = Vec::with_capacity(preemptions.len());
+        for (v, i, lost) in preemptions {
+            out_p.push(Preempted {
+                run_id: self.st.runs[v].id.clone(),
+                for_run_id: self.st.runs[i].id.clone(),
+                lost_gpu_s: lost,
+            });
+            self.st.mark_going(m, v);
+        }
+        Ok((out_a, out_p))
+    }
+
+    /// A run as the engine keeps it, checked.
+    fn run(&self, r: RunSpec) -> Result<Run, String> {
+        let id = r.id;
+        if r.project >= self.m.projects.len() || r.gpu_types.iter().any(|&t| t >= self.m.n_types) {
+            return Err(format!("run {id}: unknown project or GPU type"));
+        }
+        let numbers = [
+            Some(r.submitted_at),
+            r.max_runtime_s,
+            r.last_checkpoint_at,
+            Some(r.grace_s),
+        ];
+        if numbers.iter().flatten().any(|x| x.is_nan()) || r.gpus == 0 || r.nodes == 0 {
+            return Err(format!(
+                "run {id}: a time is NaN, or it asks for no GPU or no node"
+            ));
+        }
+        let policy = &self.m.policy;
+        let key = match policy.order {
+            Order::Shortest => (0, r.max_runtime_s.unwrap_or(f64::INFINITY), r.seq),
+            Order::Submit => (0, r.submitted_at, r.seq),
+            Order::Las => (policy.las_level(r.attained_gpu_s), r.submitted_at, r.seq),
+        };
+        Ok(Run {
+            id,
+            project: r.project,
+            class: r.priority,
+            gpus: r.gpus,
+            nodes: r.nodes,
+            types: r.gpu_types,
+            pinned: r.backend,
+            max_runtime: r.max_runtime_s,
+            preemptible: r.preemptible,
+            last_checkpoint_at: r.last_checkpoint_at,
+            attained: r.attained_gpu_s,
+            key,
+            placement: None,
+            admitted_at: None,
+            started_at: None,
+            going: false,
+            queued: false,
+        })
+    }
+}
