@@ -1,4 +1,5 @@
-"""``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, scheduler, simulate.
+"""``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, scheduler, simulate,
+server, users, audit.
 
 Every read verb takes ``--json`` (the run keys of DESIGN.md). Errors are one line on stderr,
 ``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures (a store or
@@ -267,15 +268,11 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
     """Pending runs (highest class, then oldest first) with the reason each waits and its ETA."""
     from mlops_gpu.cli.render import runs_table
     from mlops_gpu.cli.scheduler_cmd import warn_if_none
-    from mlops_gpu.model import Phase
+    from mlops_gpu.controller.views import queue_runs
     from mlops_gpu.model.public import run_to_public
 
     rt = _runtime(ctx)
-    prio = rt.cfg.priority_classes
-    runs = sorted(
-        rt.store.list_runs([Phase.PENDING], project=project),
-        key=lambda r: (-prio.get(r.spec.priority, 0), r.submitted_at, r.seq),
-    )
+    runs = queue_runs(rt, project)
     if as_json:
         _dump([run_to_public(r) for r in runs])
     else:
@@ -351,19 +348,12 @@ def logs(ctx: click.Context, run_id: str, attempt: int | None, follow: bool) -> 
 @click.pass_context
 def cancel(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     """Cancel runs: pending ones at once, running ones by their checkpoint signal."""
+    from mlops_gpu.controller.views import cancel_run
+
     rt = _runtime(ctx)
     for rid in run_ids:
         _get_run(rt, rid)
-        phase = rt.store.request_cancel(rid)
-        what = (
-            "cancelled"
-            if phase.value == "cancelled"
-            else (
-                f"already {phase.value}"
-                if phase.value in ("succeeded", "failed")
-                else "stopping (checkpoint signal, then SIGKILL after the grace)"
-            )
-        )
+        _phase, what = cancel_run(rt, rid)
         click.echo(f"{rid}: {what}")
 
 
@@ -373,45 +363,25 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
 def nodes(ctx: click.Context, as_json: bool) -> None:
     """Nodes of every backend with their free GPUs."""
     from mlops_gpu.cli.render import nodes_table
-    from mlops_gpu.controller.loop import build_snapshot
-    from mlops_gpu.core.capacity import Capacity
-    from mlops_gpu.model import ACTIVE_PHASES
+    from mlops_gpu.controller.views import node_rows
 
     rt = _runtime(ctx)
-    active = rt.store.list_runs(ACTIVE_PHASES)
-    snap = build_snapshot(rt, [], active, 0.0)
-    cap = Capacity(snap)
-    holders: dict[str, list[str]] = {}
-    for r in active:
-        for node in r.placement.node_names if r.placement else ():
-            holders.setdefault(node, []).append(r.id)
     if as_json:
-        _dump(
-            [
-                {
-                    "name": n.name,
-                    "backend": n.backend,
-                    "gpu_type": n.gpu_type,
-                    "gpus": n.capacity,
-                    "free_gpus": len(cap.free[n.name]),
-                    "free_devices": cap.free[n.name],
-                    "schedulable": n.schedulable,
-                    "labels": dict(n.labels),
-                    "runs": holders.get(n.name, []),
-                }
-                for n in snap.nodes
-            ]
-        )
+        _dump(node_rows(rt))
     else:
-        nodes_table(snap.nodes, {k: len(v) for k, v in cap.free.items()}, holders)
+        nodes_table(node_rows(rt, with_state_reason=True))
 
 
 def _register() -> None:
     from mlops_gpu.cli.report import report
     from mlops_gpu.cli.scheduler_cmd import scheduler
     from mlops_gpu.cli.simulate import simulate
+    from mlops_gpu.cli.team import audit, server, users
 
     cli.add_command(simulate)
+    cli.add_command(server)
+    cli.add_command(users)
+    cli.add_command(audit)
     cli.add_command(report)
     cli.add_command(scheduler)  # (scheduler, scheduler run|status|stop|restart)
 

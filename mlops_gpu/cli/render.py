@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlops_gpu.cli.safe_text import CELL_LIMIT, REASON_LIMIT, cell, was_cut
-from mlops_gpu.model import Node, Run
+from mlops_gpu.model import Run
 from mlops_gpu.model.public import run_to_public
 
 _REASON = {"REASON": REASON_LIMIT}
@@ -98,12 +98,14 @@ def runs_table(runs: Sequence[Run], *, title: str, with_reason: bool) -> None:
         print("(none)")
 
 
-def nodes_table(nodes: Sequence[Node], free: dict[str, int], holders: dict[str, list[str]]) -> None:
+def nodes_table(nodes: Sequence[dict[str, Any]]) -> None:
+    """``nodes``: ``controller.views.node_rows`` with their state reasons."""
     rows = []
     for n in nodes:
-        state = "ready" if n.schedulable else f"unschedulable {n.state_reason}".strip()
-        runs = ",".join(holders.get(n.name, [])) or "-"
-        rows.append([n.name, n.backend, n.gpu_type, n.capacity, free[n.name], state, runs])
+        state = "ready" if n["schedulable"] else f"unschedulable {n['state_reason']}".strip()
+        runs = ",".join(n["runs"]) or "-"
+        rows.append([n["name"], n["backend"], n["gpu_type"], n["gpus"], n["free_gpus"], state,
+                     runs])  # fmt: skip
     cols = ("NODE", "BACKEND", "GPU TYPE", "GPUS", "FREE", "STATE", "RUNS")
     console().print(table("Nodes", cols, rows))
 

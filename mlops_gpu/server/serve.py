@@ -1,0 +1,56 @@
+"""Running the server: the app on uvicorn (TLS when given a certificate and key), with the
+control loop in a thread beside it unless ``scheduler`` is False. SIGINT/SIGTERM stop uvicorn,
+then the loop (after its tick; the lease is given up, so another server takes over at once)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+
+def serve(
+    rt: Any,
+    *,
+    host: str,
+    port: int,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    scheduler: bool = True,
+    log_level: str = "info",
+) -> int:
+    import uvicorn
+
+    from mlops_gpu.controller.service import SchedulerThread
+    from mlops_gpu.server.app import create_app
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")  # fmt: skip
+    _ = rt.store  # opened (and migrated) before the first request: a bad store fails the start
+    thread = None
+    if scheduler:
+        from mlops_gpu.controller import Runtime
+
+        thread = SchedulerThread(Runtime(rt.cfg))  # its own store: fenced by the lease
+    app = create_app(rt, thread)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        ssl_certfile=certfile,
+        ssl_keyfile=keyfile,
+        log_level=log_level,
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,  # the client address is the connection's (trusted proxies: auth)
+    )
+    server = uvicorn.Server(config)
+    if thread is not None:
+        thread.start()
+    try:
+        server.run()
+    finally:
+        if thread is not None:
+            thread.stop()
+        rt.close()
+    return 0 if server.started else 1
