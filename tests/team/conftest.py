@@ -109,7 +109,9 @@ def start_server(
     )  # fmt: skip
     srv = Server(f"{scheme}://127.0.0.1:{port}", cfg, proc, log)
     if "--certfile" in args:
-        srv.verify = args[args.index("--certfile") + 1]
+        import ssl
+
+        srv.verify = ssl.create_default_context(cafile=args[args.index("--certfile") + 1])
     deadline = time.monotonic() + 90
     while True:
         try:
