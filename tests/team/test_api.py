@@ -148,6 +148,10 @@ def test_queue_reasons_nodes_and_projects(make_server: Callable[..., Server]) ->
         assert c.get("/api/v1/projects/q").status_code == 404
         assert qm.post(f"/api/v1/runs/{hold['id']}/cancel").json()["phase"] == "running"
         _wait(qm, hold["id"], {"cancelled"})
+        # the report counts only what the identity sees
+        rep = qm.get("/api/v1/report", params={"by": "user"}).json()
+        assert [r["key"] for r in rep["rows"]] == ["qm"] and rep["total"]["runs"] == 1
+        assert "q" not in [r["key"] for r in c.get("/api/v1/report").json()["rows"]]
     with srv.client("root") as admin:
         cfg = admin.get("/api/v1/config").json()
         assert cfg["projects"]["p"]["members"] == {"mara": "maintainer", "vic": "viewer"}

@@ -3,7 +3,8 @@ usage, fair share), the config (admins) and the scheduler's status. Reads only."
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
@@ -51,6 +52,25 @@ def project(project: str, request: Request, who: Who) -> dict[str, Any]:
         raise ApiError(404, "not_found", f"no project {project!r}", "project")
     rows[0]["role"] = "admin" if who.admin else who.role(project)
     return rows[0]
+
+
+@router.get("/report", summary="GPU-hours, cost, waits, preemptions (as `report --format json`)")
+def report(
+    request: Request,
+    who: Who,
+    by: Literal["project", "user", "gpu_type", "day"] = "project",
+    since: datetime | None = None,
+) -> dict[str, Any]:
+    """From the usage ledger, counting only attempts of projects the identity sees."""
+    from mlops_gpu.controller.usage_report import build_report
+
+    rt = request.app.state.rt
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=timezone.utc)
+    start = since.timestamp() if since is not None else None
+    rows = [r for r in rt.store.usage(since=start) if who.can_see(r.project)]
+    prices = {t: g.price_per_hour for t, g in rt.cfg.model_gpu_types().items()}
+    return build_report(rows, prices, start, by)
 
 
 @router.get("/config", summary="The config the server runs (admins; the store's password hidden)")
