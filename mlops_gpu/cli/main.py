@@ -1,5 +1,8 @@
 """``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, scheduler, simulate,
-server, users, audit.
+server, users, audit, login.
+
+With ``MLOPS_GPU_URL`` set, or after ``login`` (and no ``--config``), ``submit``, ``status``,
+``queue`` and ``cancel`` talk to a ``mlops-gpu server`` (``cli.remote_cmds``) and open no store.
 
 Every read verb takes ``--json`` (the run keys of DESIGN.md). Errors are one line on stderr,
 ``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures (a store or
@@ -14,6 +17,7 @@ from typing import Any
 
 import click
 
+from mlops_gpu.cli import remote_cmds as remote
 from mlops_gpu.cli.errors import SetupErrorsAsOneLine
 from mlops_gpu.cli.parse import parse_duration, parse_env
 from mlops_gpu.cli.safe_text import visible
@@ -223,6 +227,17 @@ def submit(
         env_map = parse_env(env)
     except click.BadParameter as e:
         raise UserError(e.format_message()) from None
+    if (target := remote.remote_target(ctx)) is not None:
+        body = {"command": list(command), "project": project, "name": name, "gpus": gpus,
+                "nodes": nodes, "gpu_types": list(gpu_types), "gpu_fraction": gpu_fraction,
+                "gpu_memory_mb": gpu_memory_mb, "mig": mig, "cpu_milli": cpu_milli,
+                "host_memory_mb": host_memory_mb, "topology_key": topology_key,
+                "topology_required": topology_required, "priority": priority,
+                "max_runtime_s": runtime_s, "experiment": experiment, "backend": backend,
+                "preemptible": not non_preemptible, "signal": sig, "grace_s": grace_s,
+                "env": env_map, "workdir": workdir, "max_attempts": max_attempts}  # fmt: skip
+        remote.submit(target, body, as_json)
+        return
     rt = _runtime(ctx)
     spec = rt.spec(
         tuple(command),
@@ -271,6 +286,9 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
     from mlops_gpu.controller.views import queue_runs
     from mlops_gpu.model.public import run_to_public
 
+    if (target := remote.remote_target(ctx)) is not None:
+        remote.queue(target, project, as_json)
+        return
     rt = _runtime(ctx)
     runs = queue_runs(rt, project)
     if as_json:
@@ -302,6 +320,10 @@ def status(
     from mlops_gpu.cli.scheduler_cmd import warn_if_none
     from mlops_gpu.model.public import event_to_public, run_to_public
 
+    if (target := remote.remote_target(ctx)) is not None:
+        lim = None if show_all else limit
+        remote.status(target, run_ids, project, lim, events, as_json)
+        return
     rt = _runtime(ctx)
     if run_ids:
         runs = [_get_run(rt, rid) for rid in run_ids]
@@ -350,6 +372,9 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     """Cancel runs: pending ones at once, running ones by their checkpoint signal."""
     from mlops_gpu.controller.views import cancel_run
 
+    if (target := remote.remote_target(ctx)) is not None:
+        remote.cancel(target, run_ids)
+        return
     rt = _runtime(ctx)
     for rid in run_ids:
         _get_run(rt, rid)
@@ -380,6 +405,7 @@ def _register() -> None:
 
     cli.add_command(simulate)
     cli.add_command(server)
+    cli.add_command(remote.login)
     cli.add_command(users)
     cli.add_command(audit)
     cli.add_command(report)

@@ -31,7 +31,11 @@ def serve(
     if scheduler:
         from mlops_gpu.controller import Runtime
 
-        thread = SchedulerThread(Runtime(rt.cfg))  # its own store: fenced by the lease
+        sched = Runtime(rt.cfg)
+        # the loop's writes are fenced by the lease, the API's never: a Store of its own, on
+        # the same engine (``Store.twin``: not a second open of the file in this process)
+        sched.__dict__["store"] = rt.store.twin()
+        thread = SchedulerThread(sched)
     app = create_app(rt, thread)
     config = uvicorn.Config(
         app,

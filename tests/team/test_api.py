@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import run_cli
 
 from team.conftest import Server, no_5xx
 
@@ -43,6 +44,14 @@ def test_submit_runs_to_the_end_with_logs(
         with_events = c.get(f"/api/v1/runs/{run['id']}", params={"events": "true"}).json()
         assert with_events["events"][0]["kind"] == "submitted"
         assert "succeeded" in [e["kind"] for e in with_events["events"]]
+        # what the server wrote is in the store for every other process (one store open per
+        # server process: a second open of the SQLite file dropped its locks, and the next
+        # process to close deleted the WAL the server went on writing to)
+        second = c.post("/api/v1/runs", json=SUBMIT).json()
+        _wait(c, second["id"], {"succeeded"})
+        assert run_cli("--config", str(srv.cfg), "status", "--all").returncode == 0
+        third = c.post("/api/v1/runs", json=SUBMIT).json()
+        assert srv.counts()[0] == 3 and third["id"]
         status = c.get("/api/v1/scheduler").json()
         assert status["running"] is True and status["this_server"] == "leader"
         assert c.get("/readyz").json() == {"ok": True, "store": "ok", "scheduler": "leader"}

@@ -16,6 +16,11 @@ router = APIRouter(tags=["cluster"])
 Who = Annotated[Identity, Depends(identity)]
 
 
+@router.get("/whoami", summary="The caller's identity and roles")
+def whoami(who: Who) -> dict[str, Any]:
+    return {"name": who.name, "admin": who.admin, "roles": dict(who.roles)}
+
+
 @router.get("/queue", summary="Pending runs in queue order, each with its reason and ETA")
 def queue(
     request: Request, who: Who, project: Annotated[str | None, Query(max_length=200)] = None
