@@ -148,6 +148,7 @@ def token(ctx: click.Context, name: str, expires: str | None) -> None:
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Users with their roles (stored and from the config) and valid tokens."""
     from mlops_gpu.cli.safe_text import visible
+    from mlops_gpu.config.server import ROLE_RANK
     from mlops_gpu.model.public import iso
     from mlops_gpu.state.users import list_users
 
@@ -155,7 +156,9 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     rows = []
     for u in list_users(rt.store):
         roles = {p: c.members[u.name] for p, c in rt.cfg.projects.items() if u.name in c.members}
-        roles.update(u.projects)  # (a stored role is what an admin set last)
+        for project, role in u.projects.items():  # the higher of the two wins, as in the server
+            if ROLE_RANK[role] > ROLE_RANK.get(roles.get(project, ""), 0):
+                roles[project] = role
         rows.append({"name": u.name, "admin": u.admin, "projects": roles,
                      "active_tokens": u.active_tokens, "expires_at": iso(u.expires_at),
                      "created_at": iso(u.created_at)})  # fmt: skip

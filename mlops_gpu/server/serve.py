@@ -49,10 +49,16 @@ def serve(
         proxy_headers=False,  # the client address is the connection's (trusted proxies: auth)
     )
     server = uvicorn.Server(config)
+    try:
+        # listening first: a port in use is one line and nothing started (no scheduler ran)
+        sock = config.bind_socket()
+    except SystemExit:
+        rt.close()
+        return 1
     if thread is not None:
         thread.start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         if thread is not None:
             thread.stop()
