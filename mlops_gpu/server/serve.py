@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -18,7 +19,10 @@ def serve(
     keyfile: str | None = None,
     scheduler: bool = True,
     log_level: str = "info",
+    extras: Iterable[Callable[[Any], None]] = (),
 ) -> int:
+    """Serve until SIGINT/SIGTERM; the exit status. ``extras``: callables given the app before
+    it serves (``create_app``), to mount more routes (e.g. ``app.mount("/metrics", ...)``)."""
     import uvicorn
 
     from mlops_gpu.controller.service import SchedulerThread
@@ -36,7 +40,7 @@ def serve(
         # the same engine (``Store.twin``: not a second open of the file in this process)
         sched.__dict__["store"] = rt.store.twin()
         thread = SchedulerThread(sched)
-    app = create_app(rt, thread)
+    app = create_app(rt, thread, extras)
     config = uvicorn.Config(
         app,
         host=host,

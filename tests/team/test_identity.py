@@ -37,10 +37,10 @@ def test_bad_credentials_get_401(make_server: Callable[..., Server]) -> None:
     assert srv.counts() == (0, 0)
 
 
-def test_expired_and_revoked_tokens(make_server: Callable[..., Server]) -> None:
+def test_expired_and_revoked_tokens(make_server: Callable[..., Server], store_url: str) -> None:
     from mlops_gpu.state.users import add_token
 
-    srv = make_server(None, "--no-scheduler", users={"mem": (False, {"p": "member"})})
+    srv = make_server(store_url, "--no-scheduler", users={"mem": (False, {"p": "member"})})
     store = srv.store()
     try:
         short = add_token(store, "mem", ttl_s=1.0)
@@ -60,9 +60,9 @@ def test_expired_and_revoked_tokens(make_server: Callable[..., Server]) -> None:
 
 
 def test_a_run_belongs_to_the_token_whatever_the_request_claims(
-    make_server: Callable[..., Server],
+    make_server: Callable[..., Server], store_url: str
 ) -> None:
-    srv = make_server(None, "--no-scheduler", env={"MLOPS_GPU_USER": "mallory"})
+    srv = make_server(store_url, "--no-scheduler", env={"MLOPS_GPU_USER": "mallory"})
     with srv.client("mem") as c:
         claims = {"X-Auth-Request-Email": "root", "X-Forwarded-User": "root"}
         r = c.post("/api/v1/runs", json={**RUN, "user": "root"}, headers=claims)
