@@ -2,7 +2,8 @@
 server, users, audit, login.
 
 With ``MLOPS_GPU_URL`` set, or after ``login`` (and no ``--config``), ``submit``, ``status``,
-``queue`` and ``cancel`` talk to a ``mlops-gpu server`` (``cli.remote_cmds``) and open no store.
+``queue``, ``cancel``, ``logs`` and ``nodes`` talk to a ``mlops-gpu server`` (``cli.remote_cmds``)
+and open no store.
 
 Every read verb takes ``--json`` (the run keys of DESIGN.md). Errors are one line on stderr,
 ``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures (a store or
@@ -361,6 +362,8 @@ def logs(ctx: click.Context, run_id: str, attempt: int | None, follow: bool) -> 
     """Print a run's stdout, then its stderr."""
     from mlops_gpu.cli.logs import print_logs
 
+    if (target := remote.remote_target(ctx)) is not None:
+        sys.exit(remote.logs(target, run_id, attempt, follow))
     rt = _runtime(ctx)
     sys.exit(print_logs(rt, _get_run(rt, run_id), attempt, follow))
 
@@ -390,6 +393,9 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
     from mlops_gpu.cli.render import nodes_table
     from mlops_gpu.controller.views import node_rows
 
+    if (target := remote.remote_target(ctx)) is not None:
+        remote.nodes(target, as_json)
+        return
     rt = _runtime(ctx)
     if as_json:
         _dump(node_rows(rt))

@@ -152,3 +152,45 @@ def cancel(t: Any, run_ids: tuple[str, ...]) -> None:
                 click.echo(f"{rid}: {c.cancel(rid)['result']}")
     except RemoteError as e:
         raise failing(e) from None
+
+
+def logs(t: Any, run_id: str, attempt: int | None, follow: bool) -> int:
+    """``logs`` as in local mode (``cli.logs``): the bytes as the run wrote them; the same line
+    and status when the attempt has no logs yet."""
+    import sys
+
+    from mlops_gpu.remote import RemoteError
+
+    try:
+        with client(t) as c:
+            run = _get(c, run_id, False)
+            stream = c.logs(run_id, attempt, follow)
+            files = next(stream)
+            if files == 0 and not follow:
+                why = run["phase"] + (f": {visible(run['reason'], 500)}" if run["reason"] else "")
+                print(f"mlops-gpu: run {run_id} attempt {attempt or run['attempt']} has no logs "
+                      f"yet ({why})", file=sys.stderr)  # fmt: skip
+                return 0 if run["phase"] == "pending" else 1
+            for chunk in stream:
+                assert isinstance(chunk, bytes)
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+    except RemoteError as e:
+        raise failing(e) from None
+    return 0
+
+
+def nodes(t: Any, as_json: bool) -> None:
+    from mlops_gpu.cli.render import nodes_table
+    from mlops_gpu.remote import RemoteError
+
+    try:
+        with client(t) as c:
+            rows = c.nodes()
+    except RemoteError as e:
+        raise failing(e) from None
+    if as_json:  # (as local mode: without the table's state_reason)
+        click.echo(json.dumps([{k: v for k, v in r.items() if k != "state_reason"}
+                               for r in rows], indent=2))  # fmt: skip
+    else:
+        nodes_table(rows)

@@ -43,17 +43,20 @@ class Client:
         except httpx.HTTPError as e:
             raise RemoteError(f"cannot reach the server {self.target.url}: {e}") from None
         if r.status_code >= 400:
-            try:
-                err = r.json()["error"]
-                msg, code = str(err["message"]), str(err["code"])
-            except (ValueError, KeyError, TypeError):
-                msg, code = r.text[:200] or r.reason_phrase, "error"
-            raise RemoteError(f"{self.target.url}: {msg}", r.status_code, code)
+            self._raise(r)
         try:
             return r.json()
         except ValueError:
             raise RemoteError(f"{self.target.url}: not an mlops-gpu server (no JSON answer)") \
                 from None  # fmt: skip
+
+    def _raise(self, r: Any) -> None:
+        try:
+            err = r.json()["error"]
+            msg, code = str(err["message"]), str(err["code"])
+        except (ValueError, KeyError, TypeError):
+            msg, code = r.text[:200] or r.reason_phrase, "error"
+        raise RemoteError(f"{self.target.url}: {msg}", r.status_code, code)
 
     def whoami(self) -> dict[str, Any]:
         return dict(self.call("GET", "/whoami"))
@@ -90,6 +93,27 @@ class Client:
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         return dict(self.call("POST", f"/runs/{run_id}/cancel"))
+
+    def nodes(self) -> list[Any]:
+        return list(self.call("GET", "/nodes"))
+
+    def logs(self, run_id: str, attempt: int | None, follow: bool) -> Iterator[bytes | int]:
+        """The log's bytes as they come, after the number of log files (an int, first)."""
+        import httpx
+
+        params: dict[str, Any] = {"follow": "true"} if follow else {}
+        if attempt is not None:
+            params["attempt"] = attempt
+        try:
+            with self._http.stream("GET", f"/runs/{run_id}/logs", params=params,
+                                   timeout=None if follow else 30.0) as r:  # fmt: skip
+                if r.status_code >= 400:
+                    r.read()
+                    self._raise(r)
+                yield int(r.headers.get("x-log-files", "1"))
+                yield from r.iter_bytes()
+        except httpx.HTTPError as e:
+            raise RemoteError(f"cannot reach the server {self.target.url}: {e}") from None
 
     def scheduler(self) -> dict[str, Any]:
         return dict(self.call("GET", "/scheduler"))

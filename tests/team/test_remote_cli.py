@@ -49,6 +49,14 @@ def test_remote_cli_round_trip(make_server: Callable[..., Server], tmp_path: Pat
     # the same JSON as local mode on the server's machine
     local = run_cli("--config", str(srv.cfg), "status", rid, "--json")
     assert json.loads(local.stdout) == [run]
+    # logs: the same bytes as local mode; followed
+    rc, out, err = cli("logs", rid)
+    assert (rc, out) == (0, "hi\n"), err
+    local = run_cli("--config", str(srv.cfg), "logs", rid)
+    assert local.stdout == out
+    rc, out, err = cli("submit", "-p", "p", "--", "sh", "-c", "echo a; sleep 1; echo b")
+    rc, out, err = cli("logs", "-f", out.strip())
+    assert (rc, out) == (0, "a\nb\n"), err
     rc, out, err = cli("submit", "-p", "p", "--gpus", "4", "--", "sleep", "30")
     long_id = out.strip()
     rc, out, err = cli("submit", "-p", "p", "--gpus", "4", "--", "sleep", "30")
@@ -71,6 +79,19 @@ def test_remote_cli_round_trip(make_server: Callable[..., Server], tmp_path: Pat
     assert same(local.stdout) == same(out), (local.stdout, out)
     rc, out, err = cli("status")
     assert rc == 0 and long_id in out and rid in out
+    rc, out, err = cli("logs", waiting)  # pending: no logs yet, as local mode says it
+    local = run_cli("--config", str(srv.cfg), "logs", waiting)
+    assert (rc, err) == (local.returncode, local.stderr) == (
+        0,
+        local.stderr,
+    ) and "no logs yet" in err
+    rc, out, err = cli("nodes", "--json")
+    assert json.loads(out) == json.loads(
+        run_cli("--config", str(srv.cfg), "nodes", "--json").stdout
+    )
+    assert json.loads(out)[0]["runs"] == [long_id]
+    rc, out, err = cli("nodes")
+    assert rc == 0 and "node-a" in out and long_id in out
     rc, out, err = cli("cancel", waiting, long_id)
     assert rc == 0, err
     assert out.splitlines() == [f"{waiting}: cancelled",

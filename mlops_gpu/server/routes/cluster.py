@@ -33,9 +33,10 @@ def queue(
 
 @router.get("/nodes", summary="Nodes with their free GPUs (runs listed only where visible)")
 def nodes(request: Request, who: Who) -> list[dict[str, Any]]:
+    """``nodes --json`` plus ``state_reason`` (why a node is unschedulable, for tables)."""
     from mlops_gpu.controller.views import node_rows
 
-    return node_rows(request.app.state.rt, who.visible_projects())
+    return node_rows(request.app.state.rt, who.visible_projects(), with_state_reason=True)
 
 
 @router.get("/projects", summary="Projects with quotas, usage and fair share")

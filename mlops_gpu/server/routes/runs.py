@@ -177,8 +177,13 @@ async def logs(
     rt = request.app.state.rt
     run = await run_in_threadpool(_visible_run, request, who, run_id)
     n = attempt or run.attempt
+    from mlops_gpu.controller.views import log_files
+
+    files = await run_in_threadpool(log_files, rt, run, n)
     gen = _follow(rt, run, n) if follow else _whole(rt, run, n)
-    return StreamingResponse(gen, media_type="text/plain; charset=utf-8")
+    # how many log files the attempt has (0: none yet; the CLI says so, as in local mode)
+    return StreamingResponse(gen, media_type="text/plain; charset=utf-8",
+                             headers={"X-Log-Files": str(len(files))})  # fmt: skip
 
 
 def _read(path: Any, offset: int = 0) -> Iterator[bytes]:
