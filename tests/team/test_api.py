@@ -131,7 +131,7 @@ def test_batch_list_pages_filters_and_cancel(
 def test_queue_reasons_nodes_and_projects(make_server: Callable[..., Server]) -> None:
     srv = make_server()
     with srv.client("mem") as c, srv.client("qm") as qm:
-        hold = qm.post("/api/v1/runs", json={"command": ["sleep", "30"], "project": "q",
+        hold = qm.post("/api/v1/runs", json={"command": ["sleep", "600"], "project": "q",
                                               "gpus": 2}).json()  # fmt: skip
         _wait(qm, hold["id"], {"running"})
         big = c.post("/api/v1/runs", json={**SUBMIT, "gpus": 3}).json()  # 2 of 4 GPUs free

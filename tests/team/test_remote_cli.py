@@ -57,9 +57,9 @@ def test_remote_cli_round_trip(make_server: Callable[..., Server], tmp_path: Pat
     rc, out, err = cli("submit", "-p", "p", "--", "sh", "-c", "echo a; sleep 1; echo b")
     rc, out, err = cli("logs", "-f", out.strip())
     assert (rc, out) == (0, "a\nb\n"), err
-    rc, out, err = cli("submit", "-p", "p", "--gpus", "4", "--", "sleep", "30")
+    rc, out, err = cli("submit", "-p", "p", "--gpus", "4", "--", "sleep", "600")
     long_id = out.strip()
-    rc, out, err = cli("submit", "-p", "p", "--gpus", "4", "--", "sleep", "30")
+    rc, out, err = cli("submit", "-p", "p", "--gpus", "4", "--", "sleep", "600")
     waiting = out.strip()
     deadline = time.monotonic() + 30
     while True:
