@@ -12,12 +12,10 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import time
 from typing import Any
 
 from mlops_gpu.cli.safe_text import visible
 from mlops_gpu.state import heartbeat as hb
-from mlops_gpu.state import observed
 
 
 class _VisibleFormatter(logging.Formatter):
@@ -83,63 +81,16 @@ def run_scheduler(
 
 
 def _publish_and_follow(ctl: Any, idle_exit: float | None) -> Any:
-    """Publish this scheduler's status, hook SIGHUP to a config re-read, and return what runs
-    after each tick: reload the config if its file changed, beat (at most every second)."""
-    from importlib.metadata import PackageNotFoundError, version
+    """``controller.service.publish_and_follow``, with SIGHUP hooked to a config re-read."""
+    from mlops_gpu.controller.service import publish_and_follow
 
-    from mlops_gpu.controller.config_watch import ConfigWatch, apply
-    from mlops_gpu.core.native import NativeEngine
-
-    rt = ctl.rt
-    watch = ConfigWatch(rt.cfg) if rt.cfg.source is not None else None
-    try:
-        ver: str | None = version("mlops-gpu")
-    except PackageNotFoundError:
-        ver = None
-    v = watch.version if watch is not None else None
-    hb.publish_start(
-        rt.store,
-        idle_exit_s=idle_exit,
-        config_path=str(watch.path) if watch is not None else None,
-        config_hash=v.sha256 if v else None,
-        config_mtime=v.mtime if v else None,
-        version=ver,
-    )
+    after_tick, watch = publish_and_follow(ctl, idle_exit)
     if watch is not None:
         signal.signal(signal.SIGHUP, lambda _s, _f: watch.request())
-    ticks, beat_at, error = 0, float("-inf"), None
-
-    def after_tick(_rep: Any) -> None:
-        nonlocal ticks, beat_at, error
-        ticks += 1
-        now = time.time()
-        if watch is not None:
-            new = watch.check()
-            loaded = watch.version
-            if new is not None and loaded is not None:
-                apply(ctl, new)
-                _quietly(lambda: hb.publish_config(
-                    rt.store, config_hash=loaded.sha256, config_mtime=loaded.mtime,
-                    restart=watch.restart_needed))  # fmt: skip
-                error = None
-            elif watch.error != error:
-                error = watch.error
-                _quietly(lambda: hb.publish_config_error(rt.store, error))
-        if now - beat_at >= hb.BEAT_S:
-            beat_at = now
-            engine = ctl.mirror.engine
-            name = None if engine is None else (
-                "native" if isinstance(engine, NativeEngine) else "python")  # fmt: skip
-            _quietly(lambda: hb.beat(rt.store, tick_at=now, ticks=ticks, engine=name))
-            _quietly(lambda: observed.publish_cycles(rt.store, ctl.cycles, now))
-
     return after_tick
 
 
 def _quietly(fn: Any) -> None:
-    """A status write that failed (store busy past its timeout) is logged, never fatal: the
-    next beat writes it again."""
-    try:
-        fn()
-    except Exception as e:
-        logging.getLogger("mlops_gpu").warning("could not publish the scheduler status: %s", e)
+    from mlops_gpu.controller.service import quietly
+
+    quietly(fn)

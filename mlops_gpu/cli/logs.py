@@ -15,10 +15,9 @@ from mlops_gpu.model import TERMINAL_PHASES, Run
 
 
 def _files(rt: Any, run: Run, attempt: int) -> list[Path]:
-    out: list[Path] = []
-    for backend in rt.backends.values():
-        out += backend.log_files(run.id, attempt)
-    return out
+    from mlops_gpu.controller.views import log_files
+
+    return log_files(rt, run, attempt)
 
 
 def print_logs(rt: Any, run: Run, attempt: int | None, follow: bool) -> int:

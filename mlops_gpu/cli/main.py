@@ -1,5 +1,9 @@
 """``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, top, metrics,
-scheduler, simulate.
+scheduler, simulate, server, users, audit, login.
+
+With ``MLOPS_GPU_URL`` set, or after ``login`` (and no ``--config``), ``submit``, ``status``,
+``queue``, ``cancel``, ``logs`` and ``nodes`` talk to a ``mlops-gpu server`` (``cli.remote_cmds``)
+and open no store.
 
 Every read verb takes ``--json`` (the run keys of DESIGN.md). Errors are one line on stderr,
 ``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures (a store or
@@ -14,6 +18,7 @@ from typing import Any
 
 import click
 
+from mlops_gpu.cli import remote_cmds as remote
 from mlops_gpu.cli.errors import SetupErrorsAsOneLine
 from mlops_gpu.cli.parse import parse_duration, parse_env
 from mlops_gpu.cli.safe_text import visible
@@ -223,6 +228,17 @@ def submit(
         env_map = parse_env(env)
     except click.BadParameter as e:
         raise UserError(e.format_message()) from None
+    if (target := remote.remote_target(ctx)) is not None:
+        body = {"command": list(command), "project": project, "name": name, "gpus": gpus,
+                "nodes": nodes, "gpu_types": list(gpu_types), "gpu_fraction": gpu_fraction,
+                "gpu_memory_mb": gpu_memory_mb, "mig": mig, "cpu_milli": cpu_milli,
+                "host_memory_mb": host_memory_mb, "topology_key": topology_key,
+                "topology_required": topology_required, "priority": priority,
+                "max_runtime_s": runtime_s, "experiment": experiment, "backend": backend,
+                "preemptible": not non_preemptible, "signal": sig, "grace_s": grace_s,
+                "env": env_map, "workdir": workdir, "max_attempts": max_attempts}  # fmt: skip
+        remote.submit(target, body, as_json)
+        return
     rt = _runtime(ctx)
     spec = rt.spec(
         tuple(command),
@@ -268,15 +284,14 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
     """Pending runs (highest class, then oldest first) with the reason each waits and its ETA."""
     from mlops_gpu.cli.render import runs_table
     from mlops_gpu.cli.scheduler_cmd import warn_if_none
-    from mlops_gpu.model import Phase
+    from mlops_gpu.controller.views import queue_runs
     from mlops_gpu.model.public import run_to_public
 
+    if (target := remote.remote_target(ctx)) is not None:
+        remote.queue(target, project, as_json)
+        return
     rt = _runtime(ctx)
-    prio = rt.cfg.priority_classes
-    runs = sorted(
-        rt.store.list_runs([Phase.PENDING], project=project),
-        key=lambda r: (-prio.get(r.spec.priority, 0), r.submitted_at, r.seq),
-    )
+    runs = queue_runs(rt, project)
     if as_json:
         _dump([run_to_public(r) for r in runs])
     else:
@@ -306,6 +321,10 @@ def status(
     from mlops_gpu.cli.scheduler_cmd import warn_if_none
     from mlops_gpu.model.public import event_to_public, run_to_public
 
+    if (target := remote.remote_target(ctx)) is not None:
+        lim = None if show_all else limit
+        remote.status(target, run_ids, project, lim, events, as_json)
+        return
     rt = _runtime(ctx)
     if run_ids:
         runs = [_get_run(rt, rid) for rid in run_ids]
@@ -343,6 +362,8 @@ def logs(ctx: click.Context, run_id: str, attempt: int | None, follow: bool) -> 
     """Print a run's stdout, then its stderr."""
     from mlops_gpu.cli.logs import print_logs
 
+    if (target := remote.remote_target(ctx)) is not None:
+        sys.exit(remote.logs(target, run_id, attempt, follow))
     rt = _runtime(ctx)
     sys.exit(print_logs(rt, _get_run(rt, run_id), attempt, follow))
 
@@ -352,19 +373,15 @@ def logs(ctx: click.Context, run_id: str, attempt: int | None, follow: bool) -> 
 @click.pass_context
 def cancel(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     """Cancel runs: pending ones at once, running ones by their checkpoint signal."""
+    from mlops_gpu.controller.views import cancel_run
+
+    if (target := remote.remote_target(ctx)) is not None:
+        remote.cancel(target, run_ids)
+        return
     rt = _runtime(ctx)
     for rid in run_ids:
         _get_run(rt, rid)
-        phase = rt.store.request_cancel(rid)
-        what = (
-            "cancelled"
-            if phase.value == "cancelled"
-            else (
-                f"already {phase.value}"
-                if phase.value in ("succeeded", "failed")
-                else "stopping (checkpoint signal, then SIGKILL after the grace)"
-            )
-        )
+        _phase, what = cancel_run(rt, rid)
         click.echo(f"{rid}: {what}")
 
 
@@ -374,37 +391,16 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
 def nodes(ctx: click.Context, as_json: bool) -> None:
     """Nodes of every backend with their free GPUs."""
     from mlops_gpu.cli.render import nodes_table
-    from mlops_gpu.controller.loop import build_snapshot
-    from mlops_gpu.core.capacity import Capacity
-    from mlops_gpu.model import ACTIVE_PHASES
+    from mlops_gpu.controller.views import node_rows
 
+    if (target := remote.remote_target(ctx)) is not None:
+        remote.nodes(target, as_json)
+        return
     rt = _runtime(ctx)
-    active = rt.store.list_runs(ACTIVE_PHASES)
-    snap = build_snapshot(rt, [], active, 0.0)
-    cap = Capacity(snap)
-    holders: dict[str, list[str]] = {}
-    for r in active:
-        for node in r.placement.node_names if r.placement else ():
-            holders.setdefault(node, []).append(r.id)
     if as_json:
-        _dump(
-            [
-                {
-                    "name": n.name,
-                    "backend": n.backend,
-                    "gpu_type": n.gpu_type,
-                    "gpus": n.capacity,
-                    "free_gpus": len(cap.free[n.name]),
-                    "free_devices": cap.free[n.name],
-                    "schedulable": n.schedulable,
-                    "labels": dict(n.labels),
-                    "runs": holders.get(n.name, []),
-                }
-                for n in snap.nodes
-            ]
-        )
+        _dump(node_rows(rt))
     else:
-        nodes_table(snap.nodes, {k: len(v) for k, v in cap.free.items()}, holders)
+        nodes_table(node_rows(rt, with_state_reason=True))
 
 
 def _register() -> None:
@@ -413,8 +409,13 @@ def _register() -> None:
     from mlops_gpu.cli.scheduler_cmd import scheduler
     from mlops_gpu.cli.simulate import simulate
     from mlops_gpu.cli.top import top
+    from mlops_gpu.cli.team import audit, server, users
 
     cli.add_command(simulate)
+    cli.add_command(server)
+    cli.add_command(remote.login)
+    cli.add_command(users)
+    cli.add_command(audit)
     cli.add_command(report)
     cli.add_command(metrics)
     cli.add_command(top)

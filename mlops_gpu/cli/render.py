@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlops_gpu.cli.safe_text import CELL_LIMIT, REASON_LIMIT, cell, was_cut
-from mlops_gpu.model import Node, Run
+from mlops_gpu.model import Run
 from mlops_gpu.model.public import run_to_public
 
 _REASON = {"REASON": REASON_LIMIT}
@@ -70,40 +70,61 @@ def _gpus(run: Run) -> str:
 
 
 def runs_table(runs: Sequence[Run], *, title: str, with_reason: bool) -> None:
+    _runs_rows([(run_to_public(r), _gpus(r), r.submitted_at) for r in runs], title, with_reason)
+
+
+def public_runs_table(runs: Sequence[dict[str, Any]], *, title: str, with_reason: bool) -> None:
+    """``runs_table`` of runs as the server sends them (the JSON of ``status --json``); a
+    request for any of several GPU types shows as ``(any type)`` until placed."""
+    from datetime import datetime
+
+    rows = []
+    for pub in runs:
+        shape = f"{pub['gpus']}" if pub["num_nodes"] == 1 else f"{pub['num_nodes']}x{pub['gpus']}"
+        when = pub["submitted_at"]
+        t = datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp() if when else None
+        rows.append((pub, f"{shape} {pub['gpu_type'] or '(any type)'}", t))
+    _runs_rows(rows, title, with_reason)
+
+
+def _runs_rows(
+    runs: Sequence[tuple[dict[str, Any], str, float | None]], title: str, with_reason: bool
+) -> None:
     cols = ["ID", "NAME", "PROJECT", "PRIORITY", "PHASE", "GPUS", "WHERE", "AGE"]
     if with_reason:
         cols += ["REASON", "ETA"]
     now = time.time()
     rows = []
-    for r in runs:
-        pub = run_to_public(r)
+    for pub, gpus, submitted in runs:
         where = ",".join(pub["node_names"])
         if pub["devices"]:
             where += f" [{','.join(pub['devices'])}]"
         row = [
-            r.id,
-            r.spec.name,
-            r.project,
-            r.spec.priority,
-            r.phase.value,
-            _gpus(r),
+            pub["id"],
+            pub["name"],
+            pub["project"],
+            pub["priority"],
+            pub["phase"],
+            gpus,
             where or "-",
-            ago(r.submitted_at, now),
+            ago(submitted, now),
         ]
         if with_reason:
-            row += [r.reason or "-", pub["eta"] or "-"]
+            row += [pub["reason"] or "-", pub["eta"] or "-"]
         rows.append(row)
     console().print(table(title, cols, rows, wrap=("NAME", "REASON", "ETA"), limits=_REASON))
     if not runs:
         print("(none)")
 
 
-def nodes_table(nodes: Sequence[Node], free: dict[str, int], holders: dict[str, list[str]]) -> None:
+def nodes_table(nodes: Sequence[dict[str, Any]]) -> None:
+    """``nodes``: ``controller.views.node_rows`` with their state reasons."""
     rows = []
     for n in nodes:
-        state = "ready" if n.schedulable else f"unschedulable {n.state_reason}".strip()
-        runs = ",".join(holders.get(n.name, [])) or "-"
-        rows.append([n.name, n.backend, n.gpu_type, n.capacity, free[n.name], state, runs])
+        state = "ready" if n["schedulable"] else f"unschedulable {n['state_reason']}".strip()
+        runs = ",".join(n["runs"]) or "-"
+        rows.append([n["name"], n["backend"], n["gpu_type"], n["gpus"], n["free_gpus"], state,
+                     runs])  # fmt: skip
     cols = ("NODE", "BACKEND", "GPU TYPE", "GPUS", "FREE", "STATE", "RUNS")
     console().print(table("Nodes", cols, rows))
 

@@ -198,53 +198,16 @@ def _stop(rt: Any, timeout: float) -> int | None:
 
 def _store(rt: Any) -> str:
     """The store URL without its password."""
-    from sqlalchemy.engine import make_url
+    from mlops_gpu.controller.views import store_display
 
-    try:
-        return str(make_url(rt.cfg.store_url).render_as_string(hide_password=True))
-    except Exception:
-        return str(rt.cfg.store_url)
+    return store_display(rt)
 
 
 def status_dict(rt: Any) -> dict[str, Any]:
-    """``scheduler status --json``: the published row, whether it is running, and whether the
-    config file changed since the scheduler loaded it."""
-    from pathlib import Path
+    """``scheduler status --json`` (``controller.views.scheduler_status``)."""
+    from mlops_gpu.controller.views import scheduler_status
 
-    from mlops_gpu.controller.config_watch import file_version
-    from mlops_gpu.state import heartbeat as hb
-
-    info = hb.read(rt.store)
-    now = time.time()
-    out: dict[str, Any] = {"running": hb.is_running(info, now), "store": _store(rt)}
-    if info is None:
-        return out
-    running = out["running"]
-    disk = file_version(Path(info.config_path)) if info.config_path else None
-    out.update(
-        pid=info.pid,
-        host=info.host,
-        version=info.version,
-        started_at=info.started_at,
-        uptime_s=round(now - info.started_at, 1) if running else None,
-        stopped_at=info.stopped_at,
-        last_tick_at=info.tick_at,
-        last_tick_age_s=round(now - info.tick_at, 1) if info.tick_at else None,
-        ticks=info.ticks,
-        engine=info.engine,
-        idle_exit_s=info.idle_exit_s,
-        config={
-            "path": info.config_path,
-            "sha256": info.config_hash,
-            "mtime": info.config_mtime,
-            "loaded_at": info.config_loaded_at,
-            "error": info.config_error,
-            "restart_needed": info.config_restart.split(", ") if info.config_restart else [],
-            "file_sha256": disk.sha256 if disk else None,
-            "file_changed": disk is not None and disk.sha256 != info.config_hash,
-        },
-    )
-    return out
+    return scheduler_status(rt)
 
 
 def _status_lines(s: dict[str, Any]) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from mlops_gpu.config.server import ProjectRole, ServerConfig
 from mlops_gpu.model import Budget, Cohort, GpuType, Node, PolicySettings, Project, Quota
 
 NonNeg = Annotated[int, Field(ge=0)]
@@ -55,6 +56,9 @@ class ProjectConfig(_Strict):
     weight: float = Field(1.0, gt=0)
     quotas: dict[str, QuotaConfig] = Field(default_factory=dict)
     budget: BudgetConfig | None = None
+    #: user -> role in this project, for ``mlops-gpu server`` (admins add more with
+    #: ``mlops-gpu users add --project``)
+    members: dict[str, ProjectRole] = Field(default_factory=dict)
 
 
 class CohortConfig(_Strict):
@@ -287,6 +291,7 @@ class Config(_Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
 
     _root: Path = PrivateAttr(default_factory=Path.cwd)
     _source: Path | None = PrivateAttr(default=None)

@@ -123,14 +123,16 @@ class Runtime:
         name: str | None = None,
         priority: str | None = None,
         request: ResourceRequest | None = None,
+        user: str | None = None,
         **fields: Any,
     ) -> RunSpec:
-        """A run spec the way every edge builds one: the current user, the config's default
-        class, the command as its name when it has none. ``fields``: other ``RunSpec`` fields."""
+        """A run spec the way every edge builds one: the current user (``user``: the
+        authenticated identity of a server request instead), the config's default class, the
+        command as its name when it has none. ``fields``: other ``RunSpec`` fields."""
         return RunSpec(
             name=name or " ".join(command)[:80],
             project=project,
-            user=current_user(),
+            user=user if user is not None else current_user(),
             command=command,
             request=request or ResourceRequest(),
             priority=priority or self.cfg.default_priority,

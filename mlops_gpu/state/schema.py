@@ -191,6 +191,53 @@ gpu_samples = Table(
     Column("at", Float, nullable=False),
 )
 
+#: v9: the identities of ``mlops-gpu server`` (``state.users``): one row per user name.
+users = Table(
+    "users",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("admin", Boolean, nullable=False, default=False),
+    Column("created_at", Float, nullable=False),
+)
+
+#: v9: API tokens, stored as the SHA-256 of the token (the token itself is shown once).
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("hash", String(64), nullable=False, unique=True),
+    Column("user", String(200), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("revoked_at", Float),
+    Index("ix_tokens_user", "user"),
+)
+
+#: v9: project roles set by admins (the config's ``projects.NAME.members`` add to these).
+memberships = Table(
+    "memberships",
+    metadata,
+    Column("user", String(200), primary_key=True),
+    Column("project", String(200), primary_key=True),
+    Column("role", String(20), nullable=False),
+)
+
+#: v9: every mutating request of the server (``state.audit``), append-only.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("time", Float, nullable=False),
+    Column("user", String(200)),
+    Column("action", String(200), nullable=False),
+    Column("target", String(300)),
+    Column("client", String(100)),
+    Column("status", Integer, nullable=False),
+    Column("detail", Text),
+    Index("ix_audit_time", "time"),
+    Index("ix_audit_user", "user"),
+)
+
 schema_version = Table(
     "schema_version",
     metadata,
@@ -271,9 +318,14 @@ def _v8(conn: Connection) -> None:
                           "reason_code)"))  # fmt: skip
 
 
+def _v9(conn: Connection) -> None:
+    for t in (users, tokens, memberships, audit):
+        t.create(conn, checkfirst=True)
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
-    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8),
+    (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8), (9, _v9),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

@@ -168,6 +168,17 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def twin(self) -> Store:
+        """Another Store on this one's engine, with its own ``fence`` (a scheduler thread
+        beside a server's API). Never a second ``Store(url)`` of a SQLite file in one process:
+        its open check reads the file with a plain ``open``/``close``, and closing any
+        descriptor of a file drops all of the process's POSIX locks on it, so another process
+        closing last then checkpoints and deletes the WAL this one still writes to."""
+        twin = object.__new__(Store)
+        twin.__dict__.update(self.__dict__)
+        twin._runs, twin.fence = {}, None
+        return twin
+
     def _run(self, row: Row[Any]) -> Run:
         # A run read before with the very same row is the same (frozen) Run: the scheduler
         # reads every pending run each tick, and building them was most of that read.

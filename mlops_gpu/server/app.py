@@ -1,0 +1,65 @@
+"""The FastAPI app: routes under ``/api/v1``, health at the root, the middlewares (audit
+outermost, so that a request refused for its size is audited too; then the body limit), JSON
+errors, no CORS (browsers of other origins get no ``Access-Control-Allow-Origin``).
+
+Another module adds its own routes with ``app.include_router(router)`` or ``app.mount(path,
+asgi_app)`` on what ``create_app`` returns (``extras``: a list of callables, each given the app,
+for ``mlops-gpu server``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+
+from mlops_gpu.server import errors
+from mlops_gpu.server.audit import AuditTrail
+from mlops_gpu.server.auth import identity
+from mlops_gpu.server.limits import BodyLimit, RateLimiter
+from mlops_gpu.server.routes import cluster, health, members, metrics, runs
+
+API = "/api/v1"
+
+
+def create_app(
+    rt: Any,
+    scheduler: Any = None,
+    extras: Iterable[Callable[[FastAPI], None]] = (),
+) -> FastAPI:
+    """The API of ``rt`` (a ``controller.Runtime``); ``scheduler``: the ``SchedulerThread``
+    beside it, or None (``--no-scheduler``), for ``/readyz`` and ``/api/v1/scheduler``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("mlops-gpu")
+    except PackageNotFoundError:
+        ver = "0"
+    app = FastAPI(
+        title="mlops-gpu",
+        version=ver,
+        openapi_url=None,  # served below, behind the identity check
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.rt = rt
+    app.state.scheduler = scheduler
+    srv = rt.cfg.server
+    app.state.limiter = (
+        RateLimiter(srv.rate_per_s, srv.rate_burst) if srv.rate_per_s is not None else None
+    )
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(metrics.router)
+    for module in (runs, cluster, members):
+        app.include_router(module.router, prefix=API)
+
+    @app.get(f"{API}/openapi.json", include_in_schema=False, dependencies=[Depends(identity)])
+    def openapi(_request: Request) -> dict[str, Any]:
+        return app.openapi()
+
+    for extra in extras:
+        extra(app)
+    app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes)
+    app.add_middleware(AuditTrail, store=rt.store)
+    return app

@@ -1,0 +1,64 @@
+"""The audit middleware: one ``audit`` row (``state.audit``) for every mutating request under
+``/api/`` (POST, PUT, PATCH, DELETE), whatever its result: who (the identity, or null when none
+was established), what (method and route path), target (what the route named: run ids, a
+project, a user; else the path), when, the client's address, and the HTTP status.
+
+Routes name their target and a short detail in ``request.state.audit_target`` and
+``request.state.audit_detail``. A row that cannot be written is logged, and the request's own
+answer stands.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("mlops_gpu.server")
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class AuditTrail:
+    def __init__(self, app: ASGIApp, store: Any) -> None:
+        self.app, self.store = app, store
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in MUTATING
+            or not str(scope["path"]).startswith("/api/")
+        ):
+            await self.app(scope, receive, send)
+            return
+        state: dict[str, Any] = scope.setdefault("state", {})
+        status = {"code": 500}
+
+        async def seen(msg: Message) -> None:
+            if msg["type"] == "http.response.start":
+                status["code"] = int(msg["status"])
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, seen)
+        finally:
+            await anyio.to_thread.run_sync(self._write, scope, state, status["code"])
+
+    def _write(self, scope: Scope, state: dict[str, Any], status: int) -> None:
+        from mlops_gpu.state import audit
+
+        who = state.get("identity")
+        client = scope.get("client")
+        try:
+            audit.record(
+                self.store,
+                user=who.name if who is not None else None,
+                action=f"{scope['method']} {scope['path']}",
+                target=state.get("audit_target"),
+                client=client[0] if client else None,
+                status=status,
+                detail=state.get("audit_detail"),
+            )
+        except Exception:
+            log.exception("could not write the audit row of %s %s", scope["method"], scope["path"])

@@ -1,0 +1,78 @@
+"""Limits on what one client can make the server do: a body size limit (``BodyLimit``, 413)
+and a per-identity rate limit (``RateLimiter``, 429 with ``Retry-After``).
+
+Invariants:
+- A body over ``max_bytes`` is refused before a route acts on it: at once from its
+  ``Content-Length``, else as soon as the bytes read pass the limit.
+- The rate limit is a token bucket per identity (``rate_per_s``, up to ``burst`` at once), kept
+  in this process's memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlops_gpu.server.errors import ApiError, body
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def _refuse(self, send: Send) -> None:
+        data = json.dumps(body("too_large", f"request body over {self.max_bytes} bytes")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": data})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for k, v in scope["headers"]:
+            if k == b"content-length" and (not v.isdigit() or int(v) > self.max_bytes):
+                await self._refuse(send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.max_bytes:  # (FastAPI lets an HTTPException through as it is)
+                    raise HTTPException(413, f"request body over {self.max_bytes} bytes")
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+class RateLimiter:
+    def __init__(self, rate_per_s: float, burst: int, clock: Any = time.monotonic) -> None:
+        self.rate, self.burst, self.clock = rate_per_s, burst, clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def check(self, name: str) -> None:
+        """Take one request from ``name``'s bucket; ApiError 429 when it is empty."""
+        now = self.clock()
+        with self._lock:
+            tokens, at = self._buckets.get(name, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+            if tokens < 1.0:
+                self._buckets[name] = (tokens, now)
+                wait = math.ceil((1.0 - tokens) / self.rate)
+                raise ApiError(429, "rate_limited",
+                               f"too many requests from {name}: retry in {wait}s",
+                               headers={"Retry-After": str(wait)})  # fmt: skip
+            self._buckets[name] = (tokens - 1.0, now)
+            if len(self._buckets) > 100_000:  # bounded: forget the idle
+                self._buckets.clear()

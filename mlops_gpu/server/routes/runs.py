@@ -1,0 +1,223 @@
+"""Runs: submit (one or a batch), list (paged), get, cancel, logs (optionally followed).
+
+Every run route answers 404 for a run of a project the identity has no role in, exactly as for
+a run that does not exist."""
+
+from __future__ import annotations
+
+import signal as signal_mod
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest, Run
+from mlops_gpu.model.public import event_to_public, run_to_public
+from mlops_gpu.server.auth import Identity, identity
+from mlops_gpu.server.errors import ApiError
+from mlops_gpu.server.schemas import RUN_ID, BatchBody, SubmitBody
+
+router = APIRouter(tags=["runs"])
+RunId = Annotated[str, Path(pattern=RUN_ID, description="a run id, r + 10 hex digits")]
+Who = Annotated[Identity, Depends(identity)]
+CHUNK = 64 * 1024
+
+
+def _spec(rt: Any, body: SubmitBody, who: Identity, where: str) -> Any:
+    """The RunSpec a body asks for, built as the CLI builds one (``Runtime.spec``), under the
+    identity's name."""
+    from mlops_gpu.model.text import spec_text_problems
+
+    if not who.can_submit(body.project):
+        # a project one cannot see is named as unknown, not as forbidden
+        code = 403 if who.can_see(body.project) else 404
+        raise ApiError(code, "forbidden" if code == 403 else "not_found",
+                       f"{where}project: you cannot submit to project {body.project!r}",
+                       f"{where}project")  # fmt: skip
+    sig = body.signal if body.signal.startswith("SIG") else "SIG" + body.signal
+    if not isinstance(getattr(signal_mod, sig, None), signal_mod.Signals):
+        raise ApiError(422, "invalid", f"{where}signal: unknown signal {body.signal!r}",
+                       f"{where}signal")  # fmt: skip
+    spec = rt.spec(
+        tuple(body.command),
+        project=body.project,
+        name=body.name,
+        priority=body.priority,
+        user=who.name,
+        request=ResourceRequest(
+            gpus=body.gpus,
+            nodes=body.nodes,
+            gpu_types=tuple(body.gpu_types),
+            gpu_fraction=body.gpu_fraction,
+            gpu_memory_mb=body.gpu_memory_mb,
+            mig=body.mig,
+            topology_key=body.topology_key,
+            topology_required=body.topology_required,
+            cpu_milli=body.cpu_milli,
+            host_memory_mb=body.host_memory_mb,
+        ),
+        max_runtime_s=body.max_runtime_s,
+        preemptible=body.preemptible,
+        checkpoint=CheckpointPolicy(sig, body.grace_s),
+        experiment=body.experiment,
+        env=dict(body.env),
+        workdir=body.workdir,
+        backend=body.backend,
+        max_attempts=body.max_attempts,
+    )
+    if problems := spec_text_problems(spec):
+        raise ApiError(422, "invalid", where + "; ".join(problems))
+    return spec
+
+
+def _submit(rt: Any, specs: list[Any]) -> list[Run]:
+    from mlops_gpu.controller import SubmitError
+
+    try:
+        out: list[Run] = rt.submit_many(specs)
+    except SubmitError as e:
+        raise ApiError(422, "rejected", str(e)) from None
+    return out
+
+
+@router.post("/runs", status_code=201, summary="Submit one run")
+def submit(body: SubmitBody, request: Request, who: Who) -> dict[str, Any]:
+    rt = request.app.state.rt
+    run = _submit(rt, [_spec(rt, body, who, "")])[0]
+    request.state.audit_target = run.id
+    request.state.audit_detail = f"project {run.project}"
+    return run_to_public(run)
+
+
+@router.post("/runs/batch", status_code=201, summary="Submit runs in one transaction (all or none)")
+def submit_batch(body: BatchBody, request: Request, who: Who) -> dict[str, Any]:
+    rt = request.app.state.rt
+    specs = [_spec(rt, b, who, f"runs.{i}.") for i, b in enumerate(body.runs)]
+    runs = _submit(rt, specs)
+    request.state.audit_target = ",".join(r.id for r in runs)[:300]
+    request.state.audit_detail = f"{len(runs)} runs"
+    return {"runs": [run_to_public(r) for r in runs]}
+
+
+def _visible_run(request: Request, who: Identity, run_id: str) -> Run:
+    run: Run | None = request.app.state.rt.store.get(run_id)
+    if run is None or not who.can_see(run.project):
+        raise ApiError(404, "not_found", f"no run with id {run_id!r}", "run_id")
+    return run
+
+
+@router.get("/runs", summary="List runs, newest first, page by page")
+def list_runs(
+    request: Request,
+    who: Who,
+    project: Annotated[str | None, Query(max_length=200)] = None,
+    user: Annotated[str | None, Query(max_length=200)] = None,
+    phase: Annotated[list[Phase] | None, Query()] = None,
+    since: datetime | None = None,
+    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    from mlops_gpu.state.pages import page_runs
+
+    visible = who.visible_projects()
+    projects: set[str] | None = visible
+    if project is not None:
+        projects = {project} if visible is None or project in visible else set()
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=timezone.utc)
+    runs, nxt = page_runs(
+        request.app.state.rt.store,
+        projects=projects,
+        user=user,
+        phases=phase,
+        since=since.timestamp() if since is not None else None,
+        before_seq=int(cursor) if cursor is not None else None,
+        limit=limit,
+    )
+    return {"runs": [run_to_public(r) for r in runs],
+            "next_cursor": str(nxt) if nxt is not None else None}  # fmt: skip
+
+
+@router.get("/runs/{run_id}", summary="One run (with its events if asked)")
+def get_run(run_id: RunId, request: Request, who: Who, events: bool = False) -> dict[str, Any]:
+    run = _visible_run(request, who, run_id)
+    out = run_to_public(run)
+    if events:
+        out["events"] = [event_to_public(e) for e in request.app.state.rt.store.events(run.id)]
+    return out
+
+
+@router.post("/runs/{run_id}/cancel", summary="Cancel a run (pending: at once; active: signal)")
+def cancel(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
+    from mlops_gpu.controller.views import cancel_run
+
+    request.state.audit_target = run_id
+    run = _visible_run(request, who, run_id)
+    if not who.can_cancel(run):
+        raise ApiError(403, "forbidden", f"you cannot cancel run {run_id} (a member cancels "
+                       "its own runs; a maintainer any run of the project)")  # fmt: skip
+    phase, what = cancel_run(request.app.state.rt, run_id)
+    request.state.audit_detail = what
+    return {"id": run_id, "phase": phase.value, "result": what}
+
+
+@router.get("/runs/{run_id}/logs", summary="A run's stdout then stderr (text)",
+            response_class=StreamingResponse)  # fmt: skip
+async def logs(
+    run_id: RunId,
+    request: Request,
+    who: Who,
+    attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+    follow: bool = False,
+) -> StreamingResponse:
+    rt = request.app.state.rt
+    run = await run_in_threadpool(_visible_run, request, who, run_id)
+    n = attempt or run.attempt
+    from mlops_gpu.controller.views import log_files
+
+    files = await run_in_threadpool(log_files, rt, run, n)
+    gen = _follow(rt, run, n) if follow else _whole(rt, run, n)
+    # how many log files the attempt has (0: none yet; the CLI says so, as in local mode)
+    return StreamingResponse(gen, media_type="text/plain; charset=utf-8",
+                             headers={"X-Log-Files": str(len(files))})  # fmt: skip
+
+
+def _read(path: Any, offset: int = 0) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while chunk := fh.read(CHUNK):
+            yield chunk
+
+
+def _whole(rt: Any, run: Run, attempt: int) -> Iterator[bytes]:
+    from mlops_gpu.controller.views import log_files
+
+    for f in log_files(rt, run, attempt):
+        if f.name == "stderr.log" and f.stat().st_size:
+            yield b"--- stderr ---\n"
+        yield from _read(f)
+
+
+def _follow(rt: Any, run: Run, attempt: int) -> Iterator[bytes]:
+    """stdout as it grows until the attempt ends, then stderr (as ``logs --follow``)."""
+    from mlops_gpu.controller.views import log_files
+
+    offsets: dict[Any, int] = {}
+    while True:
+        current = rt.store.get(run.id)
+        for f in log_files(rt, run, attempt):
+            if f.name == "stdout.log":
+                for chunk in _read(f, offsets.get(f, 0)):
+                    offsets[f] = offsets.get(f, 0) + len(chunk)
+                    yield chunk
+        if current is None or current.phase in TERMINAL_PHASES or current.attempt != attempt:
+            break
+        time.sleep(0.5)
+    for f in log_files(rt, run, attempt):
+        if f.name == "stderr.log" and f.stat().st_size:
+            yield b"--- stderr ---\n"
+            yield from _read(f)
