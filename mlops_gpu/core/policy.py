@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from enum import Enum
 from typing import Any
@@ -59,6 +59,7 @@ from mlops_gpu.core.backfill import (
     EtaBook,
     Reservation,
     expected_end,
+    quota_ends,
     quota_eta,
     reserve,
     start_of,
@@ -142,6 +143,8 @@ class Cycle:
         self.gone: dict[tuple[str, ...], tuple[int, tuple[str, ...]]] = {}  # ``.gone_on``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
+        #: (holders, GPU type) -> ``quota_ends``, for the explanation's quota ETAs
+        self._quota_ends: dict[tuple[tuple[str, ...], str], list[tuple[float, float]]] = {}
         #: runs whose failed search this cycle put in the memo (``Incremental.cycle`` drops
         #: them when it discards the cycle)
         self.remembered: list[str] = []
@@ -723,9 +726,10 @@ class Cycle:
             types = st.types_of(run)
             if p.reason_code in (ReasonCode.UNSCHEDULABLE, ReasonCode.INVALID):
                 return p
-            eta, why = etas.book(types, request_amount(run))
-            if p.reason_code is ReasonCode.QUOTA:
-                eta, why = self._quota_eta(run, types)
+            eta, why = etas.book(types, request_amount(run), run.spec.max_runtime_s)
+            if p.reason_code is ReasonCode.QUOTA:  # it needs the GPUs and the quota
+                at, why = self._quota_eta(run, types)
+                eta = max(at, eta) if at is not None and eta is not None else at
             if self.reservation is not None and self.reservation.run_id == run.id:
                 eta, why = self.reservation.at, "reserved (EASY backfill)"
             if p.eta is not None:
@@ -759,19 +763,34 @@ class Cycle:
 
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
         best: tuple[float | None, str] = (None, "no ETA")
+        book = self.quota
         for t in types:
-            q = self.quota.quota(run.project, t)
+            q = book.quota(run.project, t)
             limit = None if q.borrowing_limit is None else float(q.nominal + q.borrowing_limit)
-            if self.quota.root.get(run.project) is None:
+            holders: Collection[str] = (run.project,)
+            root = book.root.get(run.project)
+            if root is None:
                 limit = float(q.nominal)
+            elif limit is None and all(
+                book.quota(m, t).lending_limit is None for m in book.members[root]
+            ):
+                # Without lending limits, a borrower is admitted once the tree's members
+                # hold no more than their nominal quotas together (``QuotaBook.admits``).
+                holders = book.members[root]
+                limit = float(sum(book.quota(m, t).nominal for m in holders))
+            key = (tuple(holders), t)
+            if key not in self._quota_ends:  # (the same for every run of the cycle)
+                self._quota_ends[key] = quota_ends(
+                    self._with_active(), holders, t, self._running_now
+                )
             eta, why = quota_eta(
                 self._with_active(),
-                self.quota.used[(run.project, t)],
+                sum(book.used[(m, t)] for m in holders),
                 limit,
-                run.project,
+                holders,
                 t,
                 request_amount(run),
-                self._running_now,
+                ends=self._quota_ends[key],
             )
             if eta is not None and (best[0] is None or eta < best[0]):
                 best = (eta, why)
