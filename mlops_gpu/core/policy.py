@@ -749,16 +749,24 @@ class Cycle:
                 project, sk, start, end = followers
                 for f in st.queues[project][sk][start:end]:
                     out[f.id] = booked(f, PendingReason(f.id, p.reason_code, p.reason))
-        for project, head, sk, start, end in self.behind:
-            for f in st.queues[project][sk][start:end]:
-                out[f.id] = booked(
-                    f,
-                    PendingReason(
-                        f.id,
-                        ReasonCode.QUEUED_BEHIND,
-                        f"queued behind run {head} (strict FIFO in project {project})",
-                    ),
-                )
+        # Strict FIFO's followers are held subqueue by subqueue; they are booked in their
+        # queue's order (a subqueue's place among its project's is no order at all, and
+        # differs between a state kept by events and one built from a snapshot).
+        held = [
+            (f, project, head)
+            for project, head, sk, start, end in self.behind
+            for f in st.queues[project][sk][start:end]
+        ]
+        held.sort(key=lambda h: st.order_keys[h[0].id])
+        for f, project, head in held:
+            out[f.id] = booked(
+                f,
+                PendingReason(
+                    f.id,
+                    ReasonCode.QUEUED_BEHIND,
+                    f"queued behind run {head} (strict FIFO in project {project})",
+                ),
+            )
         return list(out.values())
 
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:

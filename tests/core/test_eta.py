@@ -106,3 +106,28 @@ def test_no_cohort_eta_under_a_lending_limit() -> None:
         },
     )
     check(Case(lent, codes={"a": RC.QUOTA}, eta={"a": None}))
+
+
+@pytest.mark.parametrize("first", ["head", "a"])
+def test_strict_fifo_books_the_runs_behind_in_queue_order(first: str) -> None:
+    """Runs held behind a blocked head (strict FIFO) are booked in their queue's order,
+    whatever order the snapshot lists them in (policy item 9). n1 (4 GPUs) frees at 1500; head
+    (4 GPUs) starts then and ends by 2500, a (2 GPUs) follows at 2500 and b (4 GPUs) once a
+    ends, at 3500. (Booked by subqueue, b came before a when head was listed first.)"""
+    head = run("head", gpus=4, seq=1, max_runtime_s=1000.0)
+    a = run("a", gpus=2, seq=2, max_runtime_s=1000.0)
+    b = run("b", gpus=4, seq=3, max_runtime_s=1000.0)
+    pending = [head, a, b] if first == "head" else [a, head, b]
+    check(
+        Case(
+            snap(
+                [make_node("n1", 4)],
+                [P],
+                pending,
+                [busy("x", "p", "n1", ["0", "1", "2", "3"], max_runtime_s=1500.0)],
+                queueing="strict-fifo",
+            ),
+            codes={"a": RC.QUEUED_BEHIND, "b": RC.QUEUED_BEHIND},
+            eta={"head": 1500.0, "a": 2500.0, "b": 3500.0},
+        )
+    )
