@@ -18,6 +18,11 @@ again. ``max_runtime`` (what backfill and ETAs use) is 2 x the true
 remaining time plus the restart overhead, as the pinned references require (1 x for the
 ``srtf-oracle``, which knows durations).
 
+ETAs: after the cycles of an event time, when one of about ``ETA_SAMPLE`` sampled jobs has just
+become a waiting run, or a simulated hour has passed while one waits, the engine explains the
+queue (``explain_all``, the Python core's explanation with either engine) and ``sim.eta``
+records what the sampled runs were told.
+
 Fair share reads the decayed usage of finished attempts (``controller.accounting`` computes it
 the same way from the ledger in production) plus current allocation.
 
