@@ -19,10 +19,11 @@ prediction) it is a pessimistic bound while the queue keeps its order.
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.placement import eligible_nodes
@@ -266,20 +267,23 @@ def quota_eta(
     need: float,
     admitted: Iterable[Run] = (),
     ends: list[tuple[float, float]] | None = None,
+    cum: list[float] | None = None,
 ) -> tuple[float | None, str]:
     """When the runs of ``projects`` (a project, or every member of its cohort tree) on
     ``gpu_type``, holding ``used`` of quota ``limit``, will have released enough of it.
-    ``ends``: their ``quota_ends``, when the caller keeps them."""
+    ``ends``: their ``quota_ends``, and ``cum`` the GPUs released by each of them, when the
+    caller keeps them."""
     if limit is None:
         return None, "no ETA: it waits for quota its cohort lends"
     short = used + need - limit
     if short <= 1e-9:
         return snap.now, ""
-    freed = 0.0
-    for end, amount in quota_ends(snap, projects, gpu_type, admitted) if ends is None else ends:
-        freed += amount
-        if freed >= short - 1e-9:
-            return end, ""
+    if ends is None:
+        ends = quota_ends(snap, projects, gpu_type, admitted)
+    freed = list(accumulate(a for _, a in ends)) if cum is None else cum
+    i = bisect_left(freed, short - 1e-9)
+    if i < len(ends):
+        return ends[i][0], ""
     whose = f"project {next(iter(projects))}'s" if len(projects) == 1 else "the cohort's"
     return None, f"no ETA: {whose} running runs that hold its quota have no max_runtime"
 

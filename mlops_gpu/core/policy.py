@@ -52,6 +52,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from enum import Enum
+from itertools import accumulate
 from typing import Any
 
 from mlops_gpu.core import parking, search_memo
@@ -78,6 +79,9 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
 from mlops_gpu.core.type_choice import order_types
 from mlops_gpu.model import Placement, Run
+
+#: ``Cycle._quota_term``: holders, their usage, the limit, their runs' ends, GPUs released by each
+_QuotaTerm = tuple[Collection[str], float, float | None, list[tuple[float, float]], list[float]]
 
 
 class Outcome(Enum):
@@ -143,8 +147,11 @@ class Cycle:
         self.gone: dict[tuple[str, ...], tuple[int, tuple[str, ...]]] = {}  # ``.gone_on``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
-        #: (holders, GPU type) -> ``quota_ends``, for the explanation's quota ETAs
-        self._quota_ends: dict[tuple[tuple[str, ...], str], list[tuple[float, float]]] = {}
+        #: (project, GPU type) -> ``_quota_term``, for the explanation's quota ETAs
+        self._quota_terms: dict[tuple[str, str], _QuotaTerm] = {}
+        self._quota_ends: dict[
+            tuple[tuple[str, ...], str], tuple[list[tuple[float, float]], list[float]]
+        ] = {}
         #: runs whose failed search this cycle put in the memo (``Incremental.cycle`` drops
         #: them when it discards the cycle)
         self.remembered: list[str] = []
@@ -771,40 +778,44 @@ class Cycle:
 
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
         best: tuple[float | None, str] = (None, "no ETA")
-        book = self.quota
         for t in types:
-            q = book.quota(run.project, t)
-            limit = None if q.borrowing_limit is None else float(q.nominal + q.borrowing_limit)
-            holders: Collection[str] = (run.project,)
-            root = book.root.get(run.project)
-            if root is None:
-                limit = float(q.nominal)
-            elif limit is None and all(
-                book.quota(m, t).lending_limit is None for m in book.members[root]
-            ):
-                # Without lending limits, a borrower is admitted once the tree's members
-                # hold no more than their nominal quotas together (``QuotaBook.admits``).
-                holders = book.members[root]
-                limit = float(sum(book.quota(m, t).nominal for m in holders))
-            key = (tuple(holders), t)
-            if key not in self._quota_ends:  # (the same for every run of the cycle)
-                self._quota_ends[key] = quota_ends(
-                    self._with_active(), holders, t, self._running_now
-                )
+            key = (run.project, t)
+            if key not in self._quota_terms:  # (the same for every run of the explanation)
+                self._quota_terms[key] = self._quota_term(run.project, t)
+            holders, used, limit, ends, cum = self._quota_terms[key]
             eta, why = quota_eta(
-                self._with_active(),
-                sum(book.used[(m, t)] for m in holders),
-                limit,
-                holders,
-                t,
-                request_amount(run),
-                ends=self._quota_ends[key],
+                self._with_active(), used, limit, holders, t, request_amount(run), (), ends, cum
             )
             if eta is not None and (best[0] is None or eta < best[0]):
                 best = (eta, why)
             elif best[0] is None:
                 best = (None, why)
         return best
+
+    def _quota_term(self, project: str, t: str) -> _QuotaTerm:
+        """Whose runs hold the quota a run of ``project`` waits for on ``t``, what they hold,
+        its limit (None: unknown), their runs' ends (``quota_ends``) and the GPUs released by
+        each."""
+        book = self.quota
+        q = book.quota(project, t)
+        limit = None if q.borrowing_limit is None else float(q.nominal + q.borrowing_limit)
+        holders: Collection[str] = (project,)
+        root = book.root.get(project)
+        if root is None:
+            limit = float(q.nominal)
+        elif limit is None and all(
+            book.quota(m, t).lending_limit is None for m in book.members[root]
+        ):
+            # Without lending limits, a borrower is admitted once the tree's members hold no
+            # more than their nominal quotas together (``QuotaBook.admits``).
+            holders = book.members[root]
+            limit = float(sum(book.quota(m, t).nominal for m in holders))
+        used = sum(book.used[(m, t)] for m in holders)
+        key = (tuple(holders), t)
+        if key not in self._quota_ends:  # (a cohort's, once for all its members)
+            ends = quota_ends(self._with_active(), holders, t, self._running_now)
+            self._quota_ends[key] = (ends, list(accumulate(a for _, a in ends)))
+        return (holders, used, limit, *self._quota_ends[key])
 
 
 def decide_default(snap: Snapshot, explain: bool = True) -> Decision:
