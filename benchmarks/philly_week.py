@@ -3,8 +3,8 @@
 real scheduling core (``mlops_gpu.sim``).
 
 Prints a table and the issue's acceptance checks to stderr, then one JSON object as the last
-line: the object ``mlops-gpu simulate --json`` prints, with ``gap_closed`` per policy and
-``wall_s`` for the whole benchmark.
+line: the object ``mlops-gpu simulate --json`` prints, with ``gap_closed`` and the ETA keys
+(``sim.eta``) per policy and ``wall_s`` for the whole benchmark.
 
     python benchmarks/philly_week.py [--workers 2] [--days 7] [--policy NAME]...
                                      [--engine auto|python|native]
@@ -59,6 +59,19 @@ def checks(rows: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
     out.append(
         (f"default quota violations = 0 ({d['quota_violations']})", d["quota_violations"] == 0)
     )
+    cov, on_time, err = d["eta_coverage"], d["eta_on_time"], d["eta_median_rel_err"]
+    out.append(
+        (
+            f"default ETAs (issue 29): coverage >= 0.9 ({_f(cov)}), on time >= 0.95 "
+            f"({_f(on_time)}), median relative error <= 0.5 ({_f(err)})",
+            cov is not None
+            and cov >= 0.9
+            and on_time is not None
+            and on_time >= 0.95
+            and err is not None
+            and err <= 0.5,
+        )
+    )
     better = [
         p
         for p, r in rows.items()
@@ -73,6 +86,10 @@ def checks(rows: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
         )
     )
     return out
+
+
+def _f(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
 
 
 def main() -> int:
@@ -108,7 +125,8 @@ def main() -> int:
     rows = {r["policy"]: r for r in out["results"]}
     print(
         f"{'policy':14}{'avg JCT h':>10}{'p99 JCT h':>10}{'Jain':>7}{'gap':>7}"
-        f"{'preempt':>9}{'lost GPU-h':>11}{'viol.':>7}{'wall s':>8}",
+        f"{'preempt':>9}{'lost GPU-h':>11}{'viol.':>7}{'wall s':>8}"
+        f"{'ETA cov':>8}{'on time':>8}{'rel err':>8}",
         file=sys.stderr,
     )
     for r in out["results"]:
@@ -117,7 +135,8 @@ def main() -> int:
         print(
             f"{r['policy']:14}{r['avg_jct_s'] / 3600:>10.2f}{r['p99_jct_s'] / 3600:>10.2f}"
             f"{r['jain']:>7.3f}{gap:>7}{r['preemptions']:>9}{r['lost_gpu_hours']:>11.1f}"
-            f"{viol:>7}{r['wall_s']:>8.1f}",
+            f"{viol:>7}{r['wall_s']:>8.1f}{_f(r['eta_coverage']):>8}{_f(r['eta_on_time']):>8}"
+            f"{_f(r['eta_median_rel_err']):>8}",
             file=sys.stderr,
         )
     for text, ok in checks(rows):

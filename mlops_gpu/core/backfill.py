@@ -8,15 +8,20 @@ Reservation (for the first run blocked by capacity): the earliest time T at whic
 free up on specific nodes, and those nodes. Later runs may use a reserved node only if they end
 (by ``max_runtime``) before T, or if the node still has the reserved GPUs free at T after they
 took theirs. ETA (for every pending run): per GPU type, the earliest time the GPUs free now plus
-those released by then cover the run's need plus the needs of the pending runs ahead of it.
-This ignores node boundaries: an estimate, said to be one.
+those released by then cover the run's need plus the needs of the pending runs ahead of it;
+a run ahead with ``max_runtime`` releases its GPUs again at its own ETA plus its
+``max_runtime`` (as a queue drains), one without holds them for good. A run waiting for quota
+its cohort lends (no borrowing limit, no lending limits in the tree) waits for the tree's
+members to hold no more than their nominal quotas together (``quota_eta``). This ignores node
+boundaries: an estimate, said to be one. Since it reads ``max_runtime`` (a limit, not a
+prediction) it is a pessimistic bound while the queue keeps its order.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -169,18 +174,30 @@ def reach_on(
 
 @dataclass
 class _TypeProfile:
-    free_now: float
-    ends: list[float] = field(default_factory=list)
-    cum: list[float] = field(default_factory=list)  # GPUs released by ends[i], cumulative
-    unknown: float = 0.0  # GPUs held by runs without a known end
-    ahead: float = 0.0  # GPUs wanted by pending runs ahead in the queue
+    """GPUs of one type over time: ``free`` are free at ``at`` once the runs booked so far
+    have their GPUs; ``ends[i:]`` are the (time, GPUs) releases still to come."""
 
-    def eta(self, now: float, need: float) -> float | None:
-        short = self.ahead + need - self.free_now
-        if short <= 1e-9:
-            return now
-        i = bisect_left(self.cum, short - 1e-9)
-        return self.ends[i] if i < len(self.cum) else None
+    free: float
+    at: float
+    ends: list[tuple[float, float]] = field(default_factory=list)
+    i: int = 0
+    unknown: float = 0.0  # GPUs held by runs without a known end
+
+    def eta(self, need: float) -> tuple[float, int, float] | None:
+        """When ``need`` more GPUs are free (with the walk's position and the GPUs free
+        then), or None when the known releases never free enough."""
+        free, at, i = self.free, self.at, self.i
+        while free < need - 1e-9:
+            if i == len(self.ends):
+                return None
+            at, got = self.ends[i]
+            free, i = free + got, i + 1
+        return at, i, free
+
+    def book(self, found: tuple[float, int, float], need: float, runtime: float | None) -> None:
+        self.at, self.i, self.free = found[0], found[1], found[2] - need
+        if runtime is not None:  # (after position i: every release before it is no later)
+            insort(self.ends, (found[0] + runtime, need))
 
 
 class EtaBook:
@@ -206,27 +223,26 @@ class EtaBook:
             if n.schedulable:
                 free[n.gpu_type] += len(cap.free[n.name])
         for t in set(free) | set(releases):
-            rel = sorted(releases[t])
             self.profiles[t] = _TypeProfile(
-                free_now=free[t],
-                ends=[e for e, _ in rel],
-                cum=list(accumulate(a for _, a in rel)),
-                unknown=unknown[t],
+                free[t], self.now, sorted(releases[t]), unknown=unknown[t]
             )
 
-    def book(self, gpu_types: list[str], need: float) -> tuple[float | None, str]:
-        """ETA of a run needing ``need`` GPUs of any of ``gpu_types``, queued behind the runs
-        booked before it; and, when there is none, why."""
-        best: tuple[float, str] | None = None
+    def book(
+        self, gpu_types: list[str], need: float, runtime: float | None = None
+    ) -> tuple[float | None, str]:
+        """ETA of a run needing ``need`` GPUs of any of ``gpu_types`` for ``runtime`` (its
+        ``max_runtime``; None: unknown), queued behind the runs booked before it; and, when
+        there is none, why."""
+        best: tuple[tuple[float, int, float], str] | None = None
         held_unknown = 0.0
         for t in gpu_types:
             prof = self.profiles.get(t)
             if prof is None:
                 continue
-            eta = prof.eta(self.now, need)
+            found = prof.eta(need)
             held_unknown += prof.unknown
-            if eta is not None and (best is None or eta < best[0]):
-                best = (eta, t)
+            if found is not None and (best is None or found[0] < best[0][0]):
+                best = (found, t)
         if best is None:
             why = (
                 f"no ETA: {held_unknown:g} GPUs are held by runs without max_runtime"
@@ -235,32 +251,52 @@ class EtaBook:
             )
             for t in gpu_types:  # still queue it, so runs behind it are not estimated too early
                 if t in self.profiles:
-                    self.profiles[t].ahead += need
+                    self.profiles[t].free -= need
                     break
             return None, why
-        self.profiles[best[1]].ahead += need
-        return best[0], "estimated from max_runtime of running runs"
+        self.profiles[best[1]].book(best[0], need, runtime)
+        return best[0][0], "estimated from max_runtime of running runs"
 
 
 def quota_eta(
     snap: Snapshot,
     used: float,
     limit: float | None,
-    project: str,
+    projects: Collection[str],
     gpu_type: str,
     need: float,
     admitted: Iterable[Run] = (),
+    ends: list[tuple[float, float]] | None = None,
+    cum: list[float] | None = None,
 ) -> tuple[float | None, str]:
-    """When the project's own runs of ``gpu_type`` will have released enough quota."""
+    """When the runs of ``projects`` (a project, or every member of its cohort tree) on
+    ``gpu_type``, holding ``used`` of quota ``limit``, will have released enough of it.
+    ``ends``: their ``quota_ends``, and ``cum`` the GPUs released by each of them, when the
+    caller keeps them."""
     if limit is None:
         return None, "no ETA: it waits for quota its cohort lends"
     short = used + need - limit
     if short <= 1e-9:
         return snap.now, ""
+    if ends is None:
+        ends = quota_ends(snap, projects, gpu_type, admitted)
+    freed = list(accumulate(a for _, a in ends)) if cum is None else cum
+    i = bisect_left(freed, short - 1e-9)
+    if i < len(ends):
+        return ends[i][0], ""
+    whose = f"project {next(iter(projects))}'s" if len(projects) == 1 else "the cohort's"
+    return None, f"no ETA: {whose} running runs that hold its quota have no max_runtime"
+
+
+def quota_ends(
+    snap: Snapshot, projects: Collection[str], gpu_type: str, admitted: Iterable[Run] = ()
+) -> list[tuple[float, float]]:
+    """(expected end, GPUs) of the runs of ``projects`` on ``gpu_type`` with a known end,
+    soonest first."""
     ends: list[tuple[float, float]] = []
     for a in (*snap.active, *admitted):
         if (
-            a.project == project
+            a.project in projects
             and a.placement is not None
             and a.placement.gpu_type == gpu_type
             and not a.preempt_requested
@@ -268,9 +304,4 @@ def quota_eta(
             end = expected_end(snap, a)
             if end is not None:
                 ends.append((end, a.placement.gpu_amount))
-    freed = 0.0
-    for end, amount in sorted(ends):
-        freed += amount
-        if freed >= short - 1e-9:
-            return end, ""
-    return None, f"no ETA: project {project}'s running runs that hold its quota have no max_runtime"
+    return sorted(ends)

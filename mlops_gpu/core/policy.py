@@ -49,9 +49,10 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from enum import Enum
+from itertools import accumulate
 from typing import Any
 
 from mlops_gpu.core import parking, search_memo
@@ -59,6 +60,7 @@ from mlops_gpu.core.backfill import (
     EtaBook,
     Reservation,
     expected_end,
+    quota_ends,
     quota_eta,
     reserve,
     start_of,
@@ -77,6 +79,9 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
 from mlops_gpu.core.type_choice import order_types
 from mlops_gpu.model import Placement, Run
+
+#: ``Cycle._quota_term``: holders, their usage, the limit, their runs' ends, GPUs released by each
+_QuotaTerm = tuple[Collection[str], float, float | None, list[tuple[float, float]], list[float]]
 
 
 class Outcome(Enum):
@@ -142,6 +147,11 @@ class Cycle:
         self.gone: dict[tuple[str, ...], tuple[int, tuple[str, ...]]] = {}  # ``.gone_on``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
+        #: (project, GPU type) -> ``_quota_term``, for the explanation's quota ETAs
+        self._quota_terms: dict[tuple[str, str], _QuotaTerm] = {}
+        self._quota_ends: dict[
+            tuple[tuple[str, ...], str], tuple[list[tuple[float, float]], list[float]]
+        ] = {}
         #: runs whose failed search this cycle put in the memo (``Incremental.cycle`` drops
         #: them when it discards the cycle)
         self.remembered: list[str] = []
@@ -723,9 +733,10 @@ class Cycle:
             types = st.types_of(run)
             if p.reason_code in (ReasonCode.UNSCHEDULABLE, ReasonCode.INVALID):
                 return p
-            eta, why = etas.book(types, request_amount(run))
-            if p.reason_code is ReasonCode.QUOTA:
-                eta, why = self._quota_eta(run, types)
+            eta, why = etas.book(types, request_amount(run), run.spec.max_runtime_s)
+            if p.reason_code is ReasonCode.QUOTA:  # it needs the GPUs and the quota
+                at, why = self._quota_eta(run, types)
+                eta = max(at, eta) if at is not None and eta is not None else at
             if self.reservation is not None and self.reservation.run_id == run.id:
                 eta, why = self.reservation.at, "reserved (EASY backfill)"
             if p.eta is not None:
@@ -745,39 +756,66 @@ class Cycle:
                 project, sk, start, end = followers
                 for f in st.queues[project][sk][start:end]:
                     out[f.id] = booked(f, PendingReason(f.id, p.reason_code, p.reason))
-        for project, head, sk, start, end in self.behind:
-            for f in st.queues[project][sk][start:end]:
-                out[f.id] = booked(
-                    f,
-                    PendingReason(
-                        f.id,
-                        ReasonCode.QUEUED_BEHIND,
-                        f"queued behind run {head} (strict FIFO in project {project})",
-                    ),
-                )
+        # Strict FIFO's followers are held subqueue by subqueue; they are booked in their
+        # queue's order (a subqueue's place among its project's is no order at all, and
+        # differs between a state kept by events and one built from a snapshot).
+        held = [
+            (f, project, head)
+            for project, head, sk, start, end in self.behind
+            for f in st.queues[project][sk][start:end]
+        ]
+        held.sort(key=lambda h: st.order_keys[h[0].id])
+        for f, project, head in held:
+            out[f.id] = booked(
+                f,
+                PendingReason(
+                    f.id,
+                    ReasonCode.QUEUED_BEHIND,
+                    f"queued behind run {head} (strict FIFO in project {project})",
+                ),
+            )
         return list(out.values())
 
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
         best: tuple[float | None, str] = (None, "no ETA")
         for t in types:
-            q = self.quota.quota(run.project, t)
-            limit = None if q.borrowing_limit is None else float(q.nominal + q.borrowing_limit)
-            if self.quota.root.get(run.project) is None:
-                limit = float(q.nominal)
+            key = (run.project, t)
+            if key not in self._quota_terms:  # (the same for every run of the explanation)
+                self._quota_terms[key] = self._quota_term(run.project, t)
+            holders, used, limit, ends, cum = self._quota_terms[key]
             eta, why = quota_eta(
-                self._with_active(),
-                self.quota.used[(run.project, t)],
-                limit,
-                run.project,
-                t,
-                request_amount(run),
-                self._running_now,
+                self._with_active(), used, limit, holders, t, request_amount(run), (), ends, cum
             )
             if eta is not None and (best[0] is None or eta < best[0]):
                 best = (eta, why)
             elif best[0] is None:
                 best = (None, why)
         return best
+
+    def _quota_term(self, project: str, t: str) -> _QuotaTerm:
+        """Whose runs hold the quota a run of ``project`` waits for on ``t``, what they hold,
+        its limit (None: unknown), their runs' ends (``quota_ends``) and the GPUs released by
+        each."""
+        book = self.quota
+        q = book.quota(project, t)
+        limit = None if q.borrowing_limit is None else float(q.nominal + q.borrowing_limit)
+        holders: Collection[str] = (project,)
+        root = book.root.get(project)
+        if root is None:
+            limit = float(q.nominal)
+        elif limit is None and all(
+            book.quota(m, t).lending_limit is None for m in book.members[root]
+        ):
+            # Without lending limits, a borrower is admitted once the tree's members hold no
+            # more than their nominal quotas together (``QuotaBook.admits``).
+            holders = book.members[root]
+            limit = float(sum(book.quota(m, t).nominal for m in holders))
+        used = sum(book.used[(m, t)] for m in holders)
+        key = (tuple(holders), t)
+        if key not in self._quota_ends:  # (a cohort's, once for all its members)
+            ends = quota_ends(self._with_active(), holders, t, self._running_now)
+            self._quota_ends[key] = (ends, list(accumulate(a for _, a in ends)))
+        return (holders, used, limit, *self._quota_ends[key])
 
 
 def decide_default(snap: Snapshot, explain: bool = True) -> Decision:

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mlops_gpu.sim.eta import eta_metrics
 from mlops_gpu.sim.simulator import SimResult
 
 WINDOW_S = 3600.0
@@ -163,6 +164,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "decisions_per_s": result.cycles / result.cycle_wall_s if result.cycle_wall_s else 0.0,
         "wall_s": result.wall_s,
         "unfinished": result.unfinished,
+        **eta_metrics(result.etas, {o.job.id: o.first_start for o in result.outcomes}),
     }
 
 

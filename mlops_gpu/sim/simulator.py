@@ -18,6 +18,11 @@ again. ``max_runtime`` (what backfill and ETAs use) is 2 x the true
 remaining time plus the restart overhead, as the pinned references require (1 x for the
 ``srtf-oracle``, which knows durations).
 
+ETAs: after the cycles of an event time, when one of about ``ETA_SAMPLE`` sampled jobs has just
+become a waiting run, or a simulated hour has passed while one waits, the engine explains the
+queue (``explain_all``, the Python core's explanation with either engine) and ``sim.eta``
+records what the sampled runs were told.
+
 Fair share reads the decayed usage of finished attempts (``controller.accounting`` computes it
 the same way from the ledger in production) plus current allocation.
 
@@ -53,6 +58,7 @@ from mlops_gpu.model import (
     RunSpec,
 )
 from mlops_gpu.model.run import CheckpointPolicy
+from mlops_gpu.sim.eta import EtaLog, EtaRecord
 from mlops_gpu.sim.policies import Preset, preset
 from mlops_gpu.sim.trace import Trace, TraceJob
 
@@ -61,6 +67,9 @@ RESTART_S = 60.0
 DEFAULT_GPU_TYPE = "gpu"
 POOL = "all"
 CLASSES = {"low": 50, "normal": 100, "high": 200}
+#: about how many jobs of a trace have their ETAs recorded: each record needs the core's
+#: explanation of the whole queue, which costs more than the cycle itself
+ETA_SAMPLE = 500
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,8 @@ class SimResult:
     extra: dict[str, float] = field(default_factory=dict)
     #: ``python`` or ``native``: which engine made the decisions (the same ones either way)
     engine: str = "python"
+    #: per run that waited: the ETAs it was given (``sim.eta``)
+    etas: dict[str, EtaRecord] = field(default_factory=dict)
 
     @property
     def preemptions(self) -> int:
@@ -227,6 +238,9 @@ class Simulation:
         self.history_at = 0.0
         self.violations = 0
         self.cycles, self.cycle_s = 0, 0.0
+        self.etas = EtaLog()
+        #: ETAs are recorded for every ``eta_every``-th job of the trace (``ETA_SAMPLE``)
+        self.eta_every = max(1, -(-len(trace.jobs) // ETA_SAMPLE))
 
     def _engine(self, choice: str) -> Incremental | native.NativeEngine:
         if choice not in ENGINES:
@@ -332,6 +346,7 @@ class Simulation:
             o.attempts += 1
             if o.first_start is None:
                 o.first_start = now
+                self.etas.started(job.id)
             self.running[job.id] = _Attempt(now, overhead, a.placement.gpu_type)
             heapq.heappush(self.ends, (now + overhead + self.remaining[job.id], o.attempts, job.id))
             first = now + overhead + CHECKPOINT_S
@@ -390,12 +405,20 @@ class Simulation:
                     self._stop(jid, now)
                     self.engine.finish(jid)
                     done += 1
+            arrived = i
             while i < n and jobs[i].submit_s <= now:
                 self.engine.submit(self._run_for(jobs[i], i, 1, 0.0, now))
                 i += 1
             for _ in range(10):  # victims exit at once: cycle again for the runs they made room for
                 if not self._cycle(now):
                     break
+            waits = [
+                j.id
+                for k, j in enumerate(jobs[arrived:i], arrived)
+                if k % self.eta_every == 0 and self.out[j.id].first_start is None
+            ]
+            if self.etas.due(now, waits):  # what the controller explains after its tick
+                self.etas.record(now, waits, self.engine.explain_all(now, dict(self.history)))
             if progress is not None and done // step > reported:
                 reported = done // step
                 progress(done, n)
@@ -414,6 +437,7 @@ class Simulation:
             wall_s=time.perf_counter() - t_start,
             unfinished=sum(1 for o in self.out.values() if o.finish is None),
             engine="native" if isinstance(self.engine, native.NativeEngine) else "python",
+            etas=self.etas.records,
         )
 
 
