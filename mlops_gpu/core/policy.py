@@ -6,9 +6,10 @@
 3. order: priority class (high first); within a class, the project with the lowest weighted
    dominant share goes next (fair share, recomputed as the cycle admits); within a project,
    shortest max_runtime first (``order: shortest``, the default), submit time (``submit``) or
-   least attained service (``las``). Each class is served in two
-   passes: first the runs within their project's nominal quota, then the runs that borrow,
-   so that nothing borrows what its owner takes back at once;
+   least attained service (``las``). The classes are served twice: first, high to low, the
+   runs within their project's nominal quota, then, high to low, the runs that borrow, so
+   that nothing borrows what its owner takes back at once, whatever their classes (under
+   strict FIFO a project whose head borrows waits, whole, for the second pass);
 4. fit: for each acceptable GPU type, best-fit placement (``placement.place``) that also
    respects the backfill reservation, and the project's quota (``QuotaBook.problem``);
 5. preempt: a run that does not fit may get victims (``preempt.find_plan``; who may be one:
@@ -71,6 +72,7 @@ from mlops_gpu.core.fairshare import (
     budget_exceeded,
     las_level,
 )
+from mlops_gpu.core.lent import Held
 from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan, lost_gpu_s
 from mlops_gpu.core.snapshot import Snapshot
@@ -123,6 +125,9 @@ class Cycle:
         self._reservation: Reservation | None = None
         self._reserved = False  # whether the anchor's reservation has been worked out
         self.blocked_projects: dict[str, str] = {}
+        #: strict FIFO: the projects whose head had to borrow (the borrowing passes serve them)
+        self._deferred: set[str] = set()
+        self._held_at: tuple[int, Held] | None = None
         self.notes = {
             p: budget_exceeded(self.snap, p)
             for p, proj in self.snap.projects.items()
@@ -173,10 +178,15 @@ class Cycle:
                 level = self._level_of(project, int(sk[0]))  # type: ignore[call-overload]
                 if q and level is not None:
                     levels[level][project].append([sk, 0, len(q), q])
+        # Runs within nominal quota, of every class, before the runs that borrow, of any
+        # class (a borrower of a higher class must not take what an owner takes back).
+        borrowing: list[dict[str, list[Range]]] = []
         for level in sorted(levels, reverse=True):
             deferred: dict[str, list[Range]] = defaultdict(list)
-            self._serve(levels[level], deferred)  # runs within nominal quota
-            self._serve(deferred, None)  # then the runs that borrow
+            self._serve(levels[level], deferred)
+            borrowing.append(deferred)
+        for deferred in borrowing:
+            self._serve(deferred, None)
         return Decision(
             tuple(self.admissions), tuple(self.preemptions), tuple(self.reasons.values())
         )
@@ -230,12 +240,13 @@ class Cycle:
                 return False
             rg = best[1]
             run = rg[3][rg[1]]
-            if defer is not None and self._must_borrow(run):
+            if defer is not None and (project in self._deferred or self._must_borrow(run)):
                 for r2 in ranges if strict else [rg]:
                     if r2[1] < r2[2]:
                         defer[project].append([r2[0], r2[1], r2[2], r2[3]])
                         r2[1] = r2[2]
-                if strict:
+                if strict:  # its later runs, of lower classes too, wait behind the borrower
+                    self._deferred.add(project)
                     return False
                 continue
             if not strict and (search_memo.recalls_failure(self, run) or self._surely_blocked(run)):
@@ -341,7 +352,7 @@ class Cycle:
             if placement is None and flt is not None:
                 fits_without_reservation |= place(self.snap, self.cap, run, t) is not None
             amount = placement.gpu_amount if placement else request_amount(run)
-            problem = self.quota.problem(run.project, t, amount)
+            problem = self.quota.problem(run.project, t, amount, run.spec.preemptible)
             if problem is not None:
                 quota_msgs.append(problem)
                 continue
@@ -424,7 +435,8 @@ class Cycle:
         be placed, so what remains is which limit to name."""
         types = self.state.types_of(run)
         amount = request_amount(run)
-        quota_msgs = [m for t in types if (m := self.quota.problem(run.project, t, amount))]
+        pre = run.spec.preemptible
+        quota_msgs = [m for t in types if (m := self.quota.problem(run.project, t, amount, pre))]
         if quota_msgs and len(quota_msgs) == len(types):
             self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
         else:
@@ -659,7 +671,13 @@ class Cycle:
         ]
         extra = ""
         if borrowed and self.quota.within_nominal(run.project, fits_ever[0], request_amount(run)):
-            extra = "; reclaimable: " + ", ".join(borrowed)
+            # which runs hold what it lent, whether they can be reclaimed, and their ends
+            held = self._held()
+            extra = "; lent: " + ", ".join(
+                f"{b:g} {t} borrowed by project {p}{held.runs(p, t)}"
+                for t in fits_ever
+                for p, b in sorted(self.quota.borrowers(run.project, t).items())
+            )
         elif borrowed:
             extra = "; " + ", ".join(borrowed)
         self._wait(
@@ -667,6 +685,14 @@ class Cycle:
             ReasonCode.NO_CAPACITY,
             f"{shape_text(run, types)}; the largest free block is {blocks}{extra}",
         )
+
+    def _held(self) -> Held:
+        """The active runs by (project, type), for a lender's reason (``lent``): read once
+        per cycle, again after a preemption (its victims hold nothing)."""
+        if self._held_at is None or self._held_at[0] != len(self.preemptions):
+            held = Held(self.snap, self.state.active.values(), self.going)
+            self._held_at = (len(self.preemptions), held)
+        return self._held_at[1]
 
     def _with_active(self) -> Snapshot:
         """The cycle's snapshot with the state's active runs (the ETAs read their ends); the
