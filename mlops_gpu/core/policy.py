@@ -11,7 +11,8 @@
    that nothing borrows what its owner takes back at once, whatever their classes (under
    strict FIFO a project whose head borrows waits, whole, for the second pass);
 4. fit: for each acceptable GPU type, best-fit placement (``placement.place``) that also
-   respects the backfill reservation, and the project's quota (``QuotaBook.problem``);
+   respects the backfill reservation, and the project's quota (``QuotaBook.problem``; only a
+   preemptible run may borrow: a loan must be reclaimable);
 5. preempt: a run that does not fit may get victims (``preempt.find_plan``; who may be one:
    ``_may_preempt``). It is admitted in the same decision, on the placement the plan found,
    so no victim is stopped for nothing: the victims hold nothing from then on (their devices
@@ -19,12 +20,15 @@
    exited. A victim of the run's own project and class must have reported a checkpoint
    (unless ``preempt_uncheckpointed``) and run ``min_runtime_before_preemption_s``
    (``_ready``). A plan that takes runs of the run's own class is dropped when they would win
-   their GPUs back at once (``_keeps_what_it_frees``);
+   their GPUs back at once (``_keeps_what_it_frees``). Victims of the lowest classes go first
+   (``preempt``), so a reclaim ends: a higher-class victim, requeued, would preempt its
+   project's lower-class runs in turn;
 6. reserve: the anchor, the oldest (highest class first) queue head that is blocked by capacity
    when the cycle begins while its quota would admit it, gets an EASY reservation
    (``backfill.reserve``); no other run may start if it would delay it;
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
-   waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``).
+   waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``); a lender's
+   run names the runs holding what it lent, reclaimable or not, and their ends (``lent``).
 Strict FIFO: once a project has a blocked run, its later runs wait behind it.
 
 A cycle reads a ``State`` (built from a snapshot, or kept up to date by the incremental engine)
@@ -625,7 +629,7 @@ class Cycle:
 
     def _keeps_what_it_frees(self, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
         """Whether a run that preempts runs of its own class (``las``, ``shortest``) would get
-        the GPUs it frees. Within a class, the runs within nominal quota are served before the
+        the GPUs it frees. The runs within nominal quota (of every class) are served before the
         runs that borrow: if the run would borrow once its victims are gone while one of those
         victims, requeued, would not, the victim takes its GPUs back first and the two trade
         places forever. So either the run is within nominal then, or every such victim would
@@ -788,8 +792,8 @@ class Cycle:
         for t in types:
             q = self.quota.quota(run.project, t)
             limit = None if q.borrowing_limit is None else float(q.nominal + q.borrowing_limit)
-            if self.quota.root.get(run.project) is None:
-                limit = float(q.nominal)
+            if self.quota.root.get(run.project) is None or not run.spec.preemptible:
+                limit = float(q.nominal)  # (only a preemptible run borrows)
             eta, why = quota_eta(
                 self._with_active(),
                 self.quota.used[(run.project, t)],

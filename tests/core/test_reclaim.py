@@ -23,9 +23,13 @@ import pytest
 
 from mlops_gpu.core import ReasonCode as RC
 from mlops_gpu.core import decide
+from mlops_gpu.core import native as native_mod
 from mlops_gpu.core.engine import FromScratch, Incremental
 from mlops_gpu.core.native import NativeEngine, load
 from mlops_gpu.model import Phase
+from mlops_gpu.sim import Cluster
+from mlops_gpu.sim.simulator import simulate
+from mlops_gpu.sim.trace import Trace, TraceJob
 from mlops_gpu.testing import make_snapshot as snap
 from tests.core.cases import A100, Case, busy, check, make_node, make_project
 from tests.core.cases import make_run as run
@@ -265,3 +269,26 @@ def test_r1_the_scenario_can_fail() -> None:
     ]
     preempted, held, _ = play(Incremental, jobs, cycles=10)
     assert held[5.0] == 2.0 and preempted == 2.0
+
+
+@pytest.mark.parametrize("engine_name", ["python", "native"])
+def test_r2_r3_the_simulator_reclaims_once(
+    engine_name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's mixed classes in the simulator (victims requeue at once): l's 2 GPUs of
+    nominal quota cost 2 preemptions, not one every time a run of l ends (11 on main)."""
+    if engine_name == "native":
+        monkeypatch.setenv(native_mod.ENV, request.getfixturevalue("native_path"))
+    jobs = [
+        *(
+            TraceJob(f"b{c}{i}", 0.0, 100_000.0, 1, 1, "b", priority=c)
+            for c in ("high", "low")
+            for i in range(3)
+        ),
+        *(TraceJob(f"l{i:02d}", 100.0 + i, 300.0, 1, 1, "l") for i in range(30)),
+    ]
+    trace = Trace("mixed", tuple(sorted(jobs, key=lambda j: (j.submit_s, j.id))), {"b": 1, "l": 1})
+    r = simulate(trace, Cluster(1, 4), "default", engine=engine_name)
+    assert r.engine == engine_name and r.nominal == {"b": 2, "l": 2}
+    assert r.preemptions == 2, {o.job.id: o.preempted for o in r.outcomes if o.preempted}
+    assert r.unfinished == 0
