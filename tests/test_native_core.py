@@ -310,8 +310,9 @@ def test_a_preemptor_starts_with_its_victim_which_then_holds_nothing(native: Any
 
 def _reclaim(native: Any) -> tuple[Any, Decision]:
     """A cohort tree that lends nothing as the cycle begins (b borrows all of a's 8 GPUs); a's
-    run reclaims them for 1 GPU: the tree lends 7 again within that cycle. Returns the state
-    before that cycle and the native engine's decision."""
+    run reclaims them for 1 GPU: the tree lends 7 again within that cycle, to c's borrowers,
+    which come after a's run (within nominal) whatever their class. Returns the state before
+    that cycle and the native engine's decision."""
     t = TYPES[0]
     template = make_snapshot(
         [make_node("n0", 8, t, backend="b1")],
@@ -325,7 +326,7 @@ def _reclaim(native: Any) -> tuple[Any, Decision]:
     for eng in (ref, nat):
         eng.submit(make_run("v", "b", gpus=8, seq=0))
         eng.cycle(1.0)
-        eng.submit(make_run("x", "c", gpus=1, seq=1, priority="high"))  # org exhausted: waits
+        eng.submit(make_run("x", "c", gpus=1, seq=1, priority="high"))  # borrows after r
         eng.submit(make_run("r", "a", gpus=1, seq=2))  # reclaims v's borrowing
         eng.submit(make_run("w", "c", gpus=1, seq=3, priority="low"))
     return ref.snapshot(2.0), nat.cycle(2.0)
@@ -333,7 +334,7 @@ def _reclaim(native: Any) -> tuple[Any, Decision]:
 
 def test_quota_a_victim_gives_back_is_lent_again_in_the_same_cycle(native: Any) -> None:
     _, got = _reclaim(native)
-    assert [a.run_id for a in got.admissions] == ["r", "w"]
+    assert [a.run_id for a in got.admissions] == ["r", "x", "w"]
     assert [(p.run_id, p.for_run) for p in got.preemptions] == [("v", "r")]
 
 

@@ -317,7 +317,7 @@ def _blocked_by_capacity(c: Cycle, run: Run, rooms: dict[str, float]) -> list[st
             fits = node_sets(c, t, req.gpus, req.nodes, run.spec.backend)
         else:
             fits = place(c.snap, c.cap, run, t) is not None
-        if c.quota.admits(run.project, t, amount):
+        if c.quota.admits(run.project, t, amount, run.spec.preemptible):
             if fits:
                 return []
             admitted.append(t)

@@ -6,11 +6,13 @@
 3. order: priority class (high first); within a class, the project with the lowest weighted
    dominant share goes next (fair share, recomputed as the cycle admits); within a project,
    shortest max_runtime first (``order: shortest``, the default), submit time (``submit``) or
-   least attained service (``las``). Each class is served in two
-   passes: first the runs within their project's nominal quota, then the runs that borrow,
-   so that nothing borrows what its owner takes back at once;
+   least attained service (``las``). The classes are served twice: first, high to low, the
+   runs within their project's nominal quota, then, high to low, the runs that borrow, so
+   that nothing borrows what its owner takes back at once, whatever their classes (under
+   strict FIFO a project whose head borrows waits, whole, for the second pass);
 4. fit: for each acceptable GPU type, best-fit placement (``placement.place``) that also
-   respects the backfill reservation, and the project's quota (``QuotaBook.problem``);
+   respects the backfill reservation, and the project's quota (``QuotaBook.problem``; only a
+   preemptible run may borrow: a loan must be reclaimable);
 5. preempt: a run that does not fit may get victims (``preempt.find_plan``; who may be one:
    ``_may_preempt``). It is admitted in the same decision, on the placement the plan found,
    so no victim is stopped for nothing: the victims hold nothing from then on (their devices
@@ -18,12 +20,15 @@
    exited. A victim of the run's own project and class must have reported a checkpoint
    (unless ``preempt_uncheckpointed``) and run ``min_runtime_before_preemption_s``
    (``_ready``). A plan that takes runs of the run's own class is dropped when they would win
-   their GPUs back at once (``_keeps_what_it_frees``);
+   their GPUs back at once (``_keeps_what_it_frees``). Victims of the lowest classes go first
+   (``preempt``), so a reclaim ends: a higher-class victim, requeued, would preempt its
+   project's lower-class runs in turn;
 6. reserve: the anchor, the oldest (highest class first) queue head that is blocked by capacity
    when the cycle begins while its quota would admit it, gets an EASY reservation
    (``backfill.reserve``); no other run may start if it would delay it;
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
-   waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``).
+   waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``); a lender's
+   run names the runs holding what it lent, reclaimable or not, and their ends (``lent``).
 Strict FIFO: once a project has a blocked run, its later runs wait behind it.
 
 A cycle reads a ``State`` (built from a snapshot, or kept up to date by the incremental engine)
@@ -73,6 +78,7 @@ from mlops_gpu.core.fairshare import (
     budget_exceeded,
     las_level,
 )
+from mlops_gpu.core.lent import Held
 from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan, lost_gpu_s
 from mlops_gpu.core.snapshot import Snapshot
@@ -128,6 +134,9 @@ class Cycle:
         self._reservation: Reservation | None = None
         self._reserved = False  # whether the anchor's reservation has been worked out
         self.blocked_projects: dict[str, str] = {}
+        #: strict FIFO: the projects whose head had to borrow (the borrowing passes serve them)
+        self._deferred: set[str] = set()
+        self._held_at: tuple[int, Held] | None = None
         self.notes = {
             p: budget_exceeded(self.snap, p)
             for p, proj in self.snap.projects.items()
@@ -148,7 +157,7 @@ class Cycle:
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
         #: (project, GPU type) -> ``_quota_term``, for the explanation's quota ETAs
-        self._quota_terms: dict[tuple[str, str], _QuotaTerm] = {}
+        self._quota_terms: dict[tuple[str, str, bool], _QuotaTerm] = {}
         self._quota_ends: dict[
             tuple[tuple[str, ...], str], tuple[list[tuple[float, float]], list[float]]
         ] = {}
@@ -183,10 +192,15 @@ class Cycle:
                 level = self._level_of(project, int(sk[0]))  # type: ignore[call-overload]
                 if q and level is not None:
                     levels[level][project].append([sk, 0, len(q), q])
+        # Runs within nominal quota, of every class, before the runs that borrow, of any
+        # class (a borrower of a higher class must not take what an owner takes back).
+        borrowing: list[dict[str, list[Range]]] = []
         for level in sorted(levels, reverse=True):
             deferred: dict[str, list[Range]] = defaultdict(list)
-            self._serve(levels[level], deferred)  # runs within nominal quota
-            self._serve(deferred, None)  # then the runs that borrow
+            self._serve(levels[level], deferred)
+            borrowing.append(deferred)
+        for deferred in borrowing:
+            self._serve(deferred, None)
         return Decision(
             tuple(self.admissions), tuple(self.preemptions), tuple(self.reasons.values())
         )
@@ -240,12 +254,13 @@ class Cycle:
                 return False
             rg = best[1]
             run = rg[3][rg[1]]
-            if defer is not None and self._must_borrow(run):
+            if defer is not None and (project in self._deferred or self._must_borrow(run)):
                 for r2 in ranges if strict else [rg]:
                     if r2[1] < r2[2]:
                         defer[project].append([r2[0], r2[1], r2[2], r2[3]])
                         r2[1] = r2[2]
-                if strict:
+                if strict:  # its later runs, of lower classes too, wait behind the borrower
+                    self._deferred.add(project)
                     return False
                 continue
             if not strict and (search_memo.recalls_failure(self, run) or self._surely_blocked(run)):
@@ -351,7 +366,7 @@ class Cycle:
             if placement is None and flt is not None:
                 fits_without_reservation |= place(self.snap, self.cap, run, t) is not None
             amount = placement.gpu_amount if placement else request_amount(run)
-            problem = self.quota.problem(run.project, t, amount)
+            problem = self.quota.problem(run.project, t, amount, run.spec.preemptible)
             if problem is not None:
                 quota_msgs.append(problem)
                 continue
@@ -434,7 +449,8 @@ class Cycle:
         be placed, so what remains is which limit to name."""
         types = self.state.types_of(run)
         amount = request_amount(run)
-        quota_msgs = [m for t in types if (m := self.quota.problem(run.project, t, amount))]
+        pre = run.spec.preemptible
+        quota_msgs = [m for t in types if (m := self.quota.problem(run.project, t, amount, pre))]
         if quota_msgs and len(quota_msgs) == len(types):
             self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
         else:
@@ -623,7 +639,7 @@ class Cycle:
 
     def _keeps_what_it_frees(self, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
         """Whether a run that preempts runs of its own class (``las``, ``shortest``) would get
-        the GPUs it frees. Within a class, the runs within nominal quota are served before the
+        the GPUs it frees. The runs within nominal quota (of every class) are served before the
         runs that borrow: if the run would borrow once its victims are gone while one of those
         victims, requeued, would not, the victim takes its GPUs back first and the two trade
         places forever. So either the run is within nominal then, or every such victim would
@@ -669,7 +685,13 @@ class Cycle:
         ]
         extra = ""
         if borrowed and self.quota.within_nominal(run.project, fits_ever[0], request_amount(run)):
-            extra = "; reclaimable: " + ", ".join(borrowed)
+            # which runs hold what it lent, whether they can be reclaimed, and their ends
+            held = self._held()
+            extra = "; lent: " + ", ".join(
+                f"{b:g} {t} borrowed by project {p}{held.runs(p, t)}"
+                for t in fits_ever
+                for p, b in sorted(self.quota.borrowers(run.project, t).items())
+            )
         elif borrowed:
             extra = "; " + ", ".join(borrowed)
         self._wait(
@@ -677,6 +699,14 @@ class Cycle:
             ReasonCode.NO_CAPACITY,
             f"{shape_text(run, types)}; the largest free block is {blocks}{extra}",
         )
+
+    def _held(self) -> Held:
+        """The active runs by (project, type), for a lender's reason (``lent``): read once
+        per cycle, again after a preemption (its victims hold nothing)."""
+        if self._held_at is None or self._held_at[0] != len(self.preemptions):
+            held = Held(self.snap, self.state.active.values(), self.going)
+            self._held_at = (len(self.preemptions), held)
+        return self._held_at[1]
 
     def _with_active(self) -> Snapshot:
         """The cycle's snapshot with the state's active runs (the ETAs read their ends); the
@@ -779,9 +809,9 @@ class Cycle:
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
         best: tuple[float | None, str] = (None, "no ETA")
         for t in types:
-            key = (run.project, t)
+            key = (run.project, t, run.spec.preemptible)
             if key not in self._quota_terms:  # (the same for every run of the explanation)
-                self._quota_terms[key] = self._quota_term(run.project, t)
+                self._quota_terms[key] = self._quota_term(run.project, t, run.spec.preemptible)
             holders, used, limit, ends, cum = self._quota_terms[key]
             eta, why = quota_eta(
                 self._with_active(), used, limit, holders, t, request_amount(run), (), ends, cum
@@ -792,16 +822,17 @@ class Cycle:
                 best = (None, why)
         return best
 
-    def _quota_term(self, project: str, t: str) -> _QuotaTerm:
+    def _quota_term(self, project: str, t: str, preemptible: bool = True) -> _QuotaTerm:
         """Whose runs hold the quota a run of ``project`` waits for on ``t``, what they hold,
         its limit (None: unknown), their runs' ends (``quota_ends``) and the GPUs released by
-        each."""
+        each. A run that is not preemptible waits for its project's nominal quota alone (only
+        a preemptible run borrows)."""
         book = self.quota
         q = book.quota(project, t)
         limit = None if q.borrowing_limit is None else float(q.nominal + q.borrowing_limit)
         holders: Collection[str] = (project,)
         root = book.root.get(project)
-        if root is None:
+        if root is None or not preemptible:
             limit = float(q.nominal)
         elif limit is None and all(
             book.quota(m, t).lending_limit is None for m in book.members[root]

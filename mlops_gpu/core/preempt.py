@@ -8,9 +8,14 @@ Who may be a victim of run R (on the GPU type R would use):
 Same-class victims (R's project and class) must also be ready (``Cycle._ready``: a checkpoint
 reported, the minimum runtime run). Runs already being preempted hold nothing in the core (their
 devices are free or their preemptor's), so they are neither counted nor chosen again. Among
-sufficient sets, the search prefers the fewest GPU-hours lost since each victim's last
-checkpoint (or start), then the fewest victims: a greedy pass in cost order
-around each candidate node, then a pruning pass that keeps every victim that is still needed.
+sufficient sets, the search prefers victims of the lowest classes (the highest class among
+them, lowest first), then the fewest GPU-hours lost since each victim's last checkpoint (or
+start), then the fewest victims: a greedy pass in that order (class, then cost) around each
+candidate node, then a pruning pass that gives back the highest class and most expensive
+first and keeps every victim that is still needed. Classes come first so that a preemption
+ends: a victim of a higher class, requeued, would preempt its own project's lower-class runs
+in turn (a reclaim that took a borrower's high-class run cost the borrower its low-class ones
+too); taking the lowest first stops there, one GPU preempted per GPU needed for same-size runs.
 """
 
 from __future__ import annotations
@@ -79,12 +84,16 @@ def find_plan(
             if ruled_out is not None:
                 ruled_out.add(t)
             plan = None
-        if plan is not None and (
-            best is None
-            or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
-        ):
+        if plan is not None and (best is None or _rank(snap, plan) < _rank(snap, best)):
             best = plan
     return best
+
+
+def _rank(snap: Snapshot, plan: Plan) -> tuple[int, float, int]:
+    """Plans compare by their highest victim class, then the GPU-seconds lost, then the
+    number of victims: the fewest lower first."""
+    top = max(snap.priority_of(v) for v in plan.victims)
+    return (top, plan.lost_gpu_s, len(plan.victims))
 
 
 def _placement(run: Run) -> Placement:
@@ -94,7 +103,7 @@ def _placement(run: Run) -> Placement:
 
 def _fits(snap: Snapshot, cap: Capacity, quota: QuotaBook, run: Run, t: str) -> Placement | None:
     placed = place(snap, cap, run, t)
-    if placed is None or not quota.admits(run.project, t, placed.gpu_amount):
+    if placed is None or not quota.admits(run.project, t, placed.gpu_amount, run.spec.preemptible):
         return None
     return placed
 
@@ -126,7 +135,7 @@ def _plan_for_type(
     if whole and len(cands) < len(ever) and not _could_fit_without_all(snap, cap, run, t, cands):
         return None  # every greedy order ends with all candidates gone: none would succeed
     cost = {a.id: lost_gpu_s(snap, a) for a in cands}
-    cands.sort(key=lambda a: (cost[a.id], snap.priority_of(a), -(a.admitted_at or 0.0), a.id))
+    cands.sort(key=lambda a: (snap.priority_of(a), cost[a.id], -(a.admitted_at or 0.0), a.id))
     on_node: dict[str, list[Run]] = {}
     for a in cands:
         for node in _placement(a).node_names:
@@ -146,10 +155,7 @@ def _plan_for_type(
     best: Plan | None = None
     for order in orders:
         plan = _greedy(snap, cap, quota, run, t, order, cost)
-        if plan is not None and (
-            best is None
-            or (plan.lost_gpu_s, len(plan.victims)) < (best.lost_gpu_s, len(best.victims))
-        ):
+        if plan is not None and (best is None or _rank(snap, plan) < _rank(snap, best)):
             best = plan
     return best
 
@@ -210,7 +216,9 @@ def _greedy(
             continue
         where = place(snap, cap, run, t)
         nowhere = where is None
-        if where is not None and quota.admits(run.project, t, where.gpu_amount):
+        if where is not None and quota.admits(
+            run.project, t, where.gpu_amount, run.spec.preemptible
+        ):
             placed = where
             break
     if placed is None:
@@ -219,7 +227,7 @@ def _greedy(
         return None
     # Prune: give back every victim the run can do without, most expensive first.
     last, kept = chosen[-1], list(chosen)
-    for a in sorted(chosen, key=lambda a: -cost[a.id]):
+    for a in sorted(chosen, key=lambda a: (-snap.priority_of(a), -cost[a.id])):
         cap.take(a.project, _placement(a), a.request.gpu_types)
         known = a is last and len(kept) == len(chosen) > 1
         still = None if known else _fits(snap, cap, quota, run, t)

@@ -8,8 +8,10 @@ same cohort tree (the tree's root groups everyone who shares). A project lends a
     sum over members of borrowed  <=  sum over members of lendable idle nominal,
 
 with borrowed = max(used - nominal, 0) and lendable = min(max(nominal - used, 0), lending).
-``admissible`` checks both limits for an added amount. A project without a cohort has no one to
+``admits`` checks both limits for an added amount. A project without a cohort has no one to
 borrow from. Borrowed GPUs are reclaimable: a member within its nominal may preempt borrowers.
+So only a preemptible run may borrow (``admits(..., preemptible=False)`` holds a run to its
+project's nominal quota): a loan must be one its lender can take back.
 """
 
 from __future__ import annotations
@@ -66,13 +68,16 @@ class QuotaBook:
         idle = max(q.nominal - used, 0.0)
         return idle if q.lending_limit is None else min(idle, float(q.lending_limit))
 
-    def admits(self, project: str, gpu_type: str, amount: float) -> bool:
-        """Whether ``project`` may add ``amount`` of ``gpu_type`` now: ``problem`` is None
-        (without building its sentence, for the many checks that only need the answer)."""
+    def admits(self, project: str, gpu_type: str, amount: float, preemptible: bool = True) -> bool:
+        """Whether ``project`` may add ``amount`` of ``gpu_type`` now for a run that is
+        ``preemptible`` (or not: then only within nominal): ``problem`` is None (without
+        building its sentence, for the many checks that only need the answer)."""
         q = self.quota(project, gpu_type)
         after = self.used[(project, gpu_type)] + amount
         if after <= q.nominal + _EPS:
             return True
+        if not preemptible:
+            return False
         if q.borrowing_limit is not None and after > q.nominal + q.borrowing_limit + _EPS:
             return False
         root = self.root.get(project)
@@ -81,9 +86,12 @@ class QuotaBook:
         borrowed, lendable = self.cohort_sums(root, gpu_type, project, amount)
         return borrowed <= lendable + _EPS
 
-    def problem(self, project: str, gpu_type: str, amount: float) -> str | None:
-        """None if ``project`` may add ``amount`` of ``gpu_type`` now, else why not."""
-        if self.admits(project, gpu_type, amount):
+    def problem(
+        self, project: str, gpu_type: str, amount: float, preemptible: bool = True
+    ) -> str | None:
+        """None if ``project`` may add ``amount`` of ``gpu_type`` now (for a run that is
+        ``preemptible`` or not, as ``admits``), else why not."""
+        if self.admits(project, gpu_type, amount, preemptible):
             return None
         q = self.quota(project, gpu_type)
         used = self.used[(project, gpu_type)]
@@ -99,6 +107,11 @@ class QuotaBook:
             return (
                 f"project {project} holds {used:g} of its nominal {q.nominal} {gpu_type} and "
                 "has no cohort to borrow from"
+            )
+        if not preemptible:
+            return (
+                f"run is not preemptible: it may use only project {project}'s nominal quota "
+                f"of {gpu_type} ({q.nominal:g}; {used:g} in use); submit it preemptible to borrow"
             )
         idle = self.lendable_now(project, gpu_type)
         return (

@@ -7,9 +7,10 @@ Invariants:
   what lets the incremental engine make exactly the decisions of a from-scratch recomputation
   (the differential test checks it).
 - Pending runs live in ``queues[project][shape]``: runs of one project with the same request,
-  priority class and LAS level, sorted by ``order_key``: (LAS level, submit time, sequence),
-  or under ``order: shortest`` (max_runtime, sequence). Runs of one such
-  queue are interchangeable for placement and quota, so a cycle can judge a queue by its head.
+  priority class, LAS level and preemptibility (only a preemptible run may borrow), sorted
+  by ``order_key``: (LAS level, submit time, sequence), or under ``order: shortest``
+  (max_runtime, sequence). Runs of one such queue are interchangeable for placement and
+  quota, so a cycle can judge a queue by its head.
 - A pending run with ``not_before`` in the future waits in ``backoff`` until ``now`` reaches it;
   a run with an unknown project or priority class waits in ``invalid``.
 - The parking index: every non-empty queue is in exactly one of ``by_signature`` (whole-GPU
@@ -75,6 +76,7 @@ def shape_key(snap: Snapshot, run: Run) -> ShapeKey:
         r.topology_key,
         r.topology_required,
         run.spec.backend,
+        run.spec.preemptible,
     )
 
 

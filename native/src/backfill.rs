@@ -46,7 +46,7 @@ fn blocked_by_capacity(c: &Cycle, i: usize) -> Vec<usize> {
             continue;
         }
         let fits = node_sets(m, &st.cap, r, t);
-        if admits(m, used, r.project, t, amount) {
+        if admits(m, used, r.project, t, amount, r.preemptible) {
             if fits {
                 return Vec::new();
             }

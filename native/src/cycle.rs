@@ -1,6 +1,8 @@
-//! One scheduling cycle (`mlops_gpu.core.policy.Cycle`, every queue visited): classes from
-//! the highest; within a class the project with the lowest weighted dominant share takes its
-//! next run, first the runs within nominal quota, then those that borrow; within a project
+//! One scheduling cycle (`mlops_gpu.core.policy.Cycle`, every queue visited): first the runs
+//! within nominal quota, classes from the highest, then the runs that borrow, classes from the
+//! highest again (under strict FIFO a project whose head borrows waits, whole, for the second
+//! pass); within a class the project with the lowest weighted dominant share takes its
+//! next run; within a project
 //! its runs in order, each queue judged by its head. A run that fits (respecting the
 //! reservation) and its quota admits is admitted; else it may choose victims (`preempt`), and
 //! is then admitted at once on the devices they free.
@@ -76,6 +78,8 @@ pub struct Cycle<'a> {
     pub used_at_start: Vec<f64>,
     pub reservation: Option<Reservation>,
     blocked: Vec<bool>,
+    /// Strict FIFO: the projects whose head had to borrow (the borrowing passes serve them).
+    deferred: Vec<bool>,
     /// Scratch: GPUs per node (`preempt`), all zero between uses.
     pub freed: RefCell<Vec<usize>>,
     pub touched: RefCell<Vec<usize>>,
@@ -107,6 +111,7 @@ impl<'a> Cycle<'a> {
             used_at_start,
             reservation: None,
             blocked: vec![false; n],
+            deferred: vec![false; n],
             freed: RefCell::new(vec![0; m.nodes.len()]),
             touched: RefCell::new(Vec::new()),
             rooms: RefCell::new(vec![(0, 0.0); n * m.n_types]),
@@ -134,10 +139,16 @@ impl<'a> Cycle<'a> {
                 });
             }
         }
+        // Runs within nominal quota, of every class, before the runs that borrow, of any
+        // class (a borrower of a higher class must not take what an owner takes back).
+        let mut borrowing: Vec<Vec<Vec<Range>>> = Vec::new();
         for (_, mut ranges) in levels.into_iter().rev() {
             let mut deferred: Vec<Vec<Range>> = vec![Vec::new(); n];
-            self.serve(&mut ranges, Some(&mut deferred)); // runs within nominal quota
-            self.serve(&mut deferred, None); // then the runs that borrow
+            self.serve(&mut ranges, Some(&mut deferred));
+            borrowing.push(deferred);
+        }
+        for mut deferred in borrowing {
+            self.serve(&mut deferred, None);
         }
     }
 
@@ -219,7 +230,7 @@ impl<'a> Cycle<'a> {
                 return false;
             };
             if let Some(defer) = defer.as_deref_mut() {
-                if self.must_borrow(run) {
+                if self.deferred[p] || self.must_borrow(run) {
                     for (k, r2) in ranges.iter_mut().enumerate() {
                         if (strict || k == b) && r2.lo < r2.hi {
                             defer[p].push(*r2);
@@ -227,6 +238,8 @@ impl<'a> Cycle<'a> {
                         }
                     }
                     if strict {
+                        // its later runs, of lower classes too, wait behind the borrower
+                        self.deferred[p] = true;
                         return false;
                     }
                     continue;
@@ -329,7 +342,7 @@ impl<'a> Cycle<'a> {
                 fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
             }
             let amount = placed.as_ref().map_or(r.amount(), |p| p.amount());
-            if !admits(m, &self.st.cap.used, r.project, t, amount) {
+            if !admits(m, &self.st.cap.used, r.project, t, amount, r.preemptible) {
                 continue;
             }
             if let Some(p) = placed {

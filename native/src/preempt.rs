@@ -7,9 +7,12 @@
 //! max_runtime, so never one without a max_runtime; under `las`: in a later LAS level); a
 //! preemptible run of another project of R's cohort tree that borrowed that type as the cycle
 //! began, when R stays within its nominal quota. Runs being preempted hold nothing already.
-//! Among sufficient sets: the fewest GPU-seconds lost since each victim's checkpoint (or
-//! start), then the fewest victims; a greedy pass in cost order around each of the most
-//! promising nodes, then a prune that keeps only the victims still needed. Every trial gives
+//! Among sufficient sets: the lowest highest victim class (a victim of a higher class,
+//! requeued, would preempt its project's lower-class runs in turn), then the fewest
+//! GPU-seconds lost since each victim's checkpoint (or start), then the fewest victims; a
+//! greedy pass in (class, cost) order around each of the most promising nodes, then a prune
+//! that gives back the highest class and most expensive first and keeps only the victims
+//! still needed. Every trial gives
 //! back what it took: `cap` is as before when a search fails; when one succeeds, the victims
 //! give their devices back and R is admitted on the plan's placement in the same step (no
 //! preemption without its preemptor placed).
@@ -30,11 +33,18 @@ pub struct Plan {
     pub victims: Vec<usize>,
     pub placement: Placement,
     pub lost: f64,
+    /// The highest class among the victims.
+    pub top: i64,
 }
 
+/// Plans compare by their highest victim class, then the GPU-seconds lost, then the number
+/// of victims (`preempt._rank`).
 fn better(plan: &Plan, best: &Option<Plan>) -> bool {
     best.as_ref().is_none_or(|b| {
-        plan.lost < b.lost || (plan.lost == b.lost && plan.victims.len() < b.victims.len())
+        plan.top < b.top
+            || (plan.top == b.top
+                && (plan.lost < b.lost
+                    || (plan.lost == b.lost && plan.victims.len() < b.victims.len())))
     })
 }
 
@@ -203,7 +213,15 @@ impl Cycle<'_> {
         let (m, st) = (self.m, &*self.st);
         let r = &st.runs[i];
         let placed = place(m, &st.cap, r, t, None)?;
-        admits(m, &st.cap.used, r.project, t, placed.amount()).then_some(placed)
+        admits(
+            m,
+            &st.cap.used,
+            r.project,
+            t,
+            placed.amount(),
+            r.preemptible,
+        )
+        .then_some(placed)
     }
 
     fn plan_for_type(&mut self, i: usize, t: usize) -> Option<Plan> {
@@ -269,10 +287,9 @@ impl Cycle<'_> {
         let runs = &self.st.runs;
         cands.sort_by(|&a, &b| {
             let (ra, rb) = (&runs[a], &runs[b]);
-            cost[&a]
-                .partial_cmp(&cost[&b])
-                .expect("no NaN")
-                .then(ra.class.cmp(&rb.class))
+            ra.class
+                .cmp(&rb.class)
+                .then(cost[&a].partial_cmp(&cost[&b]).expect("no NaN"))
                 .then(
                     (-ra.admitted_at.unwrap_or(0.0))
                         .partial_cmp(&-rb.admitted_at.unwrap_or(0.0))
@@ -395,7 +412,7 @@ impl Cycle<'_> {
         cost: &HashMap<usize, f64>,
     ) -> Option<Plan> {
         let need = self.st.runs[i].gpus;
-        let project = self.st.runs[i].project;
+        let (project, preemptible) = (self.st.runs[i].project, self.st.runs[i].preemptible);
         let mut chosen: Vec<usize> = Vec::new();
         let mut placed: Option<Placement> = None;
         let mut nowhere = false; // the last search found no node at all
@@ -409,7 +426,7 @@ impl Cycle<'_> {
             let found = place(m, &st.cap, &st.runs[i], t, None);
             nowhere = found.is_none();
             if let Some(w) = found {
-                if admits(m, &st.cap.used, project, t, w.amount()) {
+                if admits(m, &st.cap.used, project, t, w.amount(), preemptible) {
                     placed = Some(w);
                     break;
                 }
@@ -425,7 +442,11 @@ impl Cycle<'_> {
         let last = chosen[chosen.len() - 1];
         let mut kept = chosen.clone();
         let mut by_cost = chosen.clone();
-        by_cost.sort_by(|a, b| cost[b].partial_cmp(&cost[a]).expect("no NaN"));
+        let runs = &self.st.runs;
+        by_cost.sort_by(|a, b| {
+            (runs[*b].class.cmp(&runs[*a].class))
+                .then(cost[b].partial_cmp(&cost[a]).expect("no NaN"))
+        });
         for &a in &by_cost {
             self.take(a);
             let known = a == last && kept.len() == chosen.len() && chosen.len() > 1;
@@ -443,10 +464,12 @@ impl Cycle<'_> {
         let lost = kept.iter().fold(0.0, |acc, a| acc + cost[a]);
         let runs = &self.st.runs;
         kept.sort_by(|a, b| runs[*a].id.cmp(&runs[*b].id));
+        let top = kept.iter().map(|&a| runs[a].class).max().expect("a victim");
         Some(Plan {
             victims: kept,
             placement: placed,
             lost,
+            top,
         })
     }
 

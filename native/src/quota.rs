@@ -1,5 +1,5 @@
 //! Quota checks (`mlops_gpu.core.quota.QuotaBook`): nominal quota, borrowing and lending
-//! limits, cohort trees that lend idle quota. Read from the model and the usage vector, so a
+//! limits, cohort trees that lend idle quota; only a preemptible run may borrow. Read from the model and the usage vector, so a
 //! preemption trial that gives GPUs back is seen at once.
 
 use crate::model::Model;
@@ -34,12 +34,23 @@ pub fn cohort_sums(
     (borrowed, lendable)
 }
 
-/// Whether `project` may add `amount` of `ty` now (`QuotaBook.admits`).
-pub fn admits(m: &Model, used: &[f64], project: usize, ty: usize, amount: f64) -> bool {
+/// Whether `project` may add `amount` of `ty` now for a run that is `preemptible` (or not:
+/// then only within nominal, as only a reclaimable run may borrow) (`QuotaBook.admits`).
+pub fn admits(
+    m: &Model,
+    used: &[f64],
+    project: usize,
+    ty: usize,
+    amount: f64,
+    preemptible: bool,
+) -> bool {
     let q = m.term(project, ty);
     let after = used[m.pt(project, ty)] + amount;
     if after <= q.nominal + EPS {
         return true;
+    }
+    if !preemptible {
+        return false;
     }
     if let Some(b) = q.borrowing {
         if after > q.nominal + b + EPS {

@@ -2,7 +2,8 @@
 //!
 //! Invariants:
 //! - a queued run is in exactly one queue of its project: the runs with the same class, LAS
-//!   level, GPUs per node, nodes, accepted types and pinned backend, sorted by order key
+//!   level, GPUs per node, nodes, accepted types, pinned backend and preemptibility (only a
+//!   preemptible run may borrow), sorted by order key
 //!   ((0, max_runtime or infinity, seq) under `shortest`, (LAS level, submit time, seq) under
 //!   `las`, else (0, submit time, seq));
 //! - `pools[pt(p, t)]` maps class -> the preemptible active runs of project `p` on type `t`
@@ -59,6 +60,7 @@ pub struct QueueKey {
     pub nodes: usize,
     pub types: Vec<usize>,
     pub pinned: Option<usize>,
+    pub preemptible: bool,
 }
 
 pub struct Queue {
@@ -404,5 +406,6 @@ fn queue_key(r: &Run) -> QueueKey {
         nodes: r.nodes,
         types: r.types.clone(),
         pinned: r.pinned,
+        preemptible: r.preemptible,
     }
 }

@@ -4,6 +4,8 @@
 //! guaranteed minimum and (under `shortest`) have a known end far enough away. The Python
 //! core is the specification; `tests/test_native_core.py` compares the two engines at large.
 
+mod reclaim;
+
 use crate::capacity::Placement;
 use crate::cycle::Cycle;
 use crate::model::{Model, Node, Order, Policy, Project, Term};

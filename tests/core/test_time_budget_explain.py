@@ -162,7 +162,10 @@ EXPLAIN = {
             preemption=False,
         ),
         codes={"q1": RC.NO_CAPACITY},
-        says={"q1": "reclaimable: 2 a100-80gb borrowed by project p"},
+        says={
+            "q1": "lent: 2 a100-80gb borrowed by project p (reclaimable: b1 (no max_runtime), "
+            "b2 (no max_runtime))"
+        },
     ),
     "eta-from-max-runtime": Case(
         snap(
