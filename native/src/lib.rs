@@ -280,6 +280,14 @@ impl Engine {
         }
         Ok((out_a, out_p))
     }
+
+    /// The run that held the reservation after the last cycle and still waits (it keeps it
+    /// next cycle: `Snapshot.anchor`), or None.
+    fn anchor(&self) -> Option<String> {
+        let i = self.st.anchor?;
+        let r = &self.st.runs[i];
+        r.queued.then(|| r.id.clone())
+    }
 }
 
 /// A run as `native.py` passes it: (id, seq, project, class, GPUs per node, nodes, accepted
@@ -346,6 +354,8 @@ impl Engine {
             started_at: None,
             going: false,
             queued: false,
+            submitted_at,
+            seq,
         })
     }
 }

@@ -39,6 +39,9 @@ pub struct Run {
     pub started_at: Option<f64>,
     pub going: bool,
     pub queued: bool,
+    /// Its age (with `id`): the anchor is the blocked run that has waited longest.
+    pub submitted_at: f64,
+    pub seq: i64,
 }
 
 impl Run {
@@ -103,6 +106,11 @@ pub struct State {
     pub going: Vec<usize>,
     pub ends: Vec<Vec<(f64, u32)>>,
     pub moving: Vec<Vec<(usize, f64, u32)>>,
+    /// Per (project, type): its active runs not being preempted (the quota hold reads them).
+    pub held: Vec<Vec<usize>>,
+    /// The run that held the reservation after the last cycle, if not admitted then
+    /// (`State.anchor`).
+    pub anchor: Option<usize>,
 }
 
 impl State {
@@ -118,6 +126,8 @@ impl State {
             going: Vec::new(),
             ends: vec![Vec::new(); m.nodes.len()],
             moving: vec![Vec::new(); m.nodes.len()],
+            held: vec![Vec::new(); m.projects.len() * m.n_types],
+            anchor: None,
         }
     }
 
@@ -191,8 +201,20 @@ impl State {
         r.started_at = Some(now);
         r.going = false;
         self.timeline(m, i, true);
+        self.held_by(m, i, true);
         if self.runs[i].preemptible {
             self.pool(m, i, true);
+        }
+    }
+
+    fn held_by(&mut self, m: &Model, i: usize, add: bool) {
+        let r = &self.runs[i];
+        let ty = r.placement.as_ref().expect("an active run").ty;
+        let list = &mut self.held[m.pt(r.project, ty)];
+        if add {
+            list.push(i);
+        } else if let Some(at) = list.iter().position(|&x| x == i) {
+            list.swap_remove(at);
         }
     }
 
@@ -222,6 +244,7 @@ impl State {
             self.runs[i].placement.as_ref().expect("just set"),
         );
         self.timeline(m, i, true);
+        self.held_by(m, i, true);
         if self.runs[i].preemptible {
             self.pool(m, i, true);
         }
@@ -238,6 +261,7 @@ impl State {
             self.pool(m, i, false);
         }
         self.timeline(m, i, false);
+        self.held_by(m, i, false);
         self.runs[i].going = true;
         self.going.push(i);
     }
@@ -251,6 +275,7 @@ impl State {
         } else {
             self.cap.release(m, self.runs[i].project, &p);
             self.timeline(m, i, false);
+            self.held_by(m, i, false);
             if self.runs[i].preemptible {
                 self.pool(m, i, false);
             }
