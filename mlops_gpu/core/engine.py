@@ -33,6 +33,10 @@ class FromScratch:
     def finish(self, run_id: str) -> Run:
         return self.active.pop(run_id)
 
+    def kept_anchor(self) -> str | None:
+        """The run that keeps the reservation next cycle (``Snapshot.anchor``), or None."""
+        return self.anchor if self.anchor in self.pending else None
+
     def checkpoint(self, run_id: str, at: float) -> None:
         """An active run reported a checkpoint at ``at``."""
         if run_id in self.active:

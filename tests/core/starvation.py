@@ -2,9 +2,10 @@
 arrivals come, and an engine (Python incremental, from scratch, or native) decides each cycle.
 
 ``drive`` returns when the target started (None: not within the horizon) and the bound it must
-start by: the time the runs holding resources when it was first refused all end, counting a run
-with ``max_runtime`` as ending at its max_runtime (EASY backfill lets later runs use GPUs until
-the reservation's time as those max_runtimes set it), plus one cycle.
+start by once it holds the reservation (None when it never did): the time the runs holding
+resources as the cycle in which it became the anchor began have all ended, counting a run with
+``max_runtime`` as ending at its max_runtime (EASY backfill lets later runs use GPUs until the
+reservation's time as those max_runtimes set it), plus one cycle.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Engine(Protocol):
     def submit(self, run: Run) -> None: ...
     def finish(self, run_id: str) -> Run: ...
     def cycle(self, now: float) -> Decision: ...
+    def kept_anchor(self) -> str | None: ...
 
 
 @dataclass
@@ -68,16 +70,19 @@ def drive(
             engine.submit(r)
             duration[r.id] = d
             after_target.add(r.id)
-        if bound is None:  # the target is judged first in this cycle: who holds what now
-            ends = []
-            for rid, at in started.items():
-                mr = engine.active[rid].spec.max_runtime_s
-                ends.append(at + (duration[rid] if mr is None else max(mr, duration[rid])))
-            bound = max(ends, default=now) + dt
+        # who holds what as this cycle begins, and when they will all have ended
+        ends = []
+        for rid, at in started.items():
+            mr = engine.active[rid].spec.max_runtime_s
+            ends.append(at + (duration[rid] if mr is None else max(mr, duration[rid])))
+        held_until = max(ends, default=now) + dt
         d = engine.cycle(now)
         for a in d.admissions:
             started[a.run_id] = now
             if a.run_id == target.id:
                 return Outcome(now, bound, overtaken)
             overtaken += a.run_id in after_target
+        kept = getattr(engine, "kept_anchor", lambda: None)()  # (main's engines: none)
+        if bound is None and kept == target.id:
+            bound = held_until  # it became the anchor in this cycle
     return Outcome(None, bound, overtaken)
