@@ -19,12 +19,18 @@
    (unless ``preempt_uncheckpointed``) and run ``min_runtime_before_preemption_s``
    (``_ready``). A plan that takes runs of the run's own class is dropped when they would win
    their GPUs back at once (``_keeps_what_it_frees``);
-6. reserve: the anchor, the oldest (highest class first) queue head that is blocked by capacity
-   when the cycle begins while its quota would admit it, gets an EASY reservation
-   (``backfill.reserve``); no other run may start if it would delay it;
+6. reserve: the anchor (``parking.anchor``), the run of the highest class that has waited
+   longest (submit time, seq, id; not the order's head) among those blocked by capacity or by
+   its own project's quota when the cycle begins and that could ever be admitted, or the
+   anchor the engine kept from its last cycle (``Snapshot.anchor``) even if it fits now, gets
+   an EASY reservation of nodes and quota (``backfill.reserve``; its time is unknown when it
+   waits for runs without ``max_runtime``); no other run may take what it waits for unless it
+   is shown to end before it, and the anchor itself is never held back by it. Without the kept
+   anchor, a run the order prefers would take its GPUs the moment they free;
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
    waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``).
-Strict FIFO: once a project has a blocked run, its later runs wait behind it.
+Strict FIFO: once a project has a blocked run, its later runs wait behind it (a run held only
+for the reservation of an older run of its own project does not block it: the anchor is next).
 
 A cycle reads a ``State`` (built from a snapshot, or kept up to date by the incremental engine)
 and judges each queue of interchangeable runs by its head: when the head is blocked and its
