@@ -8,14 +8,13 @@
 //! run may use a reserved node, or the anchor's project's quota of its type, only if it ends
 //! before then, or if what the anchor needs is still there then (known ends only).
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use crate::cycle::Cycle;
 use crate::model::Model;
 use crate::placement::{eligible, node_sets};
 use crate::quota::admits;
-use crate::state::{Run, State};
+use crate::state::{age_cmp, Run, State};
 
 const EPS: f64 = 1e-9;
 
@@ -67,15 +66,6 @@ impl Reservation {
     }
 }
 
-/// (submit time, seq, id): the smallest has waited longest.
-fn age_cmp(a: &Run, b: &Run) -> Ordering {
-    a.submitted_at
-        .partial_cmp(&b.submitted_at)
-        .expect("no NaN")
-        .then(a.seq.cmp(&b.seq))
-        .then(a.id.cmp(&b.id))
-}
-
 /// The quota a reservation holds on `t` (`backfill.quota_limit`), and whether quota could
 /// ever admit the run there (`backfill.could_be_admitted`).
 fn quota_terms(m: &Model, r: &Run, t: usize) -> (bool, Option<f64>) {
@@ -124,15 +114,6 @@ fn types_of(m: &Model, r: &Run) -> Vec<usize> {
         .collect()
 }
 
-/// Whether the run is blocked now: on none of `types` do quota admit it and a node set take
-/// it (`parking._blocked`).
-fn blocked(c: &Cycle, r: &Run, types: &[usize]) -> bool {
-    let st = &*c.st;
-    !types.iter().any(|&t| {
-        admits(c.m, &st.cap.used, r.project, t, r.amount()) && node_sets(c.m, &st.cap, r, t)
-    })
-}
-
 /// The run the reservation is for, with its types (`parking.anchor`).
 pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
     let (m, st) = (c.m, &*c.st);
@@ -154,19 +135,23 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
     }
     for qs in &st.queues {
         for q in qs {
-            let mut i = q.runs[0];
-            if m.policy.order == crate::model::Order::Shortest {
-                for &j in q.runs.iter().skip(1) {
-                    if age_cmp(&st.runs[j], &st.runs[i]).is_lt() {
-                        i = j;
-                    }
-                }
-            }
+            let i = q.oldest;
             if !better(i, &best) {
                 continue;
             }
-            let types = types_of(m, &st.runs[i]);
-            if !types.is_empty() && blocked(c, &st.runs[i], &types) {
+            // (a type that a node set takes now fits an empty cluster: `types_of` only when
+            // blocked on every type quota could ever admit it on)
+            let r = &st.runs[i];
+            let open = r.types.iter().any(|&t| {
+                quota_terms(m, r, t).0
+                    && admits(m, &st.cap.used, r.project, t, r.amount())
+                    && node_sets(m, &st.cap, r, t)
+            });
+            if open {
+                continue;
+            }
+            let types = types_of(m, r);
+            if !types.is_empty() {
                 best = Some((i, types));
             }
         }

@@ -67,6 +67,17 @@ pub struct QueueKey {
 pub struct Queue {
     pub key: QueueKey,
     pub runs: VecDeque<usize>,
+    /// Its run that has waited longest (`age_cmp`): the head unless under `shortest`.
+    pub oldest: usize,
+}
+
+/// (submit time, seq, id): the smallest has waited longest (`state.age_of`).
+pub fn age_cmp(a: &Run, b: &Run) -> std::cmp::Ordering {
+    a.submitted_at
+        .partial_cmp(&b.submitted_at)
+        .expect("no NaN")
+        .then(a.seq.cmp(&b.seq))
+        .then(a.id.cmp(&b.id))
 }
 
 /// A victim candidate: its expected end (infinite when unknown), and the GPUs it holds on
@@ -163,6 +174,7 @@ impl State {
                 qs.push(Queue {
                     key,
                     runs: VecDeque::new(),
+                    oldest: i,
                 });
                 qs.last_mut().expect("just pushed")
             }
@@ -172,6 +184,9 @@ impl State {
             .runs
             .partition_point(|&r| key_cmp(&runs[r].key, &order).is_le());
         q.runs.insert(at, i);
+        if age_cmp(&runs[i], &runs[q.oldest]).is_lt() {
+            q.oldest = i;
+        }
         Ok(())
     }
 
@@ -184,6 +199,12 @@ impl State {
             // from the head: admitted runs are nearly always there
             if let Some(at) = q.runs.iter().position(|&x| x == i) {
                 q.runs.remove(at);
+            }
+            if q.oldest == i {
+                let runs = &self.runs;
+                if let Some(&o) = q.runs.iter().min_by(|&&a, &&b| age_cmp(&runs[a], &runs[b])) {
+                    q.oldest = o;
+                }
             }
             if q.runs.is_empty() {
                 qs.remove(j);
