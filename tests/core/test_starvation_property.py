@@ -6,13 +6,13 @@ time the runs holding resources when it was first refused have ended (counting a
 max_runtime as ending at it: EASY backfill trusts max_runtime), plus one cycle
 (``tests/core/starvation.py``). Under every order, fair share on and off, quota equal to the
 cluster (as ``mlops-gpu init`` writes it) or larger; on the Python core and on the native
-engine."""
+engine (``tests/test_starvation_native.py``: this folder's tests also run against the core
+compiled with mypyc, where the native engine is not built)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,18 +87,3 @@ def _check(engine: Any, w: dict[str, Any]) -> None:
 @given(worlds())
 def test_target_starts_within_the_bound_python(w: dict[str, Any]) -> None:
     _check(Incremental(w["template"]), w)
-
-
-@pytest.fixture(scope="module")
-def native_module(native_path: str) -> Any:
-    from mlops_gpu.core.native import load
-
-    return load(native_path)
-
-
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(w=worlds())
-def test_target_starts_within_the_bound_native(native_module: Any, w: dict[str, Any]) -> None:
-    from mlops_gpu.core.native import NativeEngine
-
-    _check(NativeEngine(w["template"], native_module), w)
