@@ -146,12 +146,22 @@ CASES = {
         {"a": ReasonCode.UNSCHEDULABLE},
         {"a": "no node of this cluster"},
     ),
+    # (small ends before x is expected to: one without a known end would take what big waits
+    # for, issue 24)
     "best-effort-skips-blocked-head": Case(
         make_snapshot(
             N4,
             [make_project()],
-            [make_run("big", gpus=4, seq=1), make_run("small", gpus=1, seq=2)],
-            [make_run("x", gpus=2, phase=Phase.RUNNING, placement=placed("n1", ["0", "1"]))],
+            [make_run("big", gpus=4, seq=1), make_run("small", gpus=1, seq=2, max_runtime_s=300.0)],
+            [
+                make_run(
+                    "x",
+                    gpus=2,
+                    phase=Phase.RUNNING,
+                    placement=placed("n1", ["0", "1"]),
+                    max_runtime_s=1500.0,
+                )
+            ],
         ),
         {"small": ("n1", ("2",))},
         {"big": ReasonCode.NO_CAPACITY},

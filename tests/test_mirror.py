@@ -74,6 +74,7 @@ def test_mirror_decides_as_the_core_does_from_scratch(
             active=tuple(self.active()),
             usage_history=history,
             spent=spent,
+            anchor=self.kept_anchor(),  # (what the engine remembers: issue 24)
         )
         want = decide(snap, explain=False)
         got = real(self, now, history, spent)

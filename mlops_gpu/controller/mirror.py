@@ -84,6 +84,10 @@ class Mirror:
     def active(self) -> list[Run]:
         return sorted((r for r in self.runs.values() if r.phase in ACTIVE_PHASES), key=_seq)
 
+    def kept_anchor(self) -> str | None:
+        """The run the engine keeps the reservation for next cycle (``Snapshot.anchor``)."""
+        return self.engine.kept_anchor() if self.engine is not None else None
+
     def cycle(
         self,
         now: float,

@@ -4,10 +4,23 @@ A run's expected end is its start (or admission) plus ``max_runtime``; a run wit
 ``max_runtime`` has no known end. A run being preempted holds nothing in the core (its devices
 are free, or taken by its preemptor's admission), so it has no place in any timeline.
 
-Reservation (for the first run blocked by capacity): the earliest time T at which enough GPUs
-free up on specific nodes, and those nodes. Later runs may use a reserved node only if they end
-(by ``max_runtime``) before T, or if the node still has the reserved GPUs free at T after they
-took theirs. ETA (for every pending run): per GPU type, the earliest time the GPUs free now plus
+Reservation (for the anchor, ``parking.anchor``: the run of the highest class that has waited
+longest among those that could ever be admitted; one that fits now is reserved at ``now``):
+- devices: on specific nodes, those that need the fewest GPUs released by runs without a known
+  end, then free up earliest (by expected ends), then by name; its device time is when they
+  have the GPUs free, unknown (``math.inf``) when it waits for a run without ``max_runtime``;
+- quota: the quota the anchor counts on on that GPU type (its nominal when the run fits in it,
+  else nominal plus borrowing limit), and when enough of its project's own runs will have
+  ended to make room (unknown when one it waits for has no ``max_runtime``);
+- its time ``at`` is the later of the two (unknown when either is).
+Another run may use a reserved node only if it can be shown to end (by ``max_runtime``) before
+``at`` (with ``at`` unknown, none can), or if the node still has the reserved GPUs free at
+``at`` after it took its own, counting only releases by runs with a known end. A run of the
+anchor's project on its GPU type may take quota only on the same terms: it ends before ``at``,
+or the anchor's amount still fits the quota at ``at`` after it took its share. So nothing takes
+what the anchor waits for, and it starts once the runs holding its GPUs and quota end.
+
+ETA (for every pending run): per GPU type, the earliest time the GPUs free now plus
 those released by then cover the run's need plus the needs of the pending runs ahead of it;
 a run ahead with ``max_runtime`` releases its GPUs again at its own ETA plus its
 ``max_runtime`` (as a queue drains), one without holds them for good. A run waiting for quota
@@ -19,6 +32,7 @@ prediction) it is a pessimistic bound while the queue keeps its order.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
@@ -27,6 +41,7 @@ from itertools import accumulate
 
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.placement import eligible_nodes
+from mlops_gpu.core.quota import QuotaBook
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node, Run
 
@@ -48,23 +63,97 @@ def expected_end(snap: Snapshot, run: Run) -> float | None:
     return max((snap.now if start is None else start) + mr, snap.now)
 
 
+_EPS = 1e-9
+
+
 @dataclass
 class Reservation:
     run_id: str
-    at: float
+    at: float  # math.inf: unknown (it waits for a run without max_runtime)
     need: int  # GPUs per reserved node
     nodes: dict[str, list[tuple[float, int]]]  # node -> its (end, GPUs released) timeline
+    #: the anchor's quota hold: project, GPU type, amount, the quota it counts on (None: none)
+    project: str = ""
+    gpu_type: str = ""
+    amount: float = 0.0
+    limit: float | None = None
+    #: the project's GPUs of ``gpu_type`` released by runs with a known end by ``at``
+    released: float = 0.0
+    #: reserved nodes that wait for runs without max_runtime; whether its quota does
+    unknown_nodes: tuple[str, ...] = ()
+    quota_unknown: bool = False
 
     def released_by(self, node: str, t: float) -> int:
         return sum(n for end, n in self.nodes.get(node, ()) if end <= t)
+
+    def before(self, ends_at: float | None) -> bool:
+        """Whether a run ending at ``ends_at`` is shown to end before the reservation."""
+        return ends_at is not None and self.at != math.inf and ends_at <= self.at
 
     def allows(self, node: Node, free_after: int, ends_at: float | None) -> bool:
         """May a run leaving ``free_after`` free on ``node`` start now without delaying us?"""
         if node.name not in self.nodes:
             return True
-        if ends_at is not None and ends_at <= self.at:
+        if self.before(ends_at):
             return True
         return free_after + self.released_by(node.name, self.at) >= self.need
+
+    def allows_quota(
+        self, project: str, gpu_type: str, used_after: float, ends_at: float | None
+    ) -> bool:
+        """May a run leaving ``project`` at ``used_after`` of ``gpu_type`` start now without
+        taking quota the anchor waits for?"""
+        if self.limit is None or project != self.project or gpu_type != self.gpu_type:
+            return True
+        if self.before(ends_at):
+            return True
+        return used_after - self.released + self.amount <= self.limit + _EPS
+
+
+def quota_limit(
+    quota: QuotaBook, project: str, gpu_type: str, amount: float, preemptible: bool = True
+) -> float | None:
+    """The quota of ``gpu_type`` a reservation holds for a run of ``amount`` in ``project``:
+    its nominal when the run fits in it, else nominal plus borrowing limit (what the project
+    may hold at most); None when there is nothing to hold (it may borrow without a limit) or
+    the run could never be admitted (``could_be_admitted`` tells them apart)."""
+    q = quota.quota(project, gpu_type)
+    if amount <= q.nominal + _EPS:
+        return float(q.nominal)
+    if not preemptible or quota.root.get(project) is None or q.borrowing_limit is None:
+        return None
+    limit = float(q.nominal + q.borrowing_limit)
+    return limit if amount <= limit + _EPS else None
+
+
+def could_be_admitted(
+    quota: QuotaBook, project: str, gpu_type: str, amount: float, preemptible: bool = True
+) -> bool:
+    """Whether quota could ever admit ``amount`` of ``gpu_type`` for ``project``: within its
+    nominal, or, for a preemptible run in a cohort, within nominal plus borrowing limit (only
+    a preemptible run borrows)."""
+    q = quota.quota(project, gpu_type)
+    if amount <= q.nominal + _EPS:
+        return True
+    if not preemptible or quota.root.get(project) is None:
+        return False
+    return q.borrowing_limit is None or amount <= q.nominal + q.borrowing_limit + _EPS
+
+
+def quota_time(
+    now: float, short: float, ends: Iterable[tuple[float | None, float]]
+) -> tuple[float, float]:
+    """When the project's own runs (``ends``: (expected end or None, GPUs)) have released
+    ``short`` GPUs (``now`` when nothing is short; ``math.inf`` when runs with a known end never
+    release enough), and the GPUs released by known ends."""
+    if short <= _EPS:
+        return now, 0.0
+    freed = 0.0
+    for end, amount in sorted((e, a) for e, a in ends if e is not None):
+        freed += amount
+        if freed >= short - _EPS:
+            return end, freed
+    return math.inf, freed
 
 
 def _timelines(snap: Snapshot) -> dict[str, list[tuple[float, int]]]:
@@ -83,6 +172,11 @@ def _timelines(snap: Snapshot) -> dict[str, list[tuple[float, int]]]:
     return out
 
 
+#: per GPU type: (the quota the anchor counts on (None: none), the project's usage now, the
+#: (expected end or None, GPUs) of each of its own runs on that type)
+QuotaOf = Callable[[str], tuple[float | None, float, list[tuple[float | None, float]]]]
+
+
 def reserve(
     snap: Snapshot,
     cap: Capacity,
@@ -91,36 +185,62 @@ def reserve(
     lines_of: Callable[[str], list[tuple[float, int]]] | None = None,
     reach: Callable[[str, int, int], tuple[int, float]] | None = None,
     earliest: Callable[[str], list[tuple[float, str]] | None] | None = None,
+    quota_of: QuotaOf | None = None,
 ) -> Reservation | None:
-    """The earliest reservation for a whole-GPU run, or None when no time can be computed.
-    ``lines_of(node)``, when given, is the node's timeline (``State.lines``), instead of one
-    computed from every active run; ``reach(node, free, need)``, when given, is what
-    ``reach_on`` would find on that timeline (``State.reach``: without building it);
+    """The earliest reservation for a whole-GPU run (None: not whole GPUs, or no node set can
+    ever host it). ``lines_of(node)``, when given, is the node's timeline (``State.lines``),
+    instead of one computed from every active run; ``reach(node, free, need)``, when given,
+    is what ``reach_on`` would find on that timeline (``State.reach``: without building it);
     ``earliest(type)``, when given, is what the walk over the type's nodes would choose on
-    their one backend (``State.earliest``, from an index), or None where it cannot tell."""
+    their one backend (``State.earliest``, from an index), or None where it cannot tell;
+    ``quota_of`` gives the quota to hold per type (none without it).
+
+    Per type, the node set needing the fewest GPUs from runs of unknown end, then the earliest;
+    across types, the earliest time (devices and quota), then the fewest such GPUs."""
     req = run.request
     if req.shape != "whole":
         return None
     if lines_of is None:
         lines_of = _timelines(snap).__getitem__
     walk = reach if reach is not None else _walker(lines_of, snap.now)
-    best: Reservation | None = None
+    best: tuple[tuple[float, int], Reservation] | None = None
     for t in gpu_types:
         picked = earliest(t) if earliest is not None else None
-        if picked is not None:
-            groups = [picked] if len(picked) >= req.nodes else []
+        if picked is not None and len(picked) >= req.nodes:
+            groups = [[(0, when, name) for when, name in picked]]
         else:
             groups = _earliest_by_backend(snap, cap, run, t, walk)
         for chosen in groups:
-            at = chosen[-1][0]
-            if best is None or at < best.at:
-                best = Reservation(
+            unknown = sum(k for k, _, _ in chosen)
+            at = math.inf if unknown else chosen[-1][1]
+            limit, used = None, 0.0
+            ends: list[tuple[float | None, float]] = []
+            if quota_of is not None:
+                limit, used, ends = quota_of(t)
+            at_q = snap.now
+            if limit is not None:
+                at_q, _ = quota_time(snap.now, used + req.gpus * req.nodes - limit, ends)
+            at = max(at, at_q)
+            if best is not None and (at, unknown) >= best[0]:
+                continue
+            released = sum(a for e, a in ends if e is not None and e <= at)
+            best = (
+                (at, unknown),
+                Reservation(
                     run.id,
                     at,
                     req.gpus,
-                    {name: lines_of(name) for _, name in chosen},
-                )
-    return best
+                    {name: lines_of(name) for _, _, name in chosen},
+                    run.project,
+                    t,
+                    float(req.gpus * req.nodes),
+                    limit,
+                    released,
+                    tuple(name for k, _, name in chosen if k),
+                    at_q == math.inf,
+                ),
+            )
+    return None if best is None else best[1]
 
 
 def _earliest_by_backend(
@@ -129,19 +249,20 @@ def _earliest_by_backend(
     run: Run,
     gpu_type: str,
     walk: Callable[[str, int, int], tuple[int, float]],
-) -> list[list[tuple[float, str]]]:
+) -> list[list[tuple[int, float, str]]]:
     """Per backend (in the order their nodes first fit), the ``nodes`` eligible nodes of
-    ``gpu_type`` that first have the run's GPUs per node free: (time, node), earliest first."""
+    ``gpu_type`` large enough for the run's GPUs per node that need the fewest GPUs released
+    by runs of unknown end, then have them free first: (those GPUs, time, node), in that
+    order (the time is when runs with a known end have released what they can)."""
     req = run.request
-    by_backend: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    by_backend: dict[str, list[tuple[int, float, str]]] = defaultdict(list)
     for node in eligible_nodes(snap, cap, run, gpu_type):
         if node.capacity < req.gpus:
             continue
         free, when = len(cap.free[node.name]), snap.now
         if free < req.gpus:
             free, when = walk(node.name, free, req.gpus)
-        if free >= req.gpus:
-            by_backend[node.backend].append((when, node.name))
+        by_backend[node.backend].append((max(req.gpus - free, 0), when, node.name))
     return [sorted(c)[: req.nodes] for c in by_backend.values() if len(c) >= req.nodes]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from mlops_gpu.core.decision import Decision, PendingReason
-from mlops_gpu.core.policy import Cycle, decide
+from mlops_gpu.core.policy import Cycle, decide, decide_keeping
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
 from mlops_gpu.model import Node, Phase, Run
@@ -25,12 +25,17 @@ class FromScratch:
         self.template = template
         self.pending: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
+        self.anchor: str | None = None  # kept between cycles (``Snapshot.anchor``)
 
     def submit(self, run: Run) -> None:
         self.pending[run.id] = run
 
     def finish(self, run_id: str) -> Run:
         return self.active.pop(run_id)
+
+    def kept_anchor(self) -> str | None:
+        """The run that keeps the reservation next cycle (``Snapshot.anchor``), or None."""
+        return self.anchor if self.anchor in self.pending else None
 
     def checkpoint(self, run_id: str, at: float) -> None:
         """An active run reported a checkpoint at ``at``."""
@@ -48,12 +53,13 @@ class FromScratch:
             pending=tuple(self.pending.values()),
             active=tuple(self.active.values()),
             usage_history=dict(usage_history or self.template.usage_history),
+            anchor=self.anchor if self.anchor in self.pending else None,
         )
 
     def cycle(
         self, now: float, usage_history: Mapping[tuple[str, str], float] | None = None
     ) -> Decision:
-        d = decide(self.snapshot(now, usage_history))
+        d, self.anchor = decide_keeping(self.snapshot(now, usage_history))
         self.apply(d, now)
         return d
 
@@ -106,6 +112,11 @@ class Incremental:
 
     def snapshot(self, now: float) -> Snapshot:
         return self.state.snapshot(now)
+
+    def kept_anchor(self) -> str | None:
+        """The run that keeps the reservation next cycle (``Snapshot.anchor``), or None."""
+        anchor = self.state.anchor
+        return anchor if anchor in self.state.pending else None
 
     @property
     def used(self) -> Mapping[tuple[str, str], float]:
@@ -161,7 +172,9 @@ class Incremental:
             self._undo(d)
             for rid in c.remembered:
                 self.state.memo.forget(rid)
-            d = Cycle(self.state, now, usage_history, spent).run()
+            c = Cycle(self.state, now, usage_history, spent)
+            d = c.run()
+        self.state.anchor = c.kept_anchor()
         for a in d.admissions:
             self.state.admit(a.run_id, a.placement, now, taken=True)
         for p in d.preemptions:

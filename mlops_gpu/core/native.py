@@ -322,7 +322,12 @@ class NativeEngine:
             now=now,
             pending=tuple(self.pending.values()),
             active=tuple(self.active.values()),
+            anchor=self.kept_anchor(),
         )
+
+    def kept_anchor(self) -> str | None:
+        """The run that keeps the reservation next cycle (``Snapshot.anchor``), or None."""
+        return self._engine.anchor()
 
     # -- cycles -------------------------------------------------------------------------
     def _history(self, usage_history: Mapping[tuple[str, str], float] | None) -> list[float] | None:

@@ -16,21 +16,19 @@ so a queue surely blocked at the start is surely blocked at its turn, where a vi
 done nothing. ``candidates`` may return more than it must (over-approximations are judged at
 their turn as before), never less.
 
-The anchor of the EASY reservation is chosen from the starting state too, by age, not by the
-order of visits: the highest-class, oldest queue head that its quota would admit on some type
-while no node set of those types can take it now. So a full visit and a parked visit reserve
-for the same run.
+The anchor of the EASY reservation is chosen by age, not by the order of visits, from the state
+as the cycle begins (``anchor``): so a full visit and a parked visit reserve for the same run.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from mlops_gpu.core.backfill import could_be_admitted
 from mlops_gpu.core.placement import indexed_buckets, place, request_amount
-from mlops_gpu.core.state import ShapeKey, Signature
+from mlops_gpu.core.state import Age, ShapeKey, Signature, age_of, shape_key
 from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
@@ -220,105 +218,79 @@ def _room_on_any(
 
 
 def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
-    """The run the EASY reservation is for, with the GPU types its quota would admit it on, or
-    None: the highest-class, oldest queue head blocked by capacity alone (ties, which only
-    runs with the same order key make, go to the lowest run id).
+    """The run the EASY reservation is for, with the GPU types it could ever be admitted on, or
+    None. Candidates are the queued whole-GPU runs that fit an empty cluster, whose quota could
+    ever admit them (``backfill.could_be_admitted``), and that are blocked as the cycle begins
+    (on no such type do both quota admit them and a node set take them now), plus the run that
+    held the reservation after the last applied cycle (``State.anchor``) while it is one of
+    the others but for being blocked: it keeps the reservation when what it waited for is
+    free, else a run the order prefers (under ``shortest`` or ``las``, or of a project with a
+    lower share) would take it, again and again. Among them, the one of the highest class
+    (after a spent budget's ``lower``; not those it makes wait) that has waited longest
+    (submit time, seq, run id). It is read from the cycle's starting state: the same for a
+    full visit and a parked one.
 
-    Queues the free-count index can judge are read from ``State.heads``, oldest head first,
-    and only for signatures that no node set of at least one of their types can take now
-    (where every type has one, ``_blocked_by_capacity`` finds nothing): the first head found
-    blocked is its signature's best. When a spent budget moves a project's runs to another
-    class (or makes them wait), every queue is scanned instead."""
+    Runs of one queue are interchangeable for placement and quota, so each queue is judged by
+    its oldest run (``State.oldest``, highest class and oldest first: the first blocked one
+    has the anchor). When a spent budget moves a project's runs to another class (or makes
+    them wait), every queue is judged instead."""
     st = c.state
-    rooms_of: dict[str, dict[str, float] | None] = {}
+    best: tuple[tuple[int, Age], Run, list[str]] | None = None
+    kept = st.pending.get(st.anchor) if st.anchor is not None else None
+    if kept is not None and kept.id in st.order_keys:
+        sk = shape_key(st.template, kept)
+        level = c._level_of(kept.project, int(sk[0]))  # type: ignore[call-overload]
+        types = _types(c, kept) if level is not None else []
+        if types:
+            best = ((-level, age_of(kept)), kept, types)  # type: ignore[operator]
     if any(note is not None for note in c.notes.values()):
-        return _found(_scan(c, st.queues, rooms_of, None))
-    best = _scan(c, st.other_queues, rooms_of, None)
-    for (sig_types, gpus, nodes, backend), heads in st.heads.items():
-        if all(node_sets(c, t, gpus, nodes, backend) for t in sig_types):
-            continue
-        amount = float(gpus * nodes)
-        for neg_class, okey, rid, project, sk in heads:
-            key = (neg_class, okey, rid)
-            if best is not None and key >= best[0]:
+        for project, subqueues in st.queues.items():
+            for sk, q in subqueues.items():
+                level = c._level_of(project, int(sk[0]))  # type: ignore[call-overload]
+                if not q or level is None:
+                    continue
+                key = (-level, st.ages[(project, sk)][0])
+                if best is not None and key >= best[0]:
+                    continue
+                found = _blocked(c, project, sk)
+                if found is not None:
+                    best = (key, *found)
+    else:
+        for neg_class, age, project, sk in st.oldest:
+            if best is not None and (neg_class, age) >= best[0]:
                 break
-            # (most heads fail here: ``_blocked_by_capacity`` would keep no type)
-            rooms = _rooms(c, rooms_of, project)
-            if rooms is None or all(amount > rooms[t] + _EPS for t in sig_types):
-                continue
-            run = st.queues[project][sk][0]
-            types = _blocked_by_capacity(c, run, rooms)
-            if types:
-                best = (key, run, types)
+            found = _blocked(c, project, sk)
+            if found is not None:
+                best = ((neg_class, age), *found)
                 break
-    return _found(best)
-
-
-_Best = tuple[tuple[int, tuple[int, float, int], str], Run, list[str]]
-
-
-def _found(best: _Best | None) -> tuple[Run, list[str]] | None:
     return None if best is None else (best[1], best[2])
 
 
-def _rooms(
-    c: Cycle, rooms_of: dict[str, dict[str, float] | None], project: str
-) -> dict[str, float] | None:
-    """``Cycle.room`` per type for ``project`` (None: no whole GPU has room on any type)."""
-    if project in rooms_of:
-        return rooms_of[project]
-    rooms: dict[str, float] | None = {t: c.room(project, t) for t in c.state.types}
-    if all(r < 1.0 - _EPS for r in rooms.values()):  # type: ignore[union-attr]
-        rooms = None
-    rooms_of[project] = rooms
-    return rooms
-
-
-def _scan(
-    c: Cycle,
-    queues: Mapping[str, Iterable[ShapeKey]],
-    rooms_of: dict[str, dict[str, float] | None],
-    best: _Best | None,
-) -> _Best | None:
-    """``anchor`` over every head of ``queues`` (project -> shape keys)."""
-    st = c.state
-    for project, sks in queues.items():
-        rooms = _rooms(c, rooms_of, project)
-        if rooms is None:
-            continue
-        subqueues = st.queues[project]
-        for sk in sks:
-            q = subqueues[sk]
-            level = c._level_of(project, int(sk[0]))  # type: ignore[call-overload]
-            if not q or level is None:
-                continue
-            run = q[0]
-            key = (-level, st.order_keys[run.id], run.id)
-            if best is not None and key >= best[0]:
-                continue
-            types = _blocked_by_capacity(c, run, rooms)
-            if types:
-                best = (key, run, types)
-    return best
-
-
-def _blocked_by_capacity(c: Cycle, run: Run, rooms: dict[str, float]) -> list[str]:
-    """The types on which quota would admit the whole-GPU ``run``, if it fits on none of them
-    now; else []. ``rooms`` (``Cycle.room`` per type) rules types out before the exact quota
-    check, which is only made where it decides something."""
-    req = run.request
-    if req.shape != "whole":
+def _types(c: Cycle, run: Run) -> list[str]:
+    """The GPU types a whole-GPU run could ever be admitted on (an empty cluster hosts it, its
+    quota could admit it); [] for other shapes."""
+    if run.request.shape != "whole":
         return []
     amount = request_amount(run)
-    types = [t for t in c.state.types_of(run) if amount <= rooms[t] + _EPS]
-    admitted: list[str] = []
+    pre = run.spec.preemptible
+    return [t for t in c.state.ever_fits(run) if could_be_admitted(c.quota, run.project, t, amount, pre)]
+
+
+def _blocked(c: Cycle, project: str, sk: ShapeKey) -> tuple[Run, list[str]] | None:
+    """The queue's oldest run with ``_types``, if it is blocked now: on none of them do both
+    quota admit it and a node set take it; else None."""
+    st = c.state
+    run = st.pending[st.ages[(project, sk)][0][2]]
+    types = _types(c, run)
+    if not types:
+        return None
+    req, amount = run.request, request_amount(run)
     for t in types:
+        if not c.quota.admits(project, t, amount, run.spec.preemptible):
+            continue
         if req.topology_key is None:
-            fits = node_sets(c, t, req.gpus, req.nodes, run.spec.backend)
-        else:
-            fits = place(c.snap, c.cap, run, t) is not None
-        if c.quota.admits(run.project, t, amount, run.spec.preemptible):
-            if fits:
-                return []
-            admitted.append(t)
-    return admitted
+            if node_sets(c, t, req.gpus, req.nodes, run.spec.backend):
+                return None
+        elif place(c.snap, c.cap, run, t) is not None:
+            return None
+    return run, types

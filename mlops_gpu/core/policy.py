@@ -23,13 +23,19 @@
    their GPUs back at once (``_keeps_what_it_frees``). Victims of the lowest classes go first
    (``preempt``), so a reclaim ends: a higher-class victim, requeued, would preempt its
    project's lower-class runs in turn;
-6. reserve: the anchor, the oldest (highest class first) queue head that is blocked by capacity
-   when the cycle begins while its quota would admit it, gets an EASY reservation
-   (``backfill.reserve``); no other run may start if it would delay it;
+6. reserve: the anchor (``parking.anchor``), the run of the highest class that has waited
+   longest (submit time, seq, id; not the order's head) among those blocked by capacity or by
+   its own project's quota when the cycle begins and that could ever be admitted, or the
+   anchor the engine kept from its last cycle (``Snapshot.anchor``) even if it fits now, gets
+   an EASY reservation of nodes and quota (``backfill.reserve``; its time is unknown when it
+   waits for runs without ``max_runtime``); no other run may take what it waits for unless it
+   is shown to end before it, and the anchor itself is never held back by it. Without the kept
+   anchor, a run the order prefers would take its GPUs the moment they free;
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
    waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``); a lender's
    run names the runs holding what it lent, reclaimable or not, and their ends (``lent``).
-Strict FIFO: once a project has a blocked run, its later runs wait behind it.
+Strict FIFO: once a project has a blocked run, its later runs wait behind it (a run held only
+for the reservation of an older run of its own project does not block it: the anchor is next).
 
 A cycle reads a ``State`` (built from a snapshot, or kept up to date by the incremental engine)
 and judges each queue of interchangeable runs by its head: when the head is blocked and its
@@ -53,6 +59,7 @@ still used to explain every run.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
@@ -67,6 +74,7 @@ from mlops_gpu.core.backfill import (
     expected_end,
     quota_ends,
     quota_eta,
+    quota_limit,
     reserve,
     start_of,
 )
@@ -133,6 +141,7 @@ class Cycle:
         self.park = park and pol.queueing != "strict-fifo" and pol.fair_share
         self._reservation: Reservation | None = None
         self._reserved = False  # whether the anchor's reservation has been worked out
+        self.anchor: str | None = None  # the run the reservation is for (``parking.anchor``)
         self.blocked_projects: dict[str, str] = {}
         #: strict FIFO: the projects whose head had to borrow (the borrowing passes serve them)
         self._deferred: set[str] = set()
@@ -278,7 +287,7 @@ class Cycle:
                 self.met.append((run, None))
                 rg[1] += 1
                 return True
-            if strict:
+            if strict and not self._held_for_own(outcome, project):
                 self.met.append((run, None))
                 self.blocked_projects[project] = run.id
                 rg[1] += 1
@@ -290,16 +299,29 @@ class Cycle:
             else:  # Outcome.RESERVED
                 # Identical runs behind it differ only in max_runtime: those that would not
                 # end before the reservation wait for the same reason; try the first that would.
-                assert self.reservation is not None
+                # (The anchor itself, when it is one of them, is tried: nothing is held from it.)
+                res = self.reservation
+                assert res is not None
                 q, j = rg[3], rg[1] + 1
-                latest = self.reservation.at - self.snap.now
+                latest = res.at - self.snap.now  # (inf when unknown: none ends before)
                 while j < rg[2]:
                     mr = q[j].spec.max_runtime_s
-                    if mr is not None and mr <= latest:
+                    if q[j].id == res.run_id or (mr is not None and mr <= latest < math.inf):
                         break
                     j += 1
                 self.met.append((run, (project, rg[0], rg[1] + 1, j)))
                 rg[1] = j
+
+    def _held_for_own(self, outcome: Outcome, project: str) -> bool:
+        """Strict FIFO: a run that waits only for the reservation of an older run of its own
+        project (by age; under ``shortest`` or ``las`` it may come later in the order) does not
+        block the project, or the anchor behind it would never be tried."""
+        res = self.reservation
+        return (
+            outcome is Outcome.RESERVED
+            and res is not None
+            and self.state.pending[res.run_id].project == project
+        )
 
     def _hold_behind(self, project: str, ranges: list[Range], head: str | None) -> None:
         head = head or self.blocked_projects[project]
@@ -318,13 +340,15 @@ class Cycle:
     @property
     def reservation(self) -> Reservation | None:
         """The anchor's reservation, worked out from the cycle's starting state: the first use
-        comes before the first admission (``_try`` asks for it before placing)."""
+        comes before the first admission (``_try`` asks for it before placing). It is dropped
+        once the anchor is admitted."""
         if not self._reserved:
             self._reserved = True
             if self.snap.policy.backfill:
                 anchor = parking.anchor(self)
                 if anchor is not None:
                     run, types = anchor
+                    self.anchor = run.id
                     now = self.snap.now
                     st = self.state
                     self._reservation = reserve(
@@ -335,20 +359,58 @@ class Cycle:
                         lambda n: st.lines(n, now),
                         lambda n, free, need: st.reach(n, now, free, need),
                         lambda t: st.earliest(run, t, now),
+                        lambda t: self._quota_of(run, t),
                     )
         return self._reservation
 
+    def _quota_of(
+        self, run: Run, gpu_type: str
+    ) -> tuple[float | None, float, list[tuple[float | None, float]]]:
+        """``backfill.QuotaOf`` for the anchor ``run``: the quota it counts on, its project's
+        usage, and the expected ends of the project's own runs on the type."""
+        limit = quota_limit(
+            self.quota, run.project, gpu_type, request_amount(run), run.spec.preemptible
+        )
+        used = self.quota.used[(run.project, gpu_type)]
+        if limit is None:
+            return None, used, []
+        snap = self.snap
+        ends = [
+            (expected_end(snap, a), float(a.placement.gpu_amount))  # type: ignore[union-attr]
+            for a in self.state.held.get((run.project, gpu_type), {}).values()
+        ]
+        return limit, used, ends
+
+    def kept_anchor(self) -> str | None:
+        """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
+        this cycle's, unless it was admitted. (Asked after ``run``: when no run was tried the
+        reservation was not worked out, and nothing was admitted, so the starting state is
+        still there to work it out from.)"""
+        _ = self.reservation
+        admitted = {a.run_id for a in self.admissions}
+        return self.anchor if self.anchor not in admitted else None
+
     def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
         res = self.reservation
-        if res is None:
+        if res is None or res.run_id == run.id:
             return None
         ends = None if run.spec.max_runtime_s is None else self.snap.now + run.spec.max_runtime_s
         return lambda node, free_after: res.allows(node, free_after, ends)
 
+    def _quota_held(self, run: Run, gpu_type: str, amount: float) -> bool:
+        """Whether the reservation holds quota that ``run`` taking ``amount`` would take."""
+        res = self.reservation
+        if res is None or res.run_id == run.id:
+            return False
+        mr = run.spec.max_runtime_s
+        ends = None if mr is None else self.snap.now + mr
+        used = self.quota.used[(run.project, gpu_type)]
+        return not res.allows_quota(run.project, gpu_type, used + amount, ends)
+
     def _try(self, run: Run) -> Outcome:
         types = self.state.types_of(run)
         quota_msgs: list[str] = []
-        fits_without_reservation = False
+        fits_without_reservation = quota_held = False
         flt = self._backfill_filter(run)
         placed: dict[str, Placement | None] = {}
         if (
@@ -371,18 +433,31 @@ class Cycle:
                 quota_msgs.append(problem)
                 continue
             if placement is not None:
+                if self._quota_held(run, t, amount):
+                    quota_held = True
+                    continue
                 self._admit(run, placement)
                 return Outcome.ADMITTED
-        if fits_without_reservation and self.reservation is not None:
+        res = self.reservation
+        if (fits_without_reservation or quota_held) and res is not None:
             # It fits but for the reservation: it waits for it (and does not preempt); a run
             # behind it with a shorter max_runtime may still backfill.
-            res = self.reservation
+            what = (
+                "free GPUs are held"
+                if fits_without_reservation
+                else f"project {res.project}'s quota of {res.gpu_type} is held"
+            )
+            when = (
+                f"reserved to start by {res.at:.0f} (epoch s), and this run would not "
+                "end before then (set max_runtime to backfill)"
+                if math.isfinite(res.at)
+                else "which waits for runs without max_runtime (its start time is unknown), "
+                "and this run would take what it waits for"
+            )
             self._wait(
                 run,
                 ReasonCode.RESERVED,
-                f"{shape_text(run, types)}; free GPUs are held for run {res.run_id}, "
-                f"reserved to start by {res.at:.0f} (epoch s), and this run would not "
-                "end before then (set max_runtime to backfill)",
+                f"{shape_text(run, types)}; {what} for run {res.run_id}, {when}",
             )
             return Outcome.RESERVED
         if self._victims_possible(run, types) and self._preempt(run, types):
@@ -457,6 +532,8 @@ class Cycle:
             self._wait_capacity(run, types)
 
     def _admit(self, run: Run, placement: Placement) -> None:
+        if self._reservation is not None and self._reservation.run_id == run.id:
+            self._reservation = None  # it started: nothing more to hold for it
         self.cap.take(run.project, placement, run.request.gpu_types)
         self.shares.add(run.project, placement.gpu_type, placement.gpu_amount)
         self.admissions.append(Admission(run.id, placement))
@@ -767,8 +844,12 @@ class Cycle:
             if p.reason_code is ReasonCode.QUOTA:  # it needs the GPUs and the quota
                 at, why = self._quota_eta(run, types)
                 eta = max(at, eta) if at is not None and eta is not None else at
-            if self.reservation is not None and self.reservation.run_id == run.id:
-                eta, why = self.reservation.at, "reserved (EASY backfill)"
+            res = self.reservation
+            if res is not None and res.run_id == run.id:
+                if math.isfinite(res.at):
+                    eta, why = res.at, "reserved (EASY backfill)"
+                else:
+                    eta, why = None, self._unknown_why(res)
             if p.eta is not None:
                 eta = max(p.eta, eta) if eta is not None else p.eta
             return PendingReason(
@@ -805,6 +886,31 @@ class Cycle:
                 ),
             )
         return list(out.values())
+
+    def _unknown_why(self, res: Reservation) -> str:
+        """Why a reservation's time is unknown: the runs it waits for that have no
+        max_runtime (on its nodes, and its project's own runs holding the quota it needs)."""
+        nodes = set(res.unknown_nodes)
+        names = sorted(
+            a.id
+            for a in self.state.active.values()
+            if a.placement is not None
+            and a.id not in self.state.going
+            and a.spec.max_runtime_s is None
+            and (
+                any(n in nodes for n in a.placement.node_names)
+                or (
+                    res.quota_unknown
+                    and a.project == res.project
+                    and a.placement.gpu_type == res.gpu_type
+                )
+            )
+        )
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        return (
+            "reserved (EASY backfill) at an unknown time: it waits for runs "
+            f"{shown}, which have no max_runtime"
+        )
 
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
         best: tuple[float | None, str] = (None, "no ETA")
@@ -852,14 +958,21 @@ class Cycle:
 def decide_default(snap: Snapshot, explain: bool = True) -> Decision:
     """From scratch: build the state from ``snap``, run one cycle, explain every run (unless
     ``explain`` is False: then ``Decision.pending`` is empty)."""
+    return decide_keeping(snap, explain)[0]
+
+
+def decide_keeping(snap: Snapshot, explain: bool = True) -> tuple[Decision, str | None]:
+    """``decide_default``, and the anchor an engine applying the decision keeps for the next
+    cycle (``Snapshot.anchor``; ``Cycle.kept_anchor``)."""
     cycle = Cycle(State.from_snapshot(snap), snap.now, snap.usage_history, snap.spent)
     d = cycle.run()
+    kept = cycle.kept_anchor()
     if not explain:
-        return Decision(d.admissions, d.preemptions, ())
+        return Decision(d.admissions, d.preemptions, ()), kept
     reasons = {p.run_id: p for p in cycle.explain()}
     return Decision(
         d.admissions, d.preemptions, tuple(reasons[r.id] for r in snap.pending if r.id in reasons)
-    )
+    ), kept
 
 
 POLICIES: dict[str, Callable[[Snapshot, bool], Decision]] = {"default": decide_default}

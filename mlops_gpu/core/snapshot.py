@@ -37,6 +37,10 @@ class Snapshot:
     usage_history: Mapping[tuple[str, str], float] = field(default_factory=lambda: _NO_USAGE)
     #: Spent in each budgeted project's current window: (GPU-hours, USD).
     spent: Mapping[str, tuple[float, float]] = field(default_factory=lambda: _NO_SPENT)
+    #: The run that held the EASY reservation after the last cycle an engine applied, if it is
+    #: still pending (the engines remember it; ``parking.anchor``): it keeps the reservation
+    #: while it fits now, so that no run the order prefers takes what it waited for.
+    anchor: str | None = None
 
     def priority_of(self, run: Run) -> int:
         return self.priority_classes.get(run.spec.priority, 0)

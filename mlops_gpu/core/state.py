@@ -59,6 +59,14 @@ Signature = tuple[tuple[str, ...], int, int, str | None]
 #: (-class value, order key, run id, project, shape key) of a queue's head: sorted, the highest
 #: class and oldest first (run ids are unique, so entries never compare shape keys)
 HeadEntry = tuple[int, tuple[int, float, int], str, str, ShapeKey]
+#: A run's age: (submit time, seq, run id); the smallest has waited longest
+Age = tuple[float, int, str]
+#: (-class value, age of the queue's oldest run, project, shape key), one per queue
+OldestEntry = tuple[int, Age, str, ShapeKey]
+
+
+def age_of(run: Run) -> Age:
+    return (run.submitted_at, run.seq, run.id)
 
 
 def shape_key(snap: Snapshot, run: Run) -> ShapeKey:
@@ -94,7 +102,7 @@ class State:
     def __init__(self, template: Snapshot) -> None:
         """``template`` gives the cluster, projects, classes, cohorts, policy; its runs are
         ignored (use ``from_snapshot`` to load them)."""
-        self.template = replace(template, pending=(), active=())
+        self.template = replace(template, pending=(), active=(), anchor=None)
         self.now = template.now
         self.cap = Capacity(self.template)
         self.quota = QuotaBook(self.template, self.cap.used)
@@ -112,6 +120,9 @@ class State:
         #: who could be a victim, without scanning the active runs.
         self.victims: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
         self.running: dict[tuple[str, str], dict[str, Run]] = defaultdict(dict)
+        #: (project, GPU type) -> its active runs not being preempted (the anchor's quota hold
+        #: reads their ends: ``Cycle._quota_of``)
+        self.held: dict[tuple[str, str], dict[str, Run]] = defaultdict(dict)
         #: Preemption searches that failed for want of capacity (``search_memo``).
         self.memo = SearchMemo()
         self.victim_ends: dict[tuple[str, str, int], list[float]] = defaultdict(list)
@@ -123,6 +134,13 @@ class State:
         #: signature -> its queues' heads as ``HeadEntry``, sorted (``parking.anchor``)
         self.heads: dict[Signature, list[HeadEntry]] = {}
         self._head_of: dict[tuple[str, ShapeKey], HeadEntry] = {}
+        #: (project, shape key) -> the ages of its queue's runs, sorted; ``oldest`` one entry
+        #: per queue for its oldest run, sorted (the anchor is chosen by age: ``parking.anchor``)
+        self.ages: dict[tuple[str, ShapeKey], list[Age]] = {}
+        self.oldest: list[OldestEntry] = []
+        self._oldest_of: dict[tuple[str, ShapeKey], OldestEntry] = {}
+        #: the run that held the reservation after the last applied cycle (``Snapshot.anchor``)
+        self.anchor: str | None = template.anchor
         #: What the parking lot (``parking.candidates``) keeps between cycles: the
         #: (project, GPU type) pairs whose usage or victims changed since it last looked, the
         #: (signature, project) pairs with a new queue head, each signature's fitting types,
@@ -200,6 +218,7 @@ class State:
             insort(q, run, key=lambda r: self.order_keys[r.id])
         if q[0] is run:
             self._new_head(run, sk)
+        self._age(run, sk, add=True)
 
     def remove_pending(self, run_id: str) -> Run:
         run = self.pending.pop(run_id)
@@ -220,6 +239,8 @@ class State:
             if not q:
                 del subqueues[sk]
                 self._index(run, sk, add=False)
+            if run_id in self.order_keys:
+                self._age(run, sk, add=False)
         self.order_keys.pop(run_id, None)
         return run  # a run in backoff is skipped when it comes up (it is no longer pending)
 
@@ -252,6 +273,32 @@ class State:
         elif not heads:
             del self.heads[sig]
 
+    def _age(self, run: Run, sk: ShapeKey, add: bool) -> None:
+        """Book (or unbook) a queued run's age, and re-file its queue's oldest run."""
+        key = (run.project, sk)
+        ages = self.ages.setdefault(key, [])
+        age = age_of(run)
+        if add:
+            if not ages or ages[-1] < age:
+                ages.append(age)
+            else:
+                insort(ages, age)
+        else:
+            i = bisect_left(ages, age)
+            if i < len(ages) and ages[i] == age:
+                del ages[i]
+        old = self._oldest_of.pop(key, None)
+        if old is not None:
+            i = bisect_left(self.oldest, old)
+            assert self.oldest[i] == old
+            del self.oldest[i]
+        if ages:
+            entry = (-int(sk[0]), ages[0], run.project, sk)  # type: ignore[call-overload]
+            insort(self.oldest, entry)
+            self._oldest_of[key] = entry
+        else:
+            del self.ages[key]
+
     def _index(self, run: Run, sk: ShapeKey, add: bool) -> None:
         sig = self.signature(run)
         group = self.other_queues if sig is None else self.by_signature[sig]
@@ -275,6 +322,7 @@ class State:
         self.hope_stale.add(run.project)
         if not taken:
             self.cap.take(run.project, run.placement, run.request.gpu_types)
+        self.held[(run.project, run.placement.gpu_type)][run.id] = run
         self._timeline(run, add=True)
         if run.spec.preemptible:
             self._victim(run, +1)
@@ -371,6 +419,7 @@ class State:
         self.hope_stale.add(run.project)
         if not released:
             self.cap.release(run.project, run.placement, run.request.gpu_types)
+        self.held[(run.project, run.placement.gpu_type)].pop(run.id, None)
         self._timeline(run, add=False)
         if run.spec.preemptible:
             self._victim(run, -1)
@@ -499,7 +548,8 @@ class State:
 
     def snapshot(self, now: float) -> Snapshot:
         """The whole state as a snapshot (pending runs included): what ``decide`` would get."""
-        return replace(self.view(now), pending=tuple(self.pending.values()))
+        anchor = self.anchor if self.anchor in self.pending else None
+        return replace(self.view(now), pending=tuple(self.pending.values()), anchor=anchor)
 
     def in_backoff(self) -> list[Run]:
         return [

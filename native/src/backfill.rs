@@ -1,7 +1,12 @@
-//! EASY backfill (`mlops_gpu.core.backfill` and `parking.anchor`): the anchor, the oldest
-//! highest-class queue head blocked by capacity alone as the cycle begins, gets the earliest
-//! reservation its GPU types' timelines allow; a later run may use a reserved node only if it
-//! ends before then, or if the node still frees the reserved GPUs in time.
+//! EASY backfill (`mlops_gpu.core.backfill` and `parking.anchor`). The anchor: among the
+//! queued runs that fit an empty cluster and whose quota could ever admit them, those blocked
+//! as the cycle begins (quota and a node set take them on no type now) and the anchor the last
+//! cycle kept (`State.anchor`, even when it fits now), the one of the highest class that has
+//! waited longest (submit time, seq, id). Its reservation: on the node set needing the fewest
+//! GPUs from runs of unknown end, then the earliest; and the quota it counts on, until its own
+//! project's runs have made room; its time is the later of the two (infinite: unknown). A later
+//! run may use a reserved node, or the anchor's project's quota of its type, only if it ends
+//! before then, or if what the anchor needs is still there then (known ends only).
 
 use std::collections::HashMap;
 
@@ -9,87 +14,186 @@ use crate::cycle::Cycle;
 use crate::model::Model;
 use crate::placement::{eligible, node_sets};
 use crate::quota::admits;
-use crate::state::{key_cmp, State};
+use crate::state::{age_cmp, Run, State};
 
 const EPS: f64 = 1e-9;
 
 pub struct Reservation {
+    pub run: usize,
+    /// Infinite: unknown (it waits for a run without max_runtime).
     pub at: f64,
     pub need: usize,
     pub nodes: HashMap<usize, Vec<(f64, u32)>>,
+    /// The quota hold: (project, type, amount, the quota it counts on, the project's GPUs of
+    /// that type released by known ends by `at`).
+    pub quota: Option<(usize, usize, f64, f64, f64)>,
 }
 
 impl Reservation {
+    /// Whether a run ending at `ends_at` is shown to end before the reservation.
+    fn before(&self, ends_at: Option<f64>) -> bool {
+        self.at.is_finite() && ends_at.is_some_and(|e| e <= self.at)
+    }
+
     /// May a run leaving `free_after` free on `node` start now without delaying the anchor?
     pub fn allows(&self, node: usize, free_after: usize, ends_at: Option<f64>) -> bool {
         let Some(line) = self.nodes.get(&node) else {
             return true;
         };
-        if ends_at.is_some_and(|e| e <= self.at) {
+        if self.before(ends_at) {
             return true;
         }
         let released: u32 = line.iter().filter(|x| x.0 <= self.at).map(|x| x.1).sum();
         free_after + released as usize >= self.need
     }
+
+    /// May a run leaving `project` at `used_after` of `ty` start now without taking quota
+    /// the anchor waits for (`Reservation.allows_quota`)?
+    pub fn allows_quota(
+        &self,
+        project: usize,
+        ty: usize,
+        used_after: f64,
+        ends_at: Option<f64>,
+    ) -> bool {
+        let Some((p, t, amount, limit, released)) = self.quota else {
+            return true;
+        };
+        if p != project || t != ty || self.before(ends_at) {
+            return true;
+        }
+        used_after - released + amount <= limit + EPS
+    }
 }
 
-/// The types on which quota would admit the queued run `i`, if no node set of them can take
-/// it now; else empty (`parking._blocked_by_capacity`).
-fn blocked_by_capacity(c: &Cycle, i: usize) -> Vec<usize> {
-    let (m, st) = (c.m, &*c.st);
-    let r = &st.runs[i];
-    let used = &st.cap.used;
+/// The quota a reservation holds on `t` (`backfill.quota_limit`), and whether quota could
+/// ever admit the run there (`backfill.could_be_admitted`).
+fn quota_terms(m: &Model, r: &Run, t: usize) -> (bool, Option<f64>) {
+    let q = m.term(r.project, t);
     let amount = r.amount();
-    let mut admitted = Vec::new();
-    for &t in &r.types {
-        if amount > c.room(r.project, t) + EPS {
+    if amount <= q.nominal + EPS {
+        return (true, Some(q.nominal));
+    }
+    if !r.preemptible || m.projects[r.project].root.is_none() {
+        return (false, None); // (only a preemptible run borrows)
+    }
+    match q.borrowing {
+        None => (true, None),
+        Some(b) if amount <= q.nominal + b + EPS => (true, Some(q.nominal + b)),
+        Some(_) => (false, None),
+    }
+}
+
+/// Whether an empty cluster could host the run on `t` (`State.ever_fits`): `nodes` nodes of
+/// one backend serving it, with enough devices, schedulable now or not.
+fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
+    let mut count: HashMap<usize, usize> = HashMap::new();
+    for &n in &m.of_type[t] {
+        let node = &m.nodes[n];
+        if node.ndev < r.gpus
+            || r.pinned.is_some_and(|p| p != node.backend)
+            || (r.nodes > 1 && !m.multi_node[node.backend])
+        {
             continue;
         }
-        let fits = node_sets(m, &st.cap, r, t);
-        if admits(m, used, r.project, t, amount, r.preemptible) {
-            if fits {
-                return Vec::new();
-            }
-            admitted.push(t);
+        let c = count.entry(node.backend).or_insert(0);
+        *c += 1;
+        if *c >= r.nodes {
+            return true;
         }
     }
-    admitted
+    false
 }
 
-/// The run the reservation is for, with its types: the highest-class, oldest queue head
-/// blocked by capacity alone (ties to the lowest run id).
+/// The types the run could ever be admitted on (`parking._types`).
+fn types_of(m: &Model, r: &Run) -> Vec<usize> {
+    r.types
+        .iter()
+        .copied()
+        .filter(|&t| ever_fits(m, r, t) && quota_terms(m, r, t).0)
+        .collect()
+}
+
+/// The run the reservation is for, with its types (`parking.anchor`).
 pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
-    let st = &*c.st;
+    let (m, st) = (c.m, &*c.st);
+    let better = |i: usize, b: &Option<(usize, Vec<usize>)>| match b {
+        None => true,
+        Some((j, _)) => {
+            let (r, o) = (&st.runs[i], &st.runs[*j]);
+            (-r.class).cmp(&-o.class).then(age_cmp(r, o)).is_lt()
+        }
+    };
     let mut best: Option<(usize, Vec<usize>)> = None;
+    if let Some(k) = st.anchor {
+        if st.runs[k].queued {
+            let types = types_of(m, &st.runs[k]);
+            if !types.is_empty() {
+                best = Some((k, types));
+            }
+        }
+    }
     for qs in &st.queues {
         for q in qs {
-            let h = q.runs[0];
-            if let Some((b, _)) = &best {
-                let (r, o) = (&st.runs[h], &st.runs[*b]);
-                let earlier = (-r.class)
-                    .cmp(&-o.class)
-                    .then(key_cmp(&r.key, &o.key))
-                    .then(r.id.cmp(&o.id));
-                if earlier.is_ge() {
-                    continue;
-                }
+            let i = q.oldest;
+            if !better(i, &best) {
+                continue;
             }
-            let types = blocked_by_capacity(c, h);
+            // (a type that a node set takes now fits an empty cluster: `types_of` only when
+            // blocked on every type quota could ever admit it on)
+            let r = &st.runs[i];
+            let open = r.types.iter().any(|&t| {
+                quota_terms(m, r, t).0
+                    && admits(m, &st.cap.used, r.project, t, r.amount(), r.preemptible)
+                    && node_sets(m, &st.cap, r, t)
+            });
+            if open {
+                continue;
+            }
+            let types = types_of(m, r);
             if !types.is_empty() {
-                best = Some((h, types));
+                best = Some((i, types));
             }
         }
     }
     best
 }
 
+/// The expected end of active run `i` (`backfill.expected_end`).
+fn expected_end(st: &State, i: usize, now: f64) -> Option<f64> {
+    let r = &st.runs[i];
+    let mr = r.max_runtime?;
+    Some(match r.start() {
+        None => now + mr,
+        Some(s) => (s + mr).max(now),
+    })
+}
+
+/// When the project's own runs have released `short` GPUs (`backfill.quota_time`).
+fn quota_time(now: f64, short: f64, ends: &[(f64, f64)]) -> f64 {
+    if short <= EPS {
+        return now;
+    }
+    let mut freed = 0.0;
+    for &(end, amount) in ends {
+        freed += amount;
+        if freed >= short - EPS {
+            return end;
+        }
+    }
+    f64::INFINITY
+}
+
+/// A node for a reservation: (GPUs it needs from runs of unknown end, time, node).
+type Candidate = (usize, f64, usize);
+
 /// The earliest reservation for the queued run `i` on `types` (`backfill.reserve`).
 pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Option<Reservation> {
     let r = &st.runs[i];
-    let mut best: Option<Reservation> = None;
+    let mut best: Option<((f64, usize), Reservation)> = None;
     for &t in types {
-        // per backend, in the order their nodes first fit: (time, node)
-        let mut by_backend: Vec<(usize, Vec<(f64, usize)>)> = Vec::new();
+        // per backend, in the order their nodes first fit: (GPUs from unknown ends, time, node)
+        let mut by_backend: Vec<(usize, Vec<Candidate>)> = Vec::new();
         for n in eligible(m, r, t) {
             if m.nodes[n].ndev < r.gpus {
                 continue;
@@ -98,29 +202,67 @@ pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Op
             if free < r.gpus {
                 (free, when) = st.reach(n, free, r.gpus, now);
             }
-            if free >= r.gpus {
-                let b = m.nodes[n].backend;
-                match by_backend.iter_mut().find(|(x, _)| *x == b) {
-                    Some((_, c)) => c.push((when, n)),
-                    None => by_backend.push((b, vec![(when, n)])),
-                }
+            let item = (r.gpus.saturating_sub(free), when, n);
+            let b = m.nodes[n].backend;
+            match by_backend.iter_mut().find(|(x, _)| *x == b) {
+                Some((_, c)) => c.push(item),
+                None => by_backend.push((b, vec![item])),
             }
         }
+        let (limit, used, ends) = match quota_terms(m, r, t).1 {
+            None => (None, 0.0, Vec::new()),
+            Some(limit) => {
+                let mut ends: Vec<(f64, f64)> = Vec::new();
+                for &k in &st.held[m.pt(r.project, t)] {
+                    if let Some(e) = expected_end(st, k, now) {
+                        let p = st.runs[k].placement.as_ref().expect("an active run");
+                        ends.push((e, p.amount()));
+                    }
+                }
+                ends.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+                (Some(limit), st.cap.used[m.pt(r.project, t)], ends)
+            }
+        };
         for (_, mut c) in by_backend {
             if c.len() < r.nodes {
                 continue;
             }
-            c.sort_by(|a, b| a.0.partial_cmp(&b.0).expect("no NaN").then(a.1.cmp(&b.1)));
+            c.sort_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then(a.1.partial_cmp(&b.1).expect("no NaN"))
+                    .then(a.2.cmp(&b.2))
+            });
             let chosen = &c[..r.nodes];
-            let at = chosen[chosen.len() - 1].0;
-            if best.as_ref().is_none_or(|b| at < b.at) {
-                best = Some(Reservation {
+            let unknown: usize = chosen.iter().map(|x| x.0).sum();
+            let mut at = if unknown > 0 {
+                f64::INFINITY
+            } else {
+                chosen[chosen.len() - 1].1
+            };
+            if let Some(l) = limit {
+                at = at.max(quota_time(now, used + r.amount() - l, &ends));
+            }
+            if best
+                .as_ref()
+                .is_some_and(|(k, _)| (at, unknown) >= (k.0, k.1))
+            {
+                continue;
+            }
+            let released: f64 = ends.iter().filter(|x| x.0 <= at).map(|x| x.1).sum();
+            best = Some((
+                (at, unknown),
+                Reservation {
+                    run: i,
                     at,
                     need: r.gpus,
-                    nodes: chosen.iter().map(|&(_, n)| (n, st.lines(n, now))).collect(),
-                });
-            }
+                    nodes: chosen
+                        .iter()
+                        .map(|&(_, _, n)| (n, st.lines(n, now)))
+                        .collect(),
+                    quota: limit.map(|l| (r.project, t, r.amount(), l, released)),
+                },
+            ));
         }
     }
-    best
+    best.map(|(_, res)| res)
 }

@@ -77,6 +77,8 @@ pub struct Cycle<'a> {
     pub going: HashSet<usize>,
     pub used_at_start: Vec<f64>,
     pub reservation: Option<Reservation>,
+    /// The run the reservation is for (kept for the next cycle unless admitted).
+    pub anchor: Option<usize>,
     blocked: Vec<bool>,
     /// Strict FIFO: the projects whose head had to borrow (the borrowing passes serve them).
     deferred: Vec<bool>,
@@ -110,6 +112,7 @@ impl<'a> Cycle<'a> {
             going: HashSet::default(),
             used_at_start,
             reservation: None,
+            anchor: None,
             blocked: vec![false; n],
             deferred: vec![false; n],
             freed: RefCell::new(vec![0; m.nodes.len()]),
@@ -118,6 +121,7 @@ impl<'a> Cycle<'a> {
         };
         if m.policy.backfill {
             if let Some((run, types)) = anchor(&c) {
+                c.anchor = Some(run);
                 c.reservation = reserve(c.m, c.st, run, &types, now);
             }
         }
@@ -150,6 +154,9 @@ impl<'a> Cycle<'a> {
         for mut deferred in borrowing {
             self.serve(&mut deferred, None);
         }
+        // the anchor keeps the reservation next cycle, even if it fits then (`State.anchor`)
+        let admitted = |i: usize| self.admissions.iter().any(|(a, _)| *a == i);
+        self.st.anchor = self.anchor.filter(|&i| !admitted(i));
     }
 
     fn share(&mut self, p: usize) -> f64 {
@@ -255,7 +262,7 @@ impl<'a> Cycle<'a> {
                 rg.lo += 1;
                 return true;
             }
-            if strict {
+            if strict && !self.held_for_own(&outcome, p) {
                 self.blocked[p] = true;
                 ranges.iter_mut().for_each(|rg| rg.lo = rg.hi);
                 return false;
@@ -265,13 +272,17 @@ impl<'a> Cycle<'a> {
                 Outcome::Reserved => {
                     // identical runs behind it differ only in max_runtime: try the first that
                     // would end before the reservation
-                    let latest = self.reservation.as_ref().expect("reserved").at - self.now;
+                    // would end before the reservation, or the anchor itself
+                    let res = self.reservation.as_ref().expect("reserved");
+                    let latest = res.at - self.now; // (infinite when unknown: none ends before)
                     let q = &self.st.queues[p][rg.queue].runs;
                     let mut j = rg.lo + 1;
                     while j < rg.hi {
-                        if self.st.runs[q[j]]
-                            .max_runtime
-                            .is_some_and(|mr| mr <= latest)
+                        if q[j] == res.run
+                            || (latest.is_finite()
+                                && self.st.runs[q[j]]
+                                    .max_runtime
+                                    .is_some_and(|mr| mr <= latest))
                         {
                             break;
                         }
@@ -281,6 +292,16 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
+    }
+
+    /// Strict FIFO: a run that waits only for the reservation of an older run of its own
+    /// project does not block the project (`Cycle._held_for_own`).
+    fn held_for_own(&self, outcome: &Outcome, p: usize) -> bool {
+        *outcome == Outcome::Reserved
+            && self
+                .reservation
+                .as_ref()
+                .is_some_and(|res| self.st.runs[res.run].project == p)
     }
 
     fn head(&self, p: usize, rg: &Range) -> (usize, Key) {
@@ -329,14 +350,14 @@ impl<'a> Cycle<'a> {
 
     fn try_run(&mut self, i: usize) -> Outcome {
         let m = self.m;
-        let mut fits_without_reservation = false;
+        let (mut fits_without_reservation, mut quota_held) = (false, false);
         let types = self.st.runs[i].types.clone();
         for &t in &types {
             let r = &self.st.runs[i];
-            let flt = self
-                .reservation
-                .as_ref()
-                .map(|res| (res, r.max_runtime.map(|mr| self.now + mr)));
+            let ends = r.max_runtime.map(|mr| self.now + mr);
+            // (the anchor itself: nothing is held from it)
+            let res = self.reservation.as_ref().filter(|res| res.run != i);
+            let flt = res.map(|res| (res, ends));
             let placed = place(m, &self.st.cap, r, t, flt);
             if placed.is_none() && flt.is_some() {
                 fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
@@ -346,11 +367,16 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             if let Some(p) = placed {
+                let used = self.st.cap.used[m.pt(r.project, t)];
+                if res.is_some_and(|res| !res.allows_quota(r.project, t, used + amount, ends)) {
+                    quota_held = true;
+                    continue;
+                }
                 self.admit(i, p);
                 return Outcome::Admitted;
             }
         }
-        if fits_without_reservation && self.reservation.is_some() {
+        if (fits_without_reservation || quota_held) && self.reservation.is_some() {
             return Outcome::Reserved;
         }
         if m.policy.preemption && self.victims_possible(i) && self.preempt(i, &types) {
@@ -360,6 +386,9 @@ impl<'a> Cycle<'a> {
     }
 
     pub fn admit(&mut self, i: usize, p: Placement) {
+        if self.reservation.as_ref().is_some_and(|res| res.run == i) {
+            self.reservation = None; // it started: nothing more to hold for it
+        }
         let project = self.st.runs[i].project;
         self.st.cap.take(self.m, project, &p);
         self.load[self.m.pt(project, p.ty)] += p.amount();

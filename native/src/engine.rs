@@ -332,6 +332,14 @@ impl Engine {
         Ok((out_a, out_p))
     }
 
+    /// The run that held the reservation after the last cycle and still waits (it keeps it
+    /// next cycle: `Snapshot.anchor`), or None.
+    pub fn anchor(&self) -> Option<String> {
+        let i = self.st.anchor?;
+        let r = &self.st.runs[i];
+        r.queued.then(|| r.id.clone())
+    }
+
     /// A run as the engine keeps it, checked.
     fn run(&self, r: RunSpec) -> Result<Run, String> {
         let id = r.id;
@@ -373,6 +381,8 @@ impl Engine {
             started_at: None,
             going: false,
             queued: false,
+            submitted_at: r.submitted_at,
+            seq: r.seq,
         })
     }
 }

@@ -40,6 +40,9 @@ pub struct Run {
     pub started_at: Option<f64>,
     pub going: bool,
     pub queued: bool,
+    /// Its age (with `id`): the anchor is the blocked run that has waited longest.
+    pub submitted_at: f64,
+    pub seq: i64,
 }
 
 impl Run {
@@ -66,6 +69,17 @@ pub struct QueueKey {
 pub struct Queue {
     pub key: QueueKey,
     pub runs: VecDeque<usize>,
+    /// Its run that has waited longest (`age_cmp`): the head unless under `shortest`.
+    pub oldest: usize,
+}
+
+/// (submit time, seq, id): the smallest has waited longest (`state.age_of`).
+pub fn age_cmp(a: &Run, b: &Run) -> std::cmp::Ordering {
+    a.submitted_at
+        .partial_cmp(&b.submitted_at)
+        .expect("no NaN")
+        .then(a.seq.cmp(&b.seq))
+        .then(a.id.cmp(&b.id))
 }
 
 /// A victim candidate: its expected end (infinite when unknown), and the GPUs it holds on
@@ -105,6 +119,11 @@ pub struct State {
     pub going: Vec<usize>,
     pub ends: Vec<Vec<(f64, u32)>>,
     pub moving: Vec<Vec<(usize, f64, u32)>>,
+    /// Per (project, type): its active runs not being preempted (the quota hold reads them).
+    pub held: Vec<Vec<usize>>,
+    /// The run that held the reservation after the last cycle, if not admitted then
+    /// (`State.anchor`).
+    pub anchor: Option<usize>,
 }
 
 impl State {
@@ -120,6 +139,8 @@ impl State {
             going: Vec::new(),
             ends: vec![Vec::new(); m.nodes.len()],
             moving: vec![Vec::new(); m.nodes.len()],
+            held: vec![Vec::new(); m.projects.len() * m.n_types],
+            anchor: None,
         }
     }
 
@@ -155,6 +176,7 @@ impl State {
                 qs.push(Queue {
                     key,
                     runs: VecDeque::new(),
+                    oldest: i,
                 });
                 qs.last_mut().expect("just pushed")
             }
@@ -164,6 +186,9 @@ impl State {
             .runs
             .partition_point(|&r| key_cmp(&runs[r].key, &order).is_le());
         q.runs.insert(at, i);
+        if age_cmp(&runs[i], &runs[q.oldest]).is_lt() {
+            q.oldest = i;
+        }
         Ok(())
     }
 
@@ -176,6 +201,12 @@ impl State {
             // from the head: admitted runs are nearly always there
             if let Some(at) = q.runs.iter().position(|&x| x == i) {
                 q.runs.remove(at);
+            }
+            if q.oldest == i {
+                let runs = &self.runs;
+                if let Some(&o) = q.runs.iter().min_by(|&&a, &&b| age_cmp(&runs[a], &runs[b])) {
+                    q.oldest = o;
+                }
             }
             if q.runs.is_empty() {
                 qs.remove(j);
@@ -193,8 +224,20 @@ impl State {
         r.started_at = Some(now);
         r.going = false;
         self.timeline(m, i, true);
+        self.held_by(m, i, true);
         if self.runs[i].preemptible {
             self.pool(m, i, true);
+        }
+    }
+
+    fn held_by(&mut self, m: &Model, i: usize, add: bool) {
+        let r = &self.runs[i];
+        let ty = r.placement.as_ref().expect("an active run").ty;
+        let list = &mut self.held[m.pt(r.project, ty)];
+        if add {
+            list.push(i);
+        } else if let Some(at) = list.iter().position(|&x| x == i) {
+            list.swap_remove(at);
         }
     }
 
@@ -224,6 +267,7 @@ impl State {
             self.runs[i].placement.as_ref().expect("just set"),
         );
         self.timeline(m, i, true);
+        self.held_by(m, i, true);
         if self.runs[i].preemptible {
             self.pool(m, i, true);
         }
@@ -240,6 +284,7 @@ impl State {
             self.pool(m, i, false);
         }
         self.timeline(m, i, false);
+        self.held_by(m, i, false);
         self.runs[i].going = true;
         self.going.push(i);
     }
@@ -253,6 +298,7 @@ impl State {
         } else {
             self.cap.release(m, self.runs[i].project, &p);
             self.timeline(m, i, false);
+            self.held_by(m, i, false);
             if self.runs[i].preemptible {
                 self.pool(m, i, false);
             }

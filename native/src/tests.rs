@@ -72,6 +72,8 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         started_at: None,
         going: false,
         queued: false,
+        submitted_at: 0.0,
+        seq,
     }
 }
 
@@ -211,4 +213,78 @@ fn a_run_loaded_as_being_preempted_holds_nothing() {
     assert_eq!((admitted, preempted.len()), (vec!["r".to_string()], 0));
     st.finish(&m, 0).expect("finish");
     assert_eq!(st.cap.used, vec![8.0]);
+}
+
+// -- issue 24: starvation (`tests/core/test_starvation.py` is the Python side) -------------
+
+/// The model with backfill on and the project's nominal quota `nominal`.
+fn backfill_model(nominal: f64) -> Model {
+    let mut m = model(600.0, false);
+    m.policy.backfill = true;
+    m.projects[0].terms[0].nominal = nominal;
+    m
+}
+
+/// `n` one-GPU runs holding devices 0..n since 0, each with `max_runtime`.
+fn holders(m: &Model, n: usize, max_runtime: Option<f64>) -> State {
+    let mut st = State::new(m);
+    for d in 0..n {
+        let mut h = run(&format!("h{d}"), d as i64, NORMAL, 1, max_runtime);
+        h.admitted_at = Some(0.0);
+        h.started_at = Some(0.0);
+        let p = Placement {
+            ty: 0,
+            backend: 0,
+            slots: vec![(0, vec![d as u16])],
+            gpus: 1,
+        };
+        st.hold(m, h, p, false).expect("hold");
+    }
+    st
+}
+
+fn queued(st: &mut State, id: &str, seq: i64, gpus: usize, mr: Option<f64>, at: f64) {
+    let mut r = run(id, seq, NORMAL, gpus, mr);
+    r.submitted_at = at;
+    st.enqueue(r).expect("enqueue");
+}
+
+#[test]
+fn the_reservation_goes_to_the_oldest_blocked_run_not_the_orders_head() {
+    let m = backfill_model(16.0);
+    let mut st = holders(&m, 7, Some(50.0));
+    queued(&mut st, "big", 10, 8, Some(1000.0), 0.0);
+    // the order's head among the blocked: a reservation for it would let "tiny" in
+    queued(&mut st, "medium", 11, 2, Some(60.0), 5.0);
+    queued(&mut st, "tiny", 12, 1, Some(100.0), 6.0); // ends at 110, after 50
+    assert_eq!(cycle(&m, &mut st, 10.0), (vec![], vec![]));
+    assert_eq!(st.anchor.map(|i| st.runs[i].id.clone()), Some("big".into()));
+}
+
+#[test]
+fn runs_without_max_runtime_make_a_reservation_of_unknown_time_that_nothing_takes() {
+    let m = backfill_model(16.0);
+    let mut st = holders(&m, 7, None);
+    queued(&mut st, "big", 10, 8, None, 0.0);
+    queued(&mut st, "open", 11, 1, None, 1.0);
+    queued(&mut st, "short", 12, 1, Some(5.0), 2.0);
+    let mut c = Cycle::new(&m, &mut st, 10.0, None);
+    assert!(c.reservation.as_ref().is_some_and(|r| r.at.is_infinite()));
+    c.run();
+    assert!(c.admissions.is_empty());
+}
+
+#[test]
+fn the_quota_the_anchor_waits_for_is_held_and_the_kept_anchor_starts_first() {
+    let m = backfill_model(8.0); // the quota is the node, as `mlops-gpu init` writes it
+    let mut st = holders(&m, 4, Some(50.0));
+    queued(&mut st, "big", 10, 8, Some(1000.0), 0.0);
+    queued(&mut st, "long", 11, 1, Some(500.0), 1.0); // would hold quota past 50
+    queued(&mut st, "quick", 12, 1, Some(30.0), 2.0); // ends at 40: it may
+    assert_eq!(cycle(&m, &mut st, 10.0).0, vec!["quick".to_string()]);
+    for id in ["h0", "h1", "h2", "h3", "quick"] {
+        st.finish(&m, st.by_id[id]).expect("finish"); // they end
+    }
+    // everything is free: under `shortest` "long" comes first, but "big" keeps its reservation
+    assert_eq!(cycle(&m, &mut st, 60.0).0, vec!["big".to_string()]);
 }

@@ -92,9 +92,14 @@ PRIORITY = {
         codes={"big": RC.NO_CAPACITY, "small": RC.QUEUED_BEHIND},
         says={"small": "big"},
     ),
+    # (x has a max_runtime and small ends before it: a run without a known end, or one that
+    # would end later, would take what big waits for: RESERVED)
     "best-effort-passes-blocked-head": Case(
         snap(
-            N4, [P], [run("big", gpus=4, seq=1), run("small", seq=2)], [busy("x", "p", "n1", ["0"])]
+            N4,
+            [P],
+            [run("big", gpus=4, seq=1), run("small", seq=2, max_runtime_s=300.0)],
+            [busy("x", "p", "n1", ["0"], max_runtime_s=1500.0)],
         ),
         admit={"small": "n1"},
         codes={"big": RC.NO_CAPACITY},
@@ -103,8 +108,12 @@ PRIORITY = {
         snap(
             N4,
             [P, make_project("q", 8)],
-            [run("big", gpus=4, seq=1), run("small", seq=2), run("other", "q", seq=3)],
-            [busy("x", "p", "n1", ["0"])],
+            [
+                run("big", gpus=4, seq=1),
+                run("small", seq=2),
+                run("other", "q", seq=3, max_runtime_s=300.0),
+            ],
+            [busy("x", "p", "n1", ["0"], max_runtime_s=1500.0)],
             queueing="strict-fifo",
         ),
         admit={"other": "n1"},

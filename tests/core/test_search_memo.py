@@ -113,10 +113,11 @@ def test_a_cohort_member_starting_to_borrow_reopens_the_search() -> None:
         for n, v in quotas.items()
     ]
     eng = Incremental(make_snapshot([make_node("n0", 8)], projects, now=0.0, cohorts=["org"]))
-    eng.state.add_active(active("low", "p", "n0", ["0", "1"], priority="low"))
-    eng.state.add_active(active("q-x", "q", "n0", ["2", "3", "4", "5"]))
+    # ('q-y' ends before 'low' and 'q-x' are expected to: it may use what 'big' is reserved)
+    eng.state.add_active(active("low", "p", "n0", ["0", "1"], priority="low", max_runtime_s=999.0))
+    eng.state.add_active(active("q-x", "q", "n0", ["2", "3", "4", "5"], max_runtime_s=999.0))
     eng.submit(make_run("big", "p", gpus=8, max_runtime_s=100.0))
-    eng.submit(make_run("q-y", "q", gpus=2, seq=1))
+    eng.submit(make_run("q-y", "q", gpus=2, seq=1, max_runtime_s=50.0))
     assert cycle(eng, 1.0) == (["q-y"], [])
     assert "big" in eng.state.memo.entries
     assert cycle(eng, 2.0) == (["big"], ["low", "q-x", "q-y"])

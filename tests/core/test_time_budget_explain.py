@@ -54,16 +54,20 @@ BACKFILL = {
         admit={"open": "n1"},
         eta={"head": 1500.0},
     ),
-    "no-reservation-without-known-ends": Case(
+    # (issue 24: the reservation exists with an unknown time; nothing takes what it waits for)
+    "reservation-with-unknown-ends": Case(
         snap(
             N1N2,
             [P],
-            [HEAD, run("open", seq=2)],
+            [HEAD, run("open", seq=2), run("short", seq=3, max_runtime_s=60.0)],
             [busy("x", "p", "n1", ["0", "1", "2"]), busy("y", "p", "n2", ["0", "1", "2", "3"])],
         ),
-        admit={"open": "n1"},
+        codes={"open": RC.RESERVED, "short": RC.RESERVED},
         eta={"head": None},
-        says={"head": "no ETA"},
+        says={
+            "head": "at an unknown time: it waits for runs x, which have no max_runtime",
+            "short": "held for run head, which waits for runs without max_runtime",
+        },
     ),
     "backfill-switched-off": Case(
         snap(N1N2, [P], [HEAD, run("open", seq=2)], BUSY, backfill=False), admit={"open": "n1"}
@@ -184,7 +188,7 @@ EXPLAIN = {
             [busy("x", "p", "n1", ["0", "1", "2", "3"])],
         ),
         eta={"a": None},
-        says={"a": "no ETA: 4 GPUs are held by runs without max_runtime"},
+        says={"a": "at an unknown time: it waits for runs x, which have no max_runtime"},
     ),
     "backoff-until": Case(
         snap([make_node("n1", 4)], [P], [run("a", not_before=1100.0, attempt=2)]),

@@ -310,6 +310,11 @@ impl Engine {
         self.0.finish(id).map_err(err)
     }
 
+    /// The run that keeps the reservation next cycle (`Snapshot.anchor`), or None.
+    fn anchor(&self) -> Option<String> {
+        self.0.anchor()
+    }
+
     #[pyo3(signature = (now, history=None))]
     fn cycle(
         &mut self,

@@ -1,0 +1,142 @@
+"""Issue 24 item 1: a whole-node run behind a steady stream of small short runs of its own
+project starts as soon as the runs holding its GPUs and its quota when it was first refused
+have ended (``tests/core/starvation.py``), in the issue's four variants: holders without
+max_runtime, an anchor with a longer max_runtime than the stream under ``shortest``, quota equal
+to the node (as ``mlops-gpu init`` writes it), and ``las``. Each on the incremental engine and
+from scratch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mlops_gpu.core import ReasonCode, decide
+from mlops_gpu.core.engine import FromScratch, Incremental
+from mlops_gpu.model import Quota, Run
+from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
+from tests.core.starvation import drive
+
+ENGINES = {"incremental": Incremental, "from-scratch": FromScratch}
+
+
+def _template(order: str, nominal: int) -> Any:
+    # nominal 4 == the node, no cohort, no borrowing: what ``mlops-gpu init`` writes
+    project = make_project("default", quotas={"a100-80gb": Quota(nominal, 0)})
+    return make_snapshot([make_node("n1", 4)], [project], now=0.0, order=order)
+
+
+def _scenario(max_runtime: float | None, target_max_runtime: float | None) -> tuple[Any, ...]:
+    holders = [
+        (make_run(f"h{i}", "default", seq=i, max_runtime_s=max_runtime), 2.0 + i % 3)
+        for i in range(4)
+    ]
+    target = make_run(
+        "big", "default", gpus=4, seq=10, submitted_at=0.0, max_runtime_s=target_max_runtime
+    )
+
+    def arrivals(step: int, now: float) -> list[tuple[Run, float]]:
+        r = make_run(
+            f"s{step}", "default", seq=100 + step, submitted_at=now, max_runtime_s=max_runtime
+        )
+        return [(r, 2.0 + step % 3)]
+
+    return holders, target, arrivals
+
+
+VARIANTS = {
+    # holders and stream without max_runtime: today "no ETA", no reservation
+    "no-max-runtime": ("shortest", 8, None, None),
+    # under shortest the reservation went to a short run, not to the oldest blocked one
+    "longer-max-runtime-shortest": ("shortest", 8, 5.0, 100.0),
+    # blocked by its own project's quota: only capacity-blocked runs got a reservation
+    "quota-equals-node": ("submit", 4, 5.0, 60.0),
+    "las": ("las", 8, None, None),
+    "las-quota-equals-node": ("las", 4, None, 60.0),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_whole_node_run_is_not_starved(variant: str, engine: str) -> None:
+    order, nominal, mr, target_mr = VARIANTS[variant]
+    holders, target, arrivals = _scenario(mr, target_mr)
+    out = drive(ENGINES[engine](_template(order, nominal)), holders, target, arrivals)
+    assert out.started is not None, f"never started; {out.overtaken} later runs went first"
+    assert out.bound is not None and out.started <= out.bound, out
+
+
+def test_anchor_is_the_oldest_blocked_run_under_shortest() -> None:
+    """S1: under ``shortest`` the reservation goes to the oldest blocked run, not to the head
+    of the order (here a shorter 2-GPU run, which a 1-GPU run could backfill around); a later
+    short run that would not end before it waits (RESERVED)."""
+    holders = [
+        make_run(f"h{i}", "default", seq=i, phase=_R, placement=_on(i), max_runtime_s=50.0)
+        for i in range(3)
+    ]
+    snap = make_snapshot(
+        [make_node("n1", 4)],
+        [make_project("default", quotas={"a100-80gb": Quota(8, 0)})],
+        [
+            make_run("big", "default", gpus=4, seq=10, max_runtime_s=1000.0),
+            make_run("medium", "default", gpus=2, seq=11, submitted_at=5.0, max_runtime_s=60.0),
+            make_run("tiny", "default", seq=12, submitted_at=6.0, max_runtime_s=100.0),
+        ],
+        holders,
+        now=10.0,
+    )
+    d = decide(snap)
+    assert d.admissions == ()
+    reasons = {p.run_id: p for p in d.pending}
+    assert reasons["big"].eta == 50.0
+    assert reasons["tiny"].reason_code is ReasonCode.RESERVED
+    assert "held for run big" in reasons["tiny"].reason
+
+
+def test_unknown_end_reservation_says_why() -> None:
+    """S2: holders without max_runtime: the reservation exists with an unknown time, its reason
+    names them, and a later run without max_runtime does not take the free GPU."""
+    holders = [make_run(f"h{i}", "default", seq=i, phase=_R, placement=_on(i)) for i in range(3)]
+    snap = make_snapshot(
+        [make_node("n1", 4)],
+        [make_project("default", quotas={"a100-80gb": Quota(8, 0)})],
+        [make_run("big", "default", gpus=4, seq=10), make_run("open", "default", seq=11)],
+        holders,
+        now=10.0,
+    )
+    d = decide(snap)
+    assert d.admissions == ()
+    reasons = {p.run_id: p for p in d.pending}
+    assert reasons["big"].eta is None
+    assert "waits for runs h0, h1, h2, which have no max_runtime" in reasons["big"].reason
+    assert reasons["open"].reason_code is ReasonCode.RESERVED
+
+
+def test_quota_reservation_keeps_quota_for_the_anchor() -> None:
+    """S3: quota == node; the anchor waits for its project's own runs; a run of the same
+    project that would take the quota it waits for starts only if it ends before it."""
+    holders = [
+        make_run("h0", "default", seq=0, phase=_R, placement=_on(0), max_runtime_s=50.0),
+        make_run("h1", "default", seq=1, phase=_R, placement=_on(1), max_runtime_s=50.0),
+    ]
+    nodes = [make_node("n1", 4), make_node("n2", 4)]
+    project = make_project("default", quotas={"a100-80gb": Quota(4, 0)})
+    pending = [
+        make_run("big", "default", gpus=4, seq=10, max_runtime_s=100.0),
+        make_run("long", "default", seq=11, max_runtime_s=500.0),
+        make_run("quick", "default", seq=12, max_runtime_s=30.0),
+    ]
+    d = decide(make_snapshot(nodes, [project], pending, holders, now=10.0, order="submit"))
+    assert {a.run_id for a in d.admissions} == {"quick"}
+    reasons = {p.run_id: p for p in d.pending}
+    assert reasons["big"].eta == 50.0
+    assert reasons["long"].reason_code is ReasonCode.RESERVED
+
+
+_R = make_run("x", phase=__import__("mlops_gpu.model", fromlist=["Phase"]).Phase.RUNNING).phase
+
+
+def _on(i: int) -> Any:
+    from mlops_gpu.testing.builders import placed
+
+    return placed("n1", [str(i)])
