@@ -408,8 +408,8 @@ def _register() -> None:
     from mlops_gpu.cli.report import report
     from mlops_gpu.cli.scheduler_cmd import scheduler
     from mlops_gpu.cli.simulate import simulate
-    from mlops_gpu.cli.top import top
     from mlops_gpu.cli.team import audit, server, users
+    from mlops_gpu.cli.top import top
 
     cli.add_command(simulate)
     cli.add_command(server)

@@ -273,7 +273,9 @@ def _types(c: Cycle, run: Run) -> list[str]:
         return []
     amount = request_amount(run)
     pre = run.spec.preemptible
-    return [t for t in c.state.ever_fits(run) if could_be_admitted(c.quota, run.project, t, amount, pre)]
+    return [
+        t for t in c.state.ever_fits(run) if could_be_admitted(c.quota, run.project, t, amount, pre)
+    ]
 
 
 def _blocked(c: Cycle, project: str, sk: ShapeKey) -> tuple[Run, list[str]] | None:
