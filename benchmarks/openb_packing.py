@@ -112,9 +112,9 @@ def main() -> None:
     summarise(rows, sum(n.capacity for n in load_nodes()))
     cols = ["allocated_at_80", "allocated_at_90", "allocated_at_100", "unallocated_at_100"]
     cols += ["failed_pods", "fragmented_gpus"]
-    print(f"{'file':<34}{'policy':<11}" + "".join(f"{c:>18}" for c in cols), file=sys.stderr)
+    print(f"{'file':<34}{'policy':<11}" + "".join(f"{c:>20}" for c in cols), file=sys.stderr)
     for r in rows:
-        line = f"{r['file']:<34}{r['policy']:<11}" + "".join(f"{r[c]:>18}" for c in cols)
+        line = f"{r['file']:<34}{r['policy']:<11}" + "".join(f"{r[c]:>20}" for c in cols)
         print(line, file=sys.stderr)
     for r in rows:
         if "unallocated_ratio_to_best" in r:

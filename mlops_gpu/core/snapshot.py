@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from mlops_gpu.core.fragmentation import Shape
 from mlops_gpu.model import BackendCapabilities, Cohort, GpuType, Node, PolicySettings, Project, Run
 
 _EMPTY_COHORTS: Mapping[str, Cohort] = MappingProxyType({})
@@ -17,6 +18,7 @@ _NO_CAPS: Mapping[str, BackendCapabilities] = MappingProxyType({})
 _DEFAULT_CAPS = BackendCapabilities()
 _NO_USAGE: Mapping[tuple[str, str], float] = MappingProxyType({})
 _NO_SPENT: Mapping[str, tuple[float, float]] = MappingProxyType({})
+_NO_PRIOR: Mapping[Shape, float] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,11 @@ class Snapshot:
     usage_history: Mapping[tuple[str, str], float] = field(default_factory=lambda: _NO_USAGE)
     #: Spent in each budgeted project's current window: (GPU-hours, USD).
     spent: Mapping[str, tuple[float, float]] = field(default_factory=lambda: _NO_SPENT)
+    #: Run shapes expected of the workload (``fragmentation.Shape`` -> how many runs), added
+    #: to the active runs' shapes where fragmentation-aware placement weighs them (as FGD is
+    #: given the workload's distribution of pod shapes). Empty: the active runs alone. The
+    #: openb benchmark fills it with its pod file's shapes; the controller leaves it empty.
+    shape_prior: Mapping[Shape, float] = field(default_factory=lambda: _NO_PRIOR)
 
     def priority_of(self, run: Run) -> int:
         return self.priority_classes.get(run.spec.priority, 0)

@@ -25,12 +25,12 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from mlops_gpu.core.engine import Incremental
-from mlops_gpu.core.fragmentation import shape_fragment
+from mlops_gpu.core.fragmentation import Shape, shape_fragment
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import (
     BackendCapabilities,
@@ -121,6 +121,20 @@ def file_mix(pods: Sequence[Pod]) -> list[tuple[Pod, float]]:
     return [(first[k], c / n) for k, c in sorted(counts.items())]
 
 
+def file_shapes(pods: Sequence[Pod]) -> dict[Shape, float]:
+    """The GPU pods of the file counted by the core's shape (``fragmentation.Shape``, as
+    ``capacity.slot_shape`` books them): the workload's distribution, which ``fgd`` is given
+    too, for the core's ``Snapshot.shape_prior``."""
+    out: Counter[Shape] = Counter()
+    for p in pods:
+        if p.num_gpu:
+            share = round(p.share, 6)
+            out[
+                (p.devices_needed, share, p.cpu_milli, p.memory_mib, tuple(sorted(p.gpu_spec)))
+            ] += 1
+    return {s: float(n) for s, n in out.items()}
+
+
 # -- baselines ------------------------------------------------------------------------------
 def _take(c: Cluster, i: int, pod: Pod, devs: list[int], order: Callable[[int], float]) -> Choice:
     if pod.fractional:
@@ -179,7 +193,7 @@ class CorePlacer:
 
     PROJECT = "openb"
 
-    def __init__(self, nodes: Sequence[Node]) -> None:
+    def __init__(self, nodes: Sequence[Node], prior: Mapping[Shape, float] | None = None) -> None:
         caps: Counter[str] = Counter()
         for n in nodes:
             caps[n.gpu_type] += n.capacity
@@ -194,6 +208,7 @@ class CorePlacer:
             priority_classes={"normal": 100},
             policy=PolicySettings(preemption=False),
             capabilities={n.backend: BackendCapabilities(shared_gpus=True) for n in nodes},
+            shape_prior=MappingProxyType(dict(prior or {})),
         )
         self.engine = Incremental(snap)
         self.seq = 0
@@ -252,7 +267,7 @@ def replay(
     c = Cluster(nodes)
     place: Callable[[Cluster, Pod, random.Random], Choice | None]
     if policy == "default":
-        place = CorePlacer(nodes)
+        place = CorePlacer(nodes, file_shapes(pods))  # the workload's shapes, as fgd has them
     elif policy == "fgd":
         place = FgdPlacer(pods)  # its typical shapes: the file's pods, once
     else:
