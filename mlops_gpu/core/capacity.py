@@ -51,7 +51,7 @@ class Capacity:
         self.fragmentable = any(
             n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in snap.nodes
         )
-        self.mix = Mix()
+        self.mix = Mix(snap.shape_prior)
         #: Nodes whose free whole devices changed, in order (``reach_index`` follows it; the
         #: timeline's owner adds nodes whose expected ends changed): absolute positions start
         #: at ``changes_base``; cut short past ``MAX_CHANGES``.

@@ -16,9 +16,12 @@ Invariants:
 - ``Mix`` holds the shapes of the runs holding GPUs (one entry per gang member), counted exactly
   (``add``/``remove`` are inverses), so the mix depends only on which runs are active, never on
   the order they came in: the incremental and from-scratch engines see the same mix.
-- The weights are the ``TOP_K`` most common shapes (ties by shape), each share rounded to
-  1/``QUANTUM``: small changes in the counts leave the weights, and so the memo of node
-  fragmentation by ``Sig``, unchanged.
+- The weights come from the active runs' counts plus the fixed ``prior`` counts (the
+  workload's expected shapes, ``Snapshot.shape_prior``; empty by default): the commonest
+  shapes (ties by shape), at most ``TOP_K``, until they cover ``COVERAGE`` of the runs, as
+  FGD's typical pods do (rare shapes, whose holes would seldom be filled, left out), each
+  share rounded to 1/``QUANTUM``: small changes in the counts leave the weights, and so the
+  memo of node fragmentation by ``Sig``, unchanged. ``restricted`` counts active runs only.
 - A shape carries the GPU types its run accepted (empty: any), as its placer books it.
   ``restricted`` is worked out from the exact counts (not the rounded weights), once per change.
 """
@@ -26,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 #: (GPUs per node, share of each GPU: 1.0 for whole GPUs, host CPU millicores, host memory MB,
 #: accepted GPU types or () for any)
@@ -34,6 +38,7 @@ Shape = tuple[int, float, int, int, tuple[str, ...]]
 Sig = tuple[tuple[float, ...], int | None, int | None, str]
 
 TOP_K = 64
+COVERAGE = 0.95
 QUANTUM = 1000
 _EPS = 1e-9
 
@@ -57,8 +62,9 @@ def shape_fragment(sig: Sig, shape: Shape) -> float:
 
 
 class Mix:
-    def __init__(self) -> None:
+    def __init__(self, prior: Mapping[Shape, float] | None = None) -> None:
         self.counts: Counter[Shape] = Counter()
+        self.prior: dict[Shape, float] = dict(prior or {})
         self._weights: tuple[tuple[Shape, float], ...] = ()
         self._cpu_per_gpu: float | None = None
         self._stale = True
@@ -97,7 +103,17 @@ class Mix:
     def weights(self) -> tuple[tuple[Shape, float], ...]:
         if self._stale:
             self._stale = False
-            top = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_K]
+            counts: dict[Shape, float] = dict(self.prior)
+            for s, k in self.counts.items():
+                counts[s] = counts.get(s, 0.0) + k
+            ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_K]
+            need, cum = COVERAGE * sum(counts.values()), 0.0
+            top: list[tuple[Shape, float]] = []
+            for s, n in ranked:
+                if cum >= need:
+                    break
+                top.append((s, n))
+                cum += n
             total = sum(n for _, n in top)
             rounded = ((s, round(n / total * QUANTUM) / QUANTUM) for s, n in top)
             w = tuple((s, p) for s, p in rounded if p > 0)

@@ -15,7 +15,10 @@ Rules (in order):
 - every node taken must have the request's host CPU and memory free where it tracks them;
 - under ``placement: fragmentation``, on a cluster where that can matter (shared devices, or
   nodes tracking host resources), a one-node whole or shared request goes to the node (and
-  device) whose expected fragmentation (``fragmentation``) grows least, ties by best fit.
+  device) whose expected fragmentation (``fragmentation``) grows least, compared in FGD's
+  integer score classes (``growth_class``), then CPU balance, then node name: on the openb
+  trace coarse classes in a fixed order pack better than exact growth with best fit (FGD
+  itself: 0.9431 against 0.9243 of GPUs at 100% arrived demand; benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -80,10 +83,17 @@ def place(
     return _place_whole(cap, nodes, req, gpu_type, fits)
 
 
-def fragment_growth(cap: Capacity, placement: Placement) -> tuple[float, float, float]:
-    """How good ``placement`` (not yet taken) is for fragmentation, lower is better: (growth of
-    its nodes' expected fragmentation, CPU/GPU imbalance left, GPU share left on its nodes).
-    The same order the one-type placers use, so that types compare as nodes do."""
+def growth_class(growth: float) -> int:
+    """The class of a growth of expected fragmentation (GPUs), lower better: minus the
+    Kubernetes node score FGD gives it, ``int(100 * sigmoid(-growth))`` (steps of about 0.04
+    GPU near no growth, wider further off)."""
+    return -int(100.0 / (1.0 + math.exp(growth)))
+
+
+def fragment_growth(cap: Capacity, placement: Placement) -> tuple[float, float, str]:
+    """How good ``placement`` (not yet taken) is for fragmentation, lower is better: (class of
+    the growth of its nodes' expected fragmentation, CPU/GPU imbalance left, its first node's
+    name). The same order the one-type placers use, so that types compare as nodes do."""
     total, imbalance, left = 0.0, 0.0, 0.0
     for slot in placement.slots:
         sig = cap.signature(slot.node)
@@ -95,9 +105,10 @@ def fragment_growth(cap: Capacity, placement: Placement) -> tuple[float, float, 
             used = cap.shared.get(slot.node, {}).get(slot.devices[0], (0.0, 0))[0]
             had = round(1.0 - used, 6)
             after = after_share(sig, had, slot.fraction, slot.cpu_milli, slot.host_memory_mb)
-        growth, off = _score(cap, sig, after)
+        growth = cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
+        off = cap.mix.imbalance(after)
         total, imbalance, left = total + growth, imbalance + off, left + sum(after[0])
-    return (round(total, 9), imbalance, round(left, 6))
+    return (growth_class(round(total, 9)), imbalance, placement.slots[0].node)
 
 
 def _place_cpu(
@@ -131,9 +142,10 @@ def _place_cpu(
 
 
 def _score(cap: Capacity, sig: Sig, after: Sig) -> tuple[float, float]:
-    """(growth of expected fragmentation, CPU/GPU imbalance left): lower is better."""
+    """(class of the growth of expected fragmentation, CPU/GPU imbalance left): lower is
+    better."""
     growth = cap.mix.node_fragment(after) - cap.mix.node_fragment(sig)
-    return (round(growth, 9), cap.mix.imbalance(after))
+    return (growth_class(round(growth, 9)), cap.mix.imbalance(after))
 
 
 def _slot(req: ResourceRequest, node: str, devices: tuple[str, ...], frac: float = 1.0) -> NodeSlot:
@@ -144,10 +156,11 @@ def _slot(req: ResourceRequest, node: str, devices: tuple[str, ...], frac: float
 def _place_whole_fgd(
     cap: Capacity, nodes: list[Node], req: ResourceRequest, gpu_type: str, fits: NodeFilter | None
 ) -> Placement | None:
-    """One node, whole GPUs: least growth of expected fragmentation, then best fit, then name.
+    """One node, whole GPUs: least class of growth of expected fragmentation, then CPU balance,
+    then name.
     Nodes in the same state score alike, so each state is scored once."""
     scored: dict[Sig, tuple[float, float]] = {}
-    best: tuple[float, float, int, str] | None = None
+    best: tuple[float, float, str] | None = None
     for n in nodes:
         left = len(cap.free[n.name]) - req.gpus
         if left < 0 or (fits is not None and not fits(n, left)):
@@ -157,12 +170,12 @@ def _place_whole_fgd(
         if score is None:
             after = after_whole(sig, req.gpus, req.cpu_milli, req.host_memory_mb)
             score = scored[sig] = _score(cap, sig, after)
-        key = (*score, left, n.name)
+        key = (*score, n.name)
         if best is None or key < best:
             best = key
     if best is None:
         return None
-    node = cap.nodes[best[3]]
+    node = cap.nodes[best[2]]
     devs = tuple(cap.free[node.name][: req.gpus])
     return Placement(node.backend, gpu_type, (_slot(req, node.name, devs),))
 
@@ -319,8 +332,9 @@ def _place_shared(
                     after = after_share(sig, had, frac, req.cpu_milli, req.host_memory_mb)
                     got = scored[(sig, had, frac)] = _score(cap, sig, after)
                 score = got
-            if best is None or (*score, left, n.name, dev) < best[:5]:
-                best = (*score, left, n.name, dev, n, frac)
+            fit = 0.0 if fgd else left  # best fit without fragmentation scores
+            if best is None or (*score, fit, n.name, dev) < best[:5]:
+                best = (*score, fit, n.name, dev, n, frac)
     if best is None:
         return None
     dev, node, frac = best[4], best[5], best[6]

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from mlops_gpu.core.fragmentation import Shape
 from mlops_gpu.model import BackendCapabilities, Cohort, GpuType, Node, PolicySettings, Project, Run
 
 _EMPTY_COHORTS: Mapping[str, Cohort] = MappingProxyType({})
@@ -17,6 +18,7 @@ _NO_CAPS: Mapping[str, BackendCapabilities] = MappingProxyType({})
 _DEFAULT_CAPS = BackendCapabilities()
 _NO_USAGE: Mapping[tuple[str, str], float] = MappingProxyType({})
 _NO_SPENT: Mapping[str, tuple[float, float]] = MappingProxyType({})
+_NO_PRIOR: Mapping[Shape, float] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,11 @@ class Snapshot:
     #: still pending (the engines remember it; ``parking.anchor``): it keeps the reservation
     #: while it fits now, so that no run the order prefers takes what it waited for.
     anchor: str | None = None
+    #: Run shapes expected of the workload (``fragmentation.Shape`` -> how many runs), added
+    #: to the active runs' shapes where fragmentation-aware placement weighs them (as FGD is
+    #: given the workload's distribution of pod shapes). Empty: the active runs alone. The
+    #: openb benchmark fills it with its pod file's shapes; the controller leaves it empty.
+    shape_prior: Mapping[Shape, float] = field(default_factory=lambda: _NO_PRIOR)
 
     def priority_of(self, run: Run) -> int:
         return self.priority_classes.get(run.spec.priority, 0)

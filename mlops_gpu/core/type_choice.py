@@ -11,7 +11,8 @@ Rules (in order):
   scarce models on unconstrained pods: see benchmarks/RESULTS.md). Headroom is compared in
   steps of ``HEADROOM_STEP`` GPUs, so types within one 8-GPU node of each other tie;
 - a CPU-only run holds no GPU: headroom does not apply to it;
-- then the least growth of expected fragmentation (``placement.fragment_growth``);
+- then the least growth of expected fragmentation (``placement.fragment_growth``: its class,
+  CPU balance, node name);
 - then the order the run listed its types in.
 
 Invariants: the order depends only on the capacity state (``Capacity.free_by_type`` and the
@@ -29,7 +30,7 @@ from mlops_gpu.model import Placement
 #: GPUs of headroom that make a difference between types (one 8-GPU node).
 HEADROOM_STEP = 8.0
 
-TypeKey = tuple[int, int, tuple[float, float, float], int]
+TypeKey = tuple[int, int, tuple[float, float, str], int]
 
 
 def order_types(
@@ -44,7 +45,7 @@ def order_types(
         placement = placed[t]
         index = types.index(t)
         if placement is None:
-            return (1, 0, (0.0, 0.0, 0.0), index)
+            return (1, 0, (0.0, 0.0, ""), index)
         step = 0
         if use_headroom:
             headroom = cap.free_by_type(t) - restricted.get(t, 0.0)

@@ -6,9 +6,10 @@ the CPU-only pods take part (as CPU-only runs: they hold CPU and memory that GPU
 
 Placers: ``default`` (the real scheduling core, ``core.engine.Incremental``, with the shipped
 policy's placement; preemption is off since nothing here could gain from it) and the baselines
-``first-fit``, ``best-fit`` (least GPU share left on the node after placing, then least CPU;
-the tightest device for a share) and ``random`` (seeded). Every placement, the core's included,
-is booked on one ``Cluster`` model, which also measures the results.
+``fgd`` (FGD as its authors' simulator runs it: ``sim.fgd``), ``first-fit``, ``best-fit``
+(least GPU share left on the node after placing, then least CPU; the tightest device for a
+share) and ``random`` (seeded). Every placement, the core's included, is booked on one
+``Cluster`` model, which also measures the results.
 
 Fragmentation (FGD's measure): for each node and each GPU shape of the file's own mix (weighted
 by how often it occurs), the free GPU share that shape could not use there
@@ -24,12 +25,12 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from mlops_gpu.core.engine import Incremental
-from mlops_gpu.core.fragmentation import shape_fragment
+from mlops_gpu.core.fragmentation import Shape, shape_fragment
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import (
     BackendCapabilities,
@@ -42,12 +43,13 @@ from mlops_gpu.model import (
     Run,
     RunSpec,
 )
+from mlops_gpu.sim.fgd import FgdPlacer
 from mlops_gpu.sim.openb import Pod
 
 #: (node index, device indices, share of each device)
 Choice = tuple[int, tuple[int, ...], float]
 MARKS = (0.8, 0.9, 1.0)
-PLACERS = ("default", "first-fit", "best-fit", "random")
+PLACERS = ("default", "fgd", "first-fit", "best-fit", "random")
 _EPS = 1e-9
 
 
@@ -61,6 +63,7 @@ class Cluster:
         self.cpu = [n.cpu_milli or 0 for n in self.nodes]
         self.mem = [n.host_memory_mb or 0 for n in self.nodes]
         self.capacity = sum(n.capacity for n in self.nodes)
+        self.booked: list[int] = []  # the node of every booking, in order (for placer caches)
 
     def fits(self, i: int, pod: Pod) -> bool:
         n = self.nodes[i]
@@ -84,6 +87,7 @@ class Cluster:
             self.free[i][d] = round(self.free[i][d] - share, 6)
         self.cpu[i] -= pod.cpu_milli
         self.mem[i] -= pod.memory_mib
+        self.booked.append(i)
 
     def allocated(self) -> float:
         return self.capacity - sum(sum(f) for f in self.free)
@@ -115,6 +119,20 @@ def file_mix(pods: Sequence[Pod]) -> list[tuple[Pod, float]]:
         first.setdefault(key, p)
     n = len(pods)
     return [(first[k], c / n) for k, c in sorted(counts.items())]
+
+
+def file_shapes(pods: Sequence[Pod]) -> dict[Shape, float]:
+    """The GPU pods of the file counted by the core's shape (``fragmentation.Shape``, as
+    ``capacity.slot_shape`` books them): the workload's distribution, which ``fgd`` is given
+    too, for the core's ``Snapshot.shape_prior``."""
+    out: Counter[Shape] = Counter()
+    for p in pods:
+        if p.num_gpu:
+            share = round(p.share, 6)
+            out[
+                (p.devices_needed, share, p.cpu_milli, p.memory_mib, tuple(sorted(p.gpu_spec)))
+            ] += 1
+    return {s: float(n) for s, n in out.items()}
 
 
 # -- baselines ------------------------------------------------------------------------------
@@ -175,7 +193,7 @@ class CorePlacer:
 
     PROJECT = "openb"
 
-    def __init__(self, nodes: Sequence[Node]) -> None:
+    def __init__(self, nodes: Sequence[Node], prior: Mapping[Shape, float] | None = None) -> None:
         caps: Counter[str] = Counter()
         for n in nodes:
             caps[n.gpu_type] += n.capacity
@@ -190,6 +208,7 @@ class CorePlacer:
             priority_classes={"normal": 100},
             policy=PolicySettings(preemption=False),
             capabilities={n.backend: BackendCapabilities(shared_gpus=True) for n in nodes},
+            shape_prior=MappingProxyType(dict(prior or {})),
         )
         self.engine = Incremental(snap)
         self.seq = 0
@@ -214,6 +233,7 @@ class PackingResult:
     file: str
     policy: str
     allocated_at: dict[float, float]
+    unplaced_at: dict[float, float]  # GPUs arrived but not placed by each mark (failed pods)
     failed_pods: int
     failed_cpu_pods: int  # of ``failed_pods``, those that asked for no GPU
     fragmented_gpus: float
@@ -224,6 +244,9 @@ class PackingResult:
         out: dict[str, object] = {"file": self.file, "policy": self.policy}
         for m in MARKS:
             out[f"allocated_at_{round(m * 100)}"] = round(self.allocated_at.get(m, 0.0), 4)
+        for m in MARKS:
+            out[f"unplaced_gpus_at_{round(m * 100)}"] = round(self.unplaced_at.get(m, 0.0), 3)
+        out["unallocated_at_100"] = round(1.0 - self.allocated_at.get(1.0, 0.0), 4)
         out["failed_pods"] = self.failed_pods
         out["failed_cpu_pods"] = self.failed_cpu_pods
         out["fragmented_gpus"] = round(self.fragmented_gpus, 1)
@@ -242,11 +265,18 @@ def replay(
         raise ValueError(f"{file}: no GPU pods to replay")
     t0 = time.perf_counter()
     c = Cluster(nodes)
-    place = CorePlacer(nodes) if policy == "default" else BASELINES[policy]
+    place: Callable[[Cluster, Pod, random.Random], Choice | None]
+    if policy == "default":
+        place = CorePlacer(nodes, file_shapes(pods))  # the workload's shapes, as fgd has them
+    elif policy == "fgd":
+        place = FgdPlacer(pods)  # its typical shapes: the file's pods, once
+    else:
+        place = BASELINES[policy]
     rng = random.Random(seed)
     arrived, failed, failed_cpu, drawn = 0.0, 0, 0, 0
     marks = list(MARKS)
     at: dict[float, float] = {}
+    short: dict[float, float] = {}
     while marks:
         pod = pods[drawn % len(pods)]
         drawn += 1
@@ -258,7 +288,8 @@ def replay(
         else:
             c.book(choice, pod)
         while marks and arrived >= marks[0] * c.capacity - _EPS:
+            short[marks[0]] = max(0.0, arrived - c.allocated())
             at[marks.pop(0)] = c.allocated() / c.capacity
     frag = c.fragmented(file_mix(pods))
     wall = time.perf_counter() - t0
-    return PackingResult(file, policy, at, failed, failed_cpu, frag, drawn, wall)
+    return PackingResult(file, policy, at, short, failed, failed_cpu, frag, drawn, wall)

@@ -38,9 +38,9 @@ def holder(accepts: tuple[str, ...]) -> Run:
 @pytest.mark.parametrize(
     ("holder_accepts", "run_accepts", "gpus", "node"),
     [
-        # Nothing restricted is active: least fragmentation growth, then least left; the last
-        # t4 GPU is the tightest fit.
-        pytest.param((), ("t4", "g2"), 1, "scarce", id="no-restricted-run-best-fit-on-t4"),
+        # Nothing restricted is active: the growth of fragmentation is the same class on both
+        # types (no growth), and so is the CPU balance: the node name decides, as in FGD.
+        pytest.param((), ("t4", "g2"), 1, "big-0", id="no-restricted-run-ties-by-name"),
         # A t4-only run holds t4: t4 has no headroom left, g2 has 16 GPUs of it.
         pytest.param(("t4",), ("t4", "g2"), 1, "big-0", id="t4-only-run-active-goes-to-g2"),
         pytest.param(("t4",), ("g2", "t4"), 1, "big-0", id="listed-order-does-not-matter"),
@@ -49,8 +49,8 @@ def holder(accepts: tuple[str, ...]) -> Run:
         # A type with no placement for the run comes last whatever its headroom.
         # A g2-only run is active. Fragmentation growth alone would pick t4 (the g2-only
         # shape counts t4's free GPUs as fragment, so taking one there shrinks it); headroom
-        # (t4 2, g2 15 - 1) sends the run to g2, on the node left fuller.
-        pytest.param(("g2",), ("t4", "g2"), 1, "big-1", id="g2-only-run-active-headroom-wins"),
+        # (t4 2, g2 15 - 1) sends the run to g2, where no growth on either node: by name.
+        pytest.param(("g2",), ("t4", "g2"), 1, "big-0", id="g2-only-run-active-headroom-wins"),
         pytest.param(("g2",), ("t4", "g2"), 8, "big-0", id="only-g2-fits-eight"),
     ],
 )
@@ -64,12 +64,20 @@ def test_type_choice(
 
 
 def test_a_cpu_only_run_ignores_headroom() -> None:
-    # CPU-only: it goes where it strands the fewest GPUs (the most CPU per free GPU share),
-    # which is the t4 node even though t4-only runs are active there.
+    # CPU-only: headroom (t4 1 - 1 = 0, g2 8) would send it to g2; without it, the types tie
+    # on fragmentation growth and CPU balance, and the node name decides: the t4 node, even
+    # though t4-only runs are active there.
+    nodes = [
+        make_node("a-t4", 2, gpu_type="t4", cpu_milli=32000),
+        make_node("b-g2", 8, gpu_type="g2", cpu_milli=96000),
+    ]
     run = make_run("c", gpus=0, cpu_milli=4000)
-    s = make_snapshot(NODES, [PROJECT], [run], [holder(("t4",))])
+    t4_only = make_run(
+        "holder", phase=Phase.RUNNING, gpu_types=("t4",), placement=placed("a-t4", ["0"], "t4")
+    )
+    s = make_snapshot(nodes, [PROJECT], [run], [t4_only])
     (adm,) = decide(s).admissions
-    assert adm.placement.slots[0].node == "scarce"
+    assert adm.placement.slots[0].node == "a-t4"
 
 
 def test_restricted_demand_splits_over_distinct_types_and_undoes_exactly() -> None:
