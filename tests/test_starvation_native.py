@@ -6,16 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 
-from mlops_gpu.core.native import NativeEngine, load
+from mlops_gpu.core.native import NativeEngine
 from tests.core.test_starvation_property import _check, worlds
-
-
-@pytest.fixture(scope="module")
-def native_module(native_path: str) -> Any:
-    return load(native_path)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,7 +9,7 @@
   reclaimable, and when they end.
 
 The cycle-by-cycle scenarios run on ``FromScratch`` (``decide``), ``Incremental`` (parking)
-and the native engine (``native_path``: skipped without cargo unless required).
+and the native engine (``native_module``: skipped without the built engine unless required).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from hypothesis import strategies as st
 
 from mlops_gpu.core import ReasonCode as RC
 from mlops_gpu.core import decide
-from mlops_gpu.core import native as native_mod
 from mlops_gpu.core.engine import FromScratch, Incremental
-from mlops_gpu.core.native import NativeEngine, load
+from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.model import Phase
 from mlops_gpu.sim import Cluster
 from mlops_gpu.sim.simulator import simulate
@@ -73,7 +72,9 @@ R1_CASES = {
         snap(
             [make_node("n1", 4)],
             [B, L],
-            [run("nb", "b", preemptible=False, seq=1), run("pb", "b", seq=2)],
+            # (nb asks for more than b's nominal quota: were it within, it would be the anchor
+            # of b's quota, which pb would then wait for; issue 24 item 1)
+            [run("nb", "b", gpus=3, preemptible=False, seq=1), run("pb", "b", seq=2)],
             [_busy_b("b1", ["0"]), _busy_b("b2", ["1"])],
         ),
         admit={"pb": "n1"},
@@ -143,10 +144,9 @@ class Job:
     at: float = 0.0
 
 
-def _engines(native_path: str | None) -> dict[str, Any]:
+def _engines(module: Any | None) -> dict[str, Any]:
     out: dict[str, Any] = {"scratch": FromScratch, "incremental": Incremental}
-    if native_path is not None:
-        module = load(native_path)
+    if module is not None:
         out["native"] = lambda t: NativeEngine(t, module)
     return out
 
@@ -243,7 +243,7 @@ MIXED = [
 @pytest.fixture(params=["scratch", "incremental", "native"])
 def engine(request: pytest.FixtureRequest) -> Any:
     if request.param == "native":
-        return _engines(request.getfixturevalue("native_path"))["native"]
+        return _engines(request.getfixturevalue("native_module"))["native"]
     return _engines(None)[request.param]
 
 
@@ -289,12 +289,12 @@ def test_r1_the_scenario_can_fail() -> None:
 
 @pytest.mark.parametrize("engine_name", ["python", "native"])
 def test_r2_r3_the_simulator_reclaims_once(
-    engine_name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    engine_name: str, request: pytest.FixtureRequest
 ) -> None:
     """The issue's mixed classes in the simulator (victims requeue at once): l's 2 GPUs of
     nominal quota cost 2 preemptions, not one every time a run of l ends (11 on main)."""
     if engine_name == "native":
-        monkeypatch.setenv(native_mod.ENV, request.getfixturevalue("native_path"))
+        request.getfixturevalue("native_module")  # (the simulator uses the installed engine)
     jobs = [
         *(
             TraceJob(f"b{c}{i}", 0.0, 100_000.0, 1, 1, "b", priority=c)
