@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -82,6 +82,13 @@ class Reservation:
     #: reserved nodes that wait for runs without max_runtime; whether its quota does
     unknown_nodes: tuple[str, ...] = ()
     quota_unknown: bool = False
+    #: whether the anchor must borrow on ``gpu_type``: then it holds nothing from a run of
+    #: another project within that project's nominal quota (a loan never comes before an
+    #: owner's use; ``Cycle._backfill_filter``)
+    borrows: bool = False
+    #: node -> GPUs that runs of the anchor's own project without max_runtime surely release
+    #: there before ``at`` (its quota waits for them to end; ``freed_by_quota``)
+    freed: dict[str, int] = field(default_factory=dict)
 
     def released_by(self, node: str, t: float) -> int:
         return sum(n for end, n in self.nodes.get(node, ()) if end <= t)
@@ -96,7 +103,8 @@ class Reservation:
             return True
         if self.before(ends_at):
             return True
-        return free_after + self.released_by(node.name, self.at) >= self.need
+        released = self.released_by(node.name, self.at) + self.freed.get(node.name, 0)
+        return free_after + released >= self.need
 
     def allows_quota(
         self, project: str, gpu_type: str, used_after: float, ends_at: float | None
@@ -124,6 +132,19 @@ def quota_limit(
         return None
     limit = float(q.nominal + q.borrowing_limit)
     return limit if amount <= limit + _EPS else None
+
+
+def freed_by_quota(
+    short: float, unknown_on: Mapping[str, int], nodes: Iterable[str]
+) -> dict[str, int]:
+    """What an anchor waiting for ``short`` GPUs of its project's quota to be released by runs
+    without max_runtime (``unknown_on``: node -> their GPUs there) surely gets back on each of
+    ``nodes`` before it starts: whatever the others could not release alone."""
+    if short <= _EPS:
+        return {}
+    total = sum(unknown_on.values())
+    out = {n: int(short - (total - unknown_on.get(n, 0)) + _EPS) for n in nodes}
+    return {n: k for n, k in out.items() if k > 0}
 
 
 def could_be_admitted(

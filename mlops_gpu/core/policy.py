@@ -72,6 +72,7 @@ from mlops_gpu.core.backfill import (
     EtaBook,
     Reservation,
     expected_end,
+    freed_by_quota,
     quota_ends,
     quota_eta,
     quota_limit,
@@ -361,7 +362,25 @@ class Cycle:
                         lambda t: st.earliest(run, t, now),
                         lambda t: self._quota_of(run, t),
                     )
+                    if self._reservation is not None:
+                        self._hold_terms(run, self._reservation)
         return self._reservation
+
+    def _hold_terms(self, run: Run, res: Reservation) -> None:
+        """What the reservation does not hold against others: whether the anchor borrows
+        (then runs within their own nominal quota go first), and the GPUs its own project's
+        runs without max_runtime surely free on its nodes before it (its quota waits for them)."""
+        t, amount = res.gpu_type, request_amount(run)
+        res.borrows = not self.quota.within_nominal(run.project, t, amount)
+        if res.limit is None:
+            return
+        short = self.quota.used[(run.project, t)] + amount - res.limit - res.released
+        unknown_on: dict[str, int] = defaultdict(int)
+        for a in self.state.held.get((run.project, t), {}).values():
+            if a.placement is not None and expected_end(self.snap, a) is None:
+                for slot in a.placement.slots:
+                    unknown_on[slot.node] += len(slot.devices)
+        res.freed = freed_by_quota(short, unknown_on, res.nodes)
 
     def _quota_of(
         self, run: Run, gpu_type: str
@@ -395,6 +414,12 @@ class Cycle:
         if res is None or res.run_id == run.id:
             return None
         ends = None if run.spec.max_runtime_s is None else self.snap.now + run.spec.max_runtime_s
+        if res.borrows and run.project != res.project:
+            amount, quota = request_amount(run), self.quota
+            return lambda node, free_after: (
+                quota.within_nominal(run.project, node.gpu_type, amount)
+                or res.allows(node, free_after, ends)
+            )
         return lambda node, free_after: res.allows(node, free_after, ends)
 
     def _quota_held(self, run: Run, gpu_type: str, amount: float) -> bool:
@@ -846,10 +871,13 @@ class Cycle:
                 eta = max(at, eta) if at is not None and eta is not None else at
             res = self.reservation
             if res is not None and res.run_id == run.id:
+                # The reservation's time is a bound it keeps; the estimate may be earlier
+                # (e.g. its cohort lends before its own project's runs end).
                 if math.isfinite(res.at):
-                    eta, why = res.at, "reserved (EASY backfill)"
-                else:
-                    eta, why = None, self._unknown_why(res)
+                    if eta is None or eta >= res.at:
+                        eta, why = res.at, "reserved (EASY backfill)"
+                elif eta is None:
+                    why = self._unknown_why(res)
             if p.eta is not None:
                 eta = max(p.eta, eta) if eta is not None else p.eta
             return PendingReason(

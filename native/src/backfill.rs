@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use crate::cycle::Cycle;
 use crate::model::Model;
 use crate::placement::{eligible, node_sets};
-use crate::quota::admits;
+use crate::quota::{admits, within_nominal};
 use crate::state::{age_cmp, Run, State};
 
 const EPS: f64 = 1e-9;
@@ -27,6 +27,12 @@ pub struct Reservation {
     /// The quota hold: (project, type, amount, the quota it counts on, the project's GPUs of
     /// that type released by known ends by `at`).
     pub quota: Option<(usize, usize, f64, f64, f64)>,
+    /// Whether the anchor must borrow on its type: then it holds nothing from a run of another
+    /// project within that project's nominal quota (`Reservation.borrows`).
+    pub borrows: bool,
+    /// Node -> GPUs its own project's runs without max_runtime surely free there before `at`
+    /// (`backfill.freed_by_quota`).
+    pub freed: HashMap<usize, usize>,
 }
 
 impl Reservation {
@@ -44,7 +50,8 @@ impl Reservation {
             return true;
         }
         let released: u32 = line.iter().filter(|x| x.0 <= self.at).map(|x| x.1).sum();
-        free_after + released as usize >= self.need
+        let freed = self.freed.get(&node).copied().unwrap_or(0);
+        free_after + released as usize + freed >= self.need
     }
 
     /// May a run leaving `project` at `used_after` of `ty` start now without taking quota
@@ -249,6 +256,18 @@ pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Op
                 continue;
             }
             let released: f64 = ends.iter().filter(|x| x.0 <= at).map(|x| x.1).sum();
+            let freed = match limit {
+                Some(l) => freed_by_quota(
+                    m,
+                    st,
+                    r,
+                    t,
+                    st.cap.used[m.pt(r.project, t)] + r.amount() - l - released,
+                    chosen.iter().map(|x| x.2),
+                    now,
+                ),
+                None => HashMap::new(),
+            };
             best = Some((
                 (at, unknown),
                 Reservation {
@@ -260,9 +279,47 @@ pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Op
                         .map(|&(_, _, n)| (n, st.lines(n, now)))
                         .collect(),
                     quota: limit.map(|l| (r.project, t, r.amount(), l, released)),
+                    borrows: !within_nominal(m, &st.cap.used, r.project, t, r.amount()),
+                    freed,
                 },
             ));
         }
     }
     best.map(|(_, res)| res)
+}
+
+/// What an anchor waiting for `short` GPUs of its project's quota, released by its runs
+/// without max_runtime, surely gets back on each of `nodes` before it starts: whatever those
+/// runs on the other nodes could not release alone (`backfill.freed_by_quota`).
+fn freed_by_quota(
+    m: &Model,
+    st: &State,
+    r: &Run,
+    t: usize,
+    short: f64,
+    nodes: impl Iterator<Item = usize>,
+    now: f64,
+) -> HashMap<usize, usize> {
+    let mut out = HashMap::new();
+    if short <= EPS {
+        return out;
+    }
+    let mut on: HashMap<usize, usize> = HashMap::new();
+    for &k in &st.held[m.pt(r.project, t)] {
+        if expected_end(st, k, now).is_none() {
+            if let Some(p) = st.runs[k].placement.as_ref() {
+                for (n, devs) in &p.slots {
+                    *on.entry(*n).or_insert(0) += devs.len();
+                }
+            }
+        }
+    }
+    let total: usize = on.values().sum();
+    for n in nodes {
+        let k = (short - (total - on.get(&n).copied().unwrap_or(0)) as f64 + EPS).floor();
+        if k >= 1.0 {
+            out.insert(n, k as usize);
+        }
+    }
+    out
 }

@@ -95,7 +95,9 @@ def test_eta(case: Case) -> None:
 
 def test_no_cohort_eta_under_a_lending_limit() -> None:
     """The cohort's room is its members' nominal sum only without lending limits: with one,
-    no ETA is promised (and without it, the same snapshot has one)."""
+    no cohort ETA is promised (and without it, the same snapshot has one); the run, the anchor
+    of the EASY reservation, is then told the reservation's time: when its own project's run
+    has ended (3000) and it fits its nominal quota (issue 24 item 1)."""
     case = CASES["a-cohort-borrower-waits-for-the-cohort"]
     check(case)
     lent = replace(
@@ -105,7 +107,7 @@ def test_no_cohort_eta_under_a_lending_limit() -> None:
             "q": make_project("q", cohort=C, quotas={"a100-80gb": Quota(4, None, 1)}),
         },
     )
-    check(Case(lent, codes={"a": RC.QUOTA}, eta={"a": None}))
+    check(Case(lent, codes={"a": RC.QUOTA}, eta={"a": 3000.0}))
 
 
 @pytest.mark.parametrize("first", ["head", "a"])
