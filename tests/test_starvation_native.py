@@ -9,16 +9,24 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from mlops_gpu.core.native import NativeEngine, load
+from mlops_gpu.core.native import NativeEngine
+from tests.core.starvation import drive
+from tests.core.test_starvation import _partial_node
 from tests.core.test_starvation_property import _check, worlds
-
-
-@pytest.fixture(scope="module")
-def native_module(native_path: str) -> Any:
-    return load(native_path)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(w=worlds())
 def test_target_starts_within_the_bound_native(native_module: Any, w: dict[str, Any]) -> None:
     _check(NativeEngine(w["template"], native_module), w)
+
+
+@pytest.mark.parametrize("order", ["shortest", "las"])
+def test_overtaken_partial_node_run_becomes_the_anchor_native(
+    native_module: Any, order: str
+) -> None:
+    template, holders, target, arrivals = _partial_node(order)
+    out = drive(NativeEngine(template, native_module), holders, target, arrivals, horizon=60.0)
+    assert out.started is not None, f"never started; {out.overtaken} later runs went first"
+    assert out.bound is not None and out.started <= out.bound, out
+    assert out.started <= 3.0, out

@@ -5,7 +5,9 @@ A run's expected end is its start (or admission) plus ``max_runtime``; a run wit
 are free, or taken by its preemptor's admission), so it has no place in any timeline.
 
 Reservation (for the anchor, ``parking.anchor``: the run of the highest class that has waited
-longest among those that could ever be admitted; one that fits now is reserved at ``now``):
+longest among those that could ever be admitted, blocked as the cycle begins or kept from the
+last cycle, where it was the anchor or was overtaken (``parking.overtaken``); one that fits now
+is reserved at ``now``):
 - devices: on specific nodes, those that need the fewest GPUs released by runs without a known
   end, then free up earliest (by expected ends), then by name; its device time is when they
   have the GPUs free, unknown (``math.inf``) when it waits for a run without ``max_runtime``;

@@ -30,7 +30,11 @@
    an EASY reservation of nodes and quota (``backfill.reserve``; its time is unknown when it
    waits for runs without ``max_runtime``); no other run may take what it waits for unless it
    is shown to end before it, and the anchor itself is never held back by it. Without the kept
-   anchor, a run the order prefers would take its GPUs the moment they free;
+   anchor, a run the order prefers would take its GPUs the moment they free. When the cycle
+   had no anchor or admitted it, the engine keeps instead the oldest run (highest class first)
+   that could ever be admitted and that the cycle overtook, admitting a later run of its class
+   and not it (``parking.overtaken``): one that fits as every cycle begins would else wait
+   behind a stream the order prefers for ever, never blocked, never the anchor;
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
    waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``); a lender's
    run names the runs holding what it lent, reclaimable or not, and their ends (``lent``).
@@ -383,12 +387,15 @@ class Cycle:
 
     def kept_anchor(self) -> str | None:
         """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
-        this cycle's, unless it was admitted. (Asked after ``run``: when no run was tried the
-        reservation was not worked out, and nothing was admitted, so the starting state is
-        still there to work it out from.)"""
+        this cycle's, unless it was admitted; else the oldest run the cycle overtook
+        (``parking.overtaken``). (Asked after ``run``: when no run was tried the reservation
+        was not worked out, and nothing was admitted, so the starting state is still there to
+        work it out from.)"""
         _ = self.reservation
         admitted = {a.run_id for a in self.admissions}
-        return self.anchor if self.anchor not in admitted else None
+        if self.anchor is not None and self.anchor not in admitted:
+            return self.anchor
+        return parking.overtaken(self) if self.snap.policy.backfill else None
 
     def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
         res = self.reservation

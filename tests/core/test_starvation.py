@@ -140,3 +140,55 @@ def _on(i: int) -> Any:
     from mlops_gpu.testing.builders import placed
 
     return placed("n1", [str(i)])
+
+
+def _partial_node(order: str) -> tuple[Any, ...]:
+    """An 8-GPU node, a 2-GPU target that the order puts last (longer max_runtime, or a later
+    LAS level), and five 1-GPU runs a step that the order prefers: as every cycle begins at least
+    2 GPUs are free (the target is never blocked then), and the stream takes them all."""
+    holders = [
+        (make_run(f"h{i}", "default", seq=i, max_runtime_s=5.0), 1.0 + i % 2) for i in range(8)
+    ]
+    target = make_run(
+        "target",
+        "default",
+        gpus=2,
+        seq=10,
+        max_runtime_s=100.0,
+        attained_gpu_s=4000.0 if order == "las" else 0.0,
+    )
+
+    def arrivals(step: int, now: float) -> list[tuple[Run, float]]:
+        return [
+            (
+                make_run(
+                    f"s{step}-{k}",
+                    "default",
+                    seq=100 + 10 * step + k,
+                    submitted_at=now,
+                    max_runtime_s=5.0,
+                ),
+                2.0,
+            )
+            for k in range(5)
+        ]
+
+    template = make_snapshot(
+        [make_node("n1", 8)],
+        [make_project("default", quotas={"a100-80gb": Quota(16, 0)})],
+        now=0.0,
+        order=order,
+    )
+    return template, holders, target, arrivals
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("order", ["shortest", "las"])
+def test_overtaken_partial_node_run_becomes_the_anchor(order: str, engine: str) -> None:
+    """A run never blocked as a cycle begins but overtaken in it (not admitted while a later run
+    of its class was) is kept as the anchor for the next cycle, so it starts then."""
+    template, holders, target, arrivals = _partial_node(order)
+    out = drive(ENGINES[engine](template), holders, target, arrivals, horizon=60.0)
+    assert out.started is not None, f"never started; {out.overtaken} later runs went first"
+    assert out.bound is not None and out.started <= out.bound, out
+    assert out.started <= 3.0, out
