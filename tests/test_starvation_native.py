@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 
 from mlops_gpu.core.native import NativeEngine
 from tests.core.starvation import drive
-from tests.core.test_starvation import _partial_node
+from tests.core.test_starvation import _partial_node, preempt_around_the_anchor, preempt_template
 from tests.core.test_starvation_property import _check, worlds
 
 
@@ -30,3 +30,11 @@ def test_overtaken_partial_node_run_becomes_the_anchor_native(
     assert out.started is not None, f"never started; {out.overtaken} later runs went first"
     assert out.bound is not None and out.started <= out.bound, out
     assert out.started <= 3.0, out
+
+
+def test_preemptors_and_the_anchors_reserved_gpus_native(native_module: Any) -> None:
+    d = preempt_around_the_anchor(NativeEngine(preempt_template(), native_module), "normal")
+    assert d.admissions == () and d.preemptions == (), d
+    d = preempt_around_the_anchor(NativeEngine(preempt_template(), native_module), "high")
+    assert [a.run_id for a in d.admissions] == ["mid"], d
+    assert sorted(p.run_id for p in d.preemptions) == ["low0", "low1"], d

@@ -20,7 +20,9 @@ Another run may use a reserved node only if it can be shown to end (by ``max_run
 ``at`` after it took its own, counting only releases by runs with a known end. A run of the
 anchor's project on its GPU type may take quota only on the same terms: it ends before ``at``,
 or the anchor's amount still fits the quota at ``at`` after it took its share. So nothing takes
-what the anchor waits for, and it starts once the runs holding its GPUs and quota end.
+what the anchor waits for, and it starts once the runs holding its GPUs and quota end. A
+preemption plan is held to the same terms (its victims' GPUs and quota count as free), unless
+its run is the anchor or of a higher class (``Cycle._preempt_hold``).
 
 ETA (for every pending run): per GPU type, the earliest time the GPUs free now plus
 those released by then cover the run's need plus the needs of the pending runs ahead of it;

@@ -22,7 +22,8 @@
    (``_ready``). A plan that takes runs of the run's own class is dropped when they would win
    their GPUs back at once (``_keeps_what_it_frees``). Victims of the lowest classes go first
    (``preempt``), so a reclaim ends: a higher-class victim, requeued, would preempt its
-   project's lower-class runs in turn;
+   project's lower-class runs in turn. A plan leaves the reservation (6.) what backfill leaves
+   it, unless its run is the anchor or of a higher class (``_preempt_hold``);
 6. reserve: the anchor (``parking.anchor``), the run of the highest class that has waited
    longest (submit time, seq, id; not the order's head) among those blocked by capacity or by
    its own project's quota when the cycle begins and that could ever be admitted, or the
@@ -92,7 +93,7 @@ from mlops_gpu.core.fairshare import (
 )
 from mlops_gpu.core.lent import Held
 from mlops_gpu.core.placement import place, request_amount
-from mlops_gpu.core.preempt import find_plan, lost_gpu_s
+from mlops_gpu.core.preempt import Hold, find_plan, lost_gpu_s
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
 from mlops_gpu.core.type_choice import order_types
@@ -404,6 +405,22 @@ class Cycle:
         ends = None if run.spec.max_runtime_s is None else self.snap.now + run.spec.max_runtime_s
         return lambda node, free_after: res.allows(node, free_after, ends)
 
+    def _preempt_hold(self, run: Run) -> Hold:
+        """What ``run``'s preemption plan must leave to the reservation: as for backfill, unless
+        ``run`` is the anchor or of a higher class (priority wins)."""
+        res = self.reservation
+        if res is None or res.run_id == run.id:
+            return None
+        anchor = self.state.pending[res.run_id]
+        if self._level(run) > self._level(anchor):
+            return None
+        flt = self._backfill_filter(run)
+        assert flt is not None
+        return flt, lambda t, amount: not self._quota_held(run, t, amount)
+
+    def _level(self, run: Run) -> int:
+        return self._level_of(run.project, self.snap.priority_of(run)) or 0
+
     def _quota_held(self, run: Run, gpu_type: str, amount: float) -> bool:
         """Whether the reservation holds quota that ``run`` taking ``amount`` would take."""
         res = self.reservation
@@ -687,6 +704,7 @@ class Cycle:
             pool=lambda t: self._victim_pool(run, t),
             ruled_out=ruled_out,
             may_ever=self._may_ever_preempt,
+            hold=self._preempt_hold(run),
         )
         if plan is None and memo is not None and ruled_out == set(types):
             memo.remember(run, search_memo.key_of(self, run, types), snap.now)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mlops_gpu.core import ReasonCode, decide
+from mlops_gpu.core import Decision, ReasonCode, decide
 from mlops_gpu.core.engine import FromScratch, Incremental
 from mlops_gpu.model import Quota, Run
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -192,3 +192,41 @@ def test_overtaken_partial_node_run_becomes_the_anchor(order: str, engine: str) 
     assert out.started is not None, f"never started; {out.overtaken} later runs went first"
     assert out.bound is not None and out.started <= out.bound, out
     assert out.started <= 3.0, out
+
+
+def preempt_around_the_anchor(engine: Any, priority: str) -> Decision:
+    """A 4-GPU node held by two runs of the anchor's class (max_runtime 50) and two low-class
+    runs without max_runtime; the anchor needs the whole node (it cannot preempt its own class
+    without checkpoints); a later 2-GPU run of class ``priority`` could preempt the low-class
+    runs, on the node reserved for the anchor."""
+    for i in range(2):
+        engine.submit(make_run(f"h{i}", "default", seq=i, max_runtime_s=50.0))
+        engine.submit(make_run(f"low{i}", "default", seq=2 + i, priority="low"))
+    assert len(engine.cycle(0.0).admissions) == 4
+    engine.submit(make_run("big", "default", gpus=4, seq=10, submitted_at=1.0))
+    engine.submit(
+        make_run(
+            "mid", "default", gpus=2, seq=11, submitted_at=1.0, priority=priority, max_runtime_s=1e3
+        )
+    )
+    return engine.cycle(1.0)
+
+
+def preempt_template() -> Any:
+    project = make_project("default", quotas={"a100-80gb": Quota(8, 0)})
+    return make_snapshot([make_node("n1", 4)], [project], now=0.0, order="submit")
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_preemptor_of_the_anchors_class_does_not_take_its_reserved_gpus(engine: str) -> None:
+    """A run of the anchor's class may not preempt its way onto what the anchor waits for
+    unless it ends before the reservation (here its time is unknown: none does)."""
+    d = preempt_around_the_anchor(ENGINES[engine](preempt_template()), "normal")
+    assert d.admissions == () and d.preemptions == (), d
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_preemptor_of_a_higher_class_takes_the_anchors_reserved_gpus(engine: str) -> None:
+    d = preempt_around_the_anchor(ENGINES[engine](preempt_template()), "high")
+    assert [a.run_id for a in d.admissions] == ["mid"], d
+    assert sorted(p.run_id for p in d.preemptions) == ["low0", "low1"], d
