@@ -11,7 +11,12 @@ from hypothesis import HealthCheck, given, settings
 
 from mlops_gpu.core.native import NativeEngine
 from tests.core.starvation import drive
-from tests.core.test_starvation import _partial_node, preempt_around_the_anchor, preempt_template
+from tests.core.test_starvation import (
+    _partial_node,
+    preempt_around_the_anchor,
+    preempt_template,
+    quota_template,
+)
 from tests.core.test_starvation_property import _check, worlds
 
 
@@ -38,3 +43,7 @@ def test_preemptors_and_the_anchors_reserved_gpus_native(native_module: Any) -> 
     d = preempt_around_the_anchor(NativeEngine(preempt_template(), native_module), "high")
     assert [a.run_id for a in d.admissions] == ["mid"], d
     assert sorted(p.run_id for p in d.preemptions) == ["low0", "low1"], d
+    d = preempt_around_the_anchor(NativeEngine(quota_template(), native_module), "normal", "local")
+    assert d.admissions == () and d.preemptions == (), d
+    d = preempt_around_the_anchor(NativeEngine(quota_template(), native_module), "high", "local")
+    assert [a.run_id for a in d.admissions] == ["mid"], d

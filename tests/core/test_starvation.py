@@ -194,7 +194,7 @@ def test_overtaken_partial_node_run_becomes_the_anchor(order: str, engine: str) 
     assert out.started <= 3.0, out
 
 
-def preempt_around_the_anchor(engine: Any, priority: str) -> Decision:
+def preempt_around_the_anchor(engine: Any, priority: str, backend: str | None = None) -> Decision:
     """A 4-GPU node held by two runs of the anchor's class (max_runtime 50) and two low-class
     runs without max_runtime; the anchor needs the whole node (it cannot preempt its own class
     without checkpoints); a later 2-GPU run of class ``priority`` could preempt the low-class
@@ -206,7 +206,14 @@ def preempt_around_the_anchor(engine: Any, priority: str) -> Decision:
     engine.submit(make_run("big", "default", gpus=4, seq=10, submitted_at=1.0))
     engine.submit(
         make_run(
-            "mid", "default", gpus=2, seq=11, submitted_at=1.0, priority=priority, max_runtime_s=1e3
+            "mid",
+            "default",
+            gpus=2,
+            seq=11,
+            submitted_at=1.0,
+            priority=priority,
+            max_runtime_s=1e3,
+            backend=backend,
         )
     )
     return engine.cycle(1.0)
@@ -228,5 +235,27 @@ def test_a_preemptor_of_the_anchors_class_does_not_take_its_reserved_gpus(engine
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_a_preemptor_of_a_higher_class_takes_the_anchors_reserved_gpus(engine: str) -> None:
     d = preempt_around_the_anchor(ENGINES[engine](preempt_template()), "high")
+    assert [a.run_id for a in d.admissions] == ["mid"], d
+    assert sorted(p.run_id for p in d.preemptions) == ["low0", "low1"], d
+
+
+def quota_template() -> Any:
+    # quota == one node (as init writes it), two nodes: the anchor waits for quota only
+    # (n2 is free; the preemptor is pinned to n1's backend, so it does not fit there)
+    project = make_project("default", quotas={"a100-80gb": Quota(4, 0)})
+    nodes = [make_node("n1", 4, backend="local"), make_node("n2", 4, backend="other")]
+    return make_snapshot(nodes, [project], now=0.0, order="submit")
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_preemptor_of_the_anchors_class_does_not_take_the_quota_it_waits_for(
+    engine: str,
+) -> None:
+    """The anchor waits for its project's quota (held by runs without max_runtime, so its time
+    is unknown): a run of its class may not preempt low-class runs to take that quota; one of
+    a higher class may."""
+    d = preempt_around_the_anchor(ENGINES[engine](quota_template()), "normal", "local")
+    assert d.admissions == () and d.preemptions == (), d
+    d = preempt_around_the_anchor(ENGINES[engine](quota_template()), "high", "local")
     assert [a.run_id for a in d.admissions] == ["mid"], d
     assert sorted(p.run_id for p in d.preemptions) == ["low0", "low1"], d
