@@ -153,6 +153,8 @@ def _plan_for_type(
         return None  # every greedy order ends with all candidates gone: none would succeed
     cost = {a.id: lost_gpu_s(snap, a) for a in cands}
     cands.sort(key=lambda a: (snap.priority_of(a), cost[a.id], -(a.admitted_at or 0.0), a.id))
+    if hold is not None and not _fits_without(snap, cap, quota, run, t, cands, hold):
+        return None  # held off what it needs: fitting only gets easier as victims go
     on_node: dict[str, list[Run]] = {}
     for a in cands:
         for node in _placement(a).node_names:
@@ -175,6 +177,18 @@ def _plan_for_type(
         if plan is not None and (best is None or _rank(snap, plan) < _rank(snap, best)):
             best = plan
     return best
+
+
+def _fits_without(
+    snap: Snapshot, cap: Capacity, quota: QuotaBook, run: Run, t: str, cands: list[Run], hold: Hold
+) -> bool:
+    """Whether ``run`` fits on ``t`` (``_fits``, with ``hold``) with every candidate gone."""
+    for a in cands:
+        cap.release(a.project, _placement(a), a.request.gpu_types)
+    fits = _fits(snap, cap, quota, run, t, hold) is not None
+    for a in cands:
+        cap.take(a.project, _placement(a), a.request.gpu_types)
+    return fits
 
 
 def _could_fit_without_all(

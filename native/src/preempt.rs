@@ -217,6 +217,18 @@ impl Cycle<'_> {
         self.admits_held(i, t, placed.amount()).then_some(placed)
     }
 
+    /// Whether run `i` fits on `t` (`fits`, with the hold) with every run of `cands` gone.
+    fn fits_without(&mut self, i: usize, t: usize, cands: &[usize]) -> bool {
+        for &v in cands {
+            self.release(v);
+        }
+        let fits = self.fits(i, t).is_some();
+        for &v in cands {
+            self.take(v);
+        }
+        fits
+    }
+
     /// What run `i`'s plan must leave to the reservation (`Cycle._preempt_hold`): as for
     /// backfill, unless it is the anchor or of a higher class (priority wins).
     fn hold(&self, i: usize) -> Filter<'_> {
@@ -312,6 +324,10 @@ impl Cycle<'_> {
                 )
                 .then(ra.id.cmp(&rb.id))
         });
+        if self.hold(i).is_some() && !self.fits_without(i, t, &cands) {
+            return None; // held off what it needs: fitting only gets easier as victims go
+        }
+        let runs = &self.st.runs;
         let mut on_node: HashMap<usize, Vec<usize>> = HashMap::default();
         for &v in &cands {
             for (n, _) in &runs[v].placement.as_ref().expect("an active run").slots {
