@@ -9,6 +9,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 
 from mlops_gpu.core.native import NativeEngine
+from tests.core.starvation import drive
+from tests.core.test_starvation import (
+    _partial_node,
+    preempt_around_the_anchor,
+    preempt_template,
+    quota_template,
+)
 from tests.core.test_starvation_property import _check, worlds
 
 
@@ -16,3 +23,26 @@ from tests.core.test_starvation_property import _check, worlds
 @given(w=worlds())
 def test_target_starts_within_the_bound_native(native_module: Any, w: dict[str, Any]) -> None:
     _check(NativeEngine(w["template"], native_module), w)
+
+
+@pytest.mark.parametrize("order", ["shortest", "las"])
+def test_overtaken_partial_node_run_becomes_the_anchor_native(
+    native_module: Any, order: str
+) -> None:
+    template, holders, target, arrivals = _partial_node(order)
+    out = drive(NativeEngine(template, native_module), holders, target, arrivals, horizon=60.0)
+    assert out.started is not None, f"never started; {out.overtaken} later runs went first"
+    assert out.bound is not None and out.started <= out.bound, out
+    assert out.started <= 3.0, out
+
+
+def test_preemptors_and_the_anchors_reserved_gpus_native(native_module: Any) -> None:
+    d = preempt_around_the_anchor(NativeEngine(preempt_template(), native_module), "normal")
+    assert d.admissions == () and d.preemptions == (), d
+    d = preempt_around_the_anchor(NativeEngine(preempt_template(), native_module), "high")
+    assert [a.run_id for a in d.admissions] == ["mid"], d
+    assert sorted(p.run_id for p in d.preemptions) == ["low0", "low1"], d
+    d = preempt_around_the_anchor(NativeEngine(quota_template(), native_module), "normal", "local")
+    assert d.admissions == () and d.preemptions == (), d
+    d = preempt_around_the_anchor(NativeEngine(quota_template(), native_module), "high", "local")
+    assert [a.run_id for a in d.admissions] == ["mid"], d

@@ -5,7 +5,9 @@ A run's expected end is its start (or admission) plus ``max_runtime``; a run wit
 are free, or taken by its preemptor's admission), so it has no place in any timeline.
 
 Reservation (for the anchor, ``parking.anchor``: the run of the highest class that has waited
-longest among those that could ever be admitted; one that fits now is reserved at ``now``):
+longest among those that could ever be admitted, blocked as the cycle begins or kept from the
+last cycle, where it was the anchor or was overtaken (``parking.overtaken``); one that fits now
+is reserved at ``now``):
 - devices: on specific nodes, those that need the fewest GPUs released by runs without a known
   end, then free up earliest (by expected ends), then by name; its device time is when they
   have the GPUs free, unknown (``math.inf``) when it waits for a run without ``max_runtime``;
@@ -18,7 +20,9 @@ Another run may use a reserved node only if it can be shown to end (by ``max_run
 ``at`` after it took its own, counting only releases by runs with a known end. A run of the
 anchor's project on its GPU type may take quota only on the same terms: it ends before ``at``,
 or the anchor's amount still fits the quota at ``at`` after it took its share. So nothing takes
-what the anchor waits for, and it starts once the runs holding its GPUs and quota end.
+what the anchor waits for, and it starts once the runs holding its GPUs and quota end. A
+preemption plan is held to the same terms (its victims' GPUs and quota count as free), unless
+its run is the anchor or of a higher class (``Cycle._preempt_hold``).
 
 ETA (for every pending run): per GPU type, the earliest time the GPUs free now plus
 those released by then cover the run's need plus the needs of the pending runs ahead of it;

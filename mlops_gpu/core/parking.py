@@ -18,6 +18,8 @@ their turn as before), never less.
 
 The anchor of the EASY reservation is chosen by age, not by the order of visits, from the state
 as the cycle begins (``anchor``): so a full visit and a parked visit reserve for the same run.
+The anchor kept for the next cycle, when the cycle had none or admitted it, is the oldest run
+the cycle overtook (``overtaken``), read from its admissions: the same for both visits too.
 """
 
 from __future__ import annotations
@@ -222,7 +224,8 @@ def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
     None. Candidates are the queued whole-GPU runs that fit an empty cluster, whose quota could
     ever admit them (``backfill.could_be_admitted``), and that are blocked as the cycle begins
     (on no such type do both quota admit them and a node set take them now), plus the run that
-    held the reservation after the last applied cycle (``State.anchor``) while it is one of
+    the last applied cycle kept (``State.anchor``: its anchor, or the oldest run it overtook,
+    ``overtaken``) while it is one of
     the others but for being blocked: it keeps the reservation when what it waited for is
     free, else a run the order prefers (under ``shortest`` or ``las``, or of a project with a
     lower share) would take it, again and again. Among them, the one of the highest class
@@ -264,6 +267,40 @@ def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
                 best = ((neg_class, age), *found)
                 break
     return None if best is None else (best[1], best[2])
+
+
+def overtaken(c: Cycle) -> str | None:
+    """The anchor an engine keeps after cycle ``c`` when ``c`` had none or admitted it: the run
+    of the highest class that has waited longest (as ``anchor``) among the queued runs that
+    could ever be admitted (``_types``) and that ``c`` overtook: it did not admit them while it
+    admitted a later run (submit time, seq, id) of their class. Such a run was not blocked as
+    the cycle began (else it would have been the anchor), so without this a run the order
+    prefers could take what it needs before its turn, cycle after cycle. Read before the
+    decision is applied (the admitted runs are still queued)."""
+    st = c.state
+    admitted = {a.run_id for a in c.admissions}
+    youngest: dict[int, Age] = {}  # class -> the latest run it admitted
+    for rid in admitted:
+        run = st.pending[rid]
+        level = c._level_of(run.project, c.snap.priority_of(run))
+        age = age_of(run)
+        if level is not None and (level not in youngest or youngest[level] < age):
+            youngest[level] = age
+    best: tuple[tuple[int, Age], str] | None = None
+    for project, subqueues in st.queues.items():
+        for sk, q in subqueues.items():
+            level = c._level_of(project, int(sk[0]))  # type: ignore[call-overload]
+            if not q or level not in youngest:
+                continue
+            for age in st.ages[(project, sk)]:  # its oldest run not admitted
+                if age >= youngest[level] or (best is not None and (-level, age) >= best[0]):
+                    break
+                if age[2] in admitted:
+                    continue
+                if _types(c, st.pending[age[2]]):
+                    best = ((-level, age), age[2])
+                break
+    return None if best is None else best[1]
 
 
 def _types(c: Cycle, run: Run) -> list[str]:

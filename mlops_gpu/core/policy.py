@@ -22,7 +22,8 @@
    (``_ready``). A plan that takes runs of the run's own class is dropped when they would win
    their GPUs back at once (``_keeps_what_it_frees``). Victims of the lowest classes go first
    (``preempt``), so a reclaim ends: a higher-class victim, requeued, would preempt its
-   project's lower-class runs in turn;
+   project's lower-class runs in turn. A plan leaves the reservation (6.) what backfill leaves
+   it, unless its run is the anchor or of a higher class (``_preempt_hold``);
 6. reserve: the anchor (``parking.anchor``), the run of the highest class that has waited
    longest (submit time, seq, id; not the order's head) among those blocked by capacity or by
    its own project's quota when the cycle begins and that could ever be admitted, or the
@@ -30,7 +31,11 @@
    an EASY reservation of nodes and quota (``backfill.reserve``; its time is unknown when it
    waits for runs without ``max_runtime``); no other run may take what it waits for unless it
    is shown to end before it, and the anchor itself is never held back by it. Without the kept
-   anchor, a run the order prefers would take its GPUs the moment they free;
+   anchor, a run the order prefers would take its GPUs the moment they free. When the cycle
+   had no anchor or admitted it, the engine keeps instead the oldest run (highest class first)
+   that could ever be admitted and that the cycle overtook, admitting a later run of its class
+   and not it (``parking.overtaken``): one that fits as every cycle begins would else wait
+   behind a stream the order prefers for ever, never blocked, never the anchor;
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
    waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``); a lender's
    run names the runs holding what it lent, reclaimable or not, and their ends (``lent``).
@@ -89,7 +94,7 @@ from mlops_gpu.core.fairshare import (
 )
 from mlops_gpu.core.lent import Held
 from mlops_gpu.core.placement import place, request_amount
-from mlops_gpu.core.preempt import find_plan, lost_gpu_s
+from mlops_gpu.core.preempt import Hold, find_plan, lost_gpu_s
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import ShapeKey, State
 from mlops_gpu.core.type_choice import order_types
@@ -402,12 +407,15 @@ class Cycle:
 
     def kept_anchor(self) -> str | None:
         """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
-        this cycle's, unless it was admitted. (Asked after ``run``: when no run was tried the
-        reservation was not worked out, and nothing was admitted, so the starting state is
-        still there to work it out from.)"""
+        this cycle's, unless it was admitted; else the oldest run the cycle overtook
+        (``parking.overtaken``). (Asked after ``run``: when no run was tried the reservation
+        was not worked out, and nothing was admitted, so the starting state is still there to
+        work it out from.)"""
         _ = self.reservation
         admitted = {a.run_id for a in self.admissions}
-        return self.anchor if self.anchor not in admitted else None
+        if self.anchor is not None and self.anchor not in admitted:
+            return self.anchor
+        return parking.overtaken(self) if self.snap.policy.backfill else None
 
     def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
         res = self.reservation
@@ -421,6 +429,22 @@ class Cycle:
                 or res.allows(node, free_after, ends)
             )
         return lambda node, free_after: res.allows(node, free_after, ends)
+
+    def _preempt_hold(self, run: Run) -> Hold:
+        """What ``run``'s preemption plan must leave to the reservation: as for backfill, unless
+        ``run`` is the anchor or of a higher class (priority wins)."""
+        res = self.reservation
+        if res is None or res.run_id == run.id:
+            return None
+        anchor = self.state.pending[res.run_id]
+        if self._level(run) > self._level(anchor):
+            return None
+        flt = self._backfill_filter(run)
+        assert flt is not None
+        return flt, lambda t, amount: not self._quota_held(run, t, amount)
+
+    def _level(self, run: Run) -> int:
+        return self._level_of(run.project, self.snap.priority_of(run)) or 0
 
     def _quota_held(self, run: Run, gpu_type: str, amount: float) -> bool:
         """Whether the reservation holds quota that ``run`` taking ``amount`` would take."""
@@ -705,6 +729,7 @@ class Cycle:
             pool=lambda t: self._victim_pool(run, t),
             ruled_out=ruled_out,
             may_ever=self._may_ever_preempt,
+            hold=self._preempt_hold(run),
         )
         if plan is None and memo is not None and ruled_out == set(types):
             memo.remember(run, search_memo.key_of(self, run, types), snap.now)

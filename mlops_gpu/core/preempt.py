@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mlops_gpu.core.capacity import Capacity
-from mlops_gpu.core.placement import eligible_nodes, indexed_buckets, place
+from mlops_gpu.core.placement import NodeFilter, eligible_nodes, indexed_buckets, place
 from mlops_gpu.core.quota import QuotaBook
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Placement, Run
@@ -58,6 +58,11 @@ def lost_gpu_s(snap: Snapshot, run: Run) -> float:
     return run.placement.gpu_amount * max(snap.now - since, 0.0)
 
 
+#: What a plan must leave to the anchor's reservation (``Cycle._preempt_hold``): a node filter
+#: for ``place``, and whether the run may take an amount of a GPU type's quota; None: nothing.
+Hold = tuple[NodeFilter, Callable[[str, float], bool]] | None
+
+
 def find_plan(
     snap: Snapshot,
     cap: Capacity,
@@ -68,6 +73,7 @@ def find_plan(
     pool: Callable[[str], Iterable[Run]],
     ruled_out: set[str] | None = None,
     may_ever: Callable[[Run, Run], bool] | None = None,
+    hold: Hold = None,
 ) -> Plan | None:
     """The cheapest sufficient set of victims for ``run``, or None. ``cap`` and ``quota`` are
     restored before returning. ``pool(gpu_type)`` yields preemptible active runs placed on
@@ -75,11 +81,13 @@ def find_plan(
     active run). ``may_ever`` (default ``may_preempt``): a superset of ``may_preempt`` that
     time cannot make true (no minimum runtime, no checkpoint). ``ruled_out``, when given, gets
     the types on which the run could not fit even with every victim ``may_ever`` accepts gone
-    (a certain answer, which ``search_memo`` may keep)."""
+    (a certain answer, which ``search_memo`` may keep). ``hold``: the placement and quota the
+    run must leave to the reservation (it only narrows the search: ``ruled_out`` stays
+    certain)."""
     ever = may_preempt if may_ever is None else may_ever
     best: Plan | None = None
     for t in gpu_types:
-        plan = _plan_for_type(snap, cap, quota, run, t, may_preempt, ever, pool(t))
+        plan = _plan_for_type(snap, cap, quota, run, t, may_preempt, ever, pool(t), hold)
         if isinstance(plan, _NoRoom):
             if ruled_out is not None:
                 ruled_out.add(t)
@@ -101,11 +109,19 @@ def _placement(run: Run) -> Placement:
     return run.placement
 
 
-def _fits(snap: Snapshot, cap: Capacity, quota: QuotaBook, run: Run, t: str) -> Placement | None:
-    placed = place(snap, cap, run, t)
-    if placed is None or not quota.admits(run.project, t, placed.gpu_amount, run.spec.preemptible):
+def _fits(
+    snap: Snapshot, cap: Capacity, quota: QuotaBook, run: Run, t: str, hold: Hold
+) -> Placement | None:
+    placed = place(snap, cap, run, t, None if hold is None else hold[0])
+    if placed is None or not _admits(quota, run, t, placed.gpu_amount, hold):
         return None
     return placed
+
+
+def _admits(quota: QuotaBook, run: Run, t: str, amount: float, hold: Hold) -> bool:
+    return quota.admits(run.project, t, amount, run.spec.preemptible) and (
+        hold is None or hold[1](t, amount)
+    )
 
 
 def _plan_for_type(
@@ -117,6 +133,7 @@ def _plan_for_type(
     may_preempt: Callable[[Run, Run], bool],
     may_ever: Callable[[Run, Run], bool],
     source: Iterable[Run],
+    hold: Hold = None,
 ) -> Plan | _NoRoom | None:
     pool = list(source)
     if not pool:
@@ -136,6 +153,8 @@ def _plan_for_type(
         return None  # every greedy order ends with all candidates gone: none would succeed
     cost = {a.id: lost_gpu_s(snap, a) for a in cands}
     cands.sort(key=lambda a: (snap.priority_of(a), cost[a.id], -(a.admitted_at or 0.0), a.id))
+    if hold is not None and not _fits_without(snap, cap, quota, run, t, cands, hold):
+        return None  # held off what it needs: fitting only gets easier as victims go
     on_node: dict[str, list[Run]] = {}
     for a in cands:
         for node in _placement(a).node_names:
@@ -154,10 +173,22 @@ def _plan_for_type(
     orders = orders or [cands]
     best: Plan | None = None
     for order in orders:
-        plan = _greedy(snap, cap, quota, run, t, order, cost)
+        plan = _greedy(snap, cap, quota, run, t, order, cost, hold)
         if plan is not None and (best is None or _rank(snap, plan) < _rank(snap, best)):
             best = plan
     return best
+
+
+def _fits_without(
+    snap: Snapshot, cap: Capacity, quota: QuotaBook, run: Run, t: str, cands: list[Run], hold: Hold
+) -> bool:
+    """Whether ``run`` fits on ``t`` (``_fits``, with ``hold``) with every candidate gone."""
+    for a in cands:
+        cap.release(a.project, _placement(a), a.request.gpu_types)
+    fits = _fits(snap, cap, quota, run, t, hold) is not None
+    for a in cands:
+        cap.take(a.project, _placement(a), a.request.gpu_types)
+    return fits
 
 
 def _could_fit_without_all(
@@ -198,6 +229,7 @@ def _greedy(
     t: str,
     order: list[Run],
     cost: dict[str, float],
+    hold: Hold,
 ) -> Plan | None:
     # Two exact shortcuts spare placement searches whose answer is known (the search is the
     # cost of preemption): a whole-GPU run that found no node cannot find one after a release
@@ -214,11 +246,9 @@ def _greedy(
         chosen.append(a)
         if nowhere and need is not None and not _reaches(cap, a, need):
             continue
-        where = place(snap, cap, run, t)
+        where = place(snap, cap, run, t, None if hold is None else hold[0])
         nowhere = where is None
-        if where is not None and quota.admits(
-            run.project, t, where.gpu_amount, run.spec.preemptible
-        ):
+        if where is not None and _admits(quota, run, t, where.gpu_amount, hold):
             placed = where
             break
     if placed is None:
@@ -230,7 +260,7 @@ def _greedy(
     for a in sorted(chosen, key=lambda a: (-snap.priority_of(a), -cost[a.id])):
         cap.take(a.project, _placement(a), a.request.gpu_types)
         known = a is last and len(kept) == len(chosen) > 1
-        still = None if known else _fits(snap, cap, quota, run, t)
+        still = None if known else _fits(snap, cap, quota, run, t, hold)
         if still is not None:
             kept = [k for k in kept if k is not a]
             placed = still

@@ -6,7 +6,8 @@
 //! GPUs from runs of unknown end, then the earliest; and the quota it counts on, until its own
 //! project's runs have made room; its time is the later of the two (infinite: unknown). A later
 //! run may use a reserved node, or the anchor's project's quota of its type, only if it ends
-//! before then, or if what the anchor needs is still there then (known ends only).
+//! before then, or if what the anchor needs is still there then (known ends only). A cycle
+//! with no anchor, or that admitted it, keeps the oldest run it overtook (`overtaken`).
 
 use std::collections::HashMap;
 
@@ -160,6 +161,54 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
             let types = types_of(m, r);
             if !types.is_empty() {
                 best = Some((i, types));
+            }
+        }
+    }
+    best
+}
+
+/// The anchor kept after cycle `c` when it had none or admitted it (`parking.overtaken`): of
+/// the queued runs that could ever be admitted and that `c` overtook (it admitted a later run
+/// of their class, not them), the one of the highest class that has waited longest.
+pub fn overtaken(c: &Cycle) -> Option<usize> {
+    let (m, st) = (c.m, &*c.st);
+    let admitted = |i: usize| c.admissions.iter().any(|(a, _)| *a == i);
+    let mut youngest: HashMap<i64, usize> = HashMap::new(); // class -> its latest admitted run
+    for &(i, _) in &c.admissions {
+        let y = youngest.entry(st.runs[i].class).or_insert(i);
+        if age_cmp(&st.runs[i], &st.runs[*y]).is_gt() {
+            *y = i;
+        }
+    }
+    let better = |i: usize, b: Option<usize>| match b {
+        None => true,
+        Some(j) => {
+            let (r, o) = (&st.runs[i], &st.runs[j]);
+            (-r.class).cmp(&-o.class).then(age_cmp(r, o)).is_lt()
+        }
+    };
+    let mut best: Option<usize> = None;
+    for qs in &st.queues {
+        for q in qs {
+            let Some(&y) = youngest.get(&q.key.class) else {
+                continue;
+            };
+            let before = |i: usize| age_cmp(&st.runs[i], &st.runs[y]).is_lt();
+            if !before(q.oldest) || !better(q.oldest, best) {
+                continue;
+            }
+            // its oldest run not admitted (the queue's oldest, unless admitted)
+            let i = if admitted(q.oldest) {
+                let rest = q.runs.iter().copied().filter(|&x| !admitted(x));
+                match rest.min_by(|&a, &b| age_cmp(&st.runs[a], &st.runs[b])) {
+                    Some(i) => i,
+                    None => continue,
+                }
+            } else {
+                q.oldest
+            };
+            if before(i) && better(i, best) && !types_of(m, &st.runs[i]).is_empty() {
+                best = Some(i);
             }
         }
     }

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use rustc_hash::FxHashSet as HashSet;
 
-use crate::backfill::{anchor, reserve, Reservation};
+use crate::backfill::{anchor, overtaken, reserve, Reservation};
 use crate::capacity::Placement;
 use crate::model::Model;
 use crate::placement::{node_sets, place};
@@ -154,9 +154,13 @@ impl<'a> Cycle<'a> {
         for mut deferred in borrowing {
             self.serve(&mut deferred, None);
         }
-        // the anchor keeps the reservation next cycle, even if it fits then (`State.anchor`)
+        // the anchor keeps the reservation next cycle, even if it fits then (`State.anchor`);
+        // admitted or none, the oldest run this cycle overtook does
         let admitted = |i: usize| self.admissions.iter().any(|(a, _)| *a == i);
         self.st.anchor = self.anchor.filter(|&i| !admitted(i));
+        if self.st.anchor.is_none() && self.m.policy.backfill {
+            self.st.anchor = overtaken(self);
+        }
     }
 
     fn share(&mut self, p: usize) -> f64 {

@@ -15,14 +15,15 @@
 //! still needed. Every trial gives
 //! back what it took: `cap` is as before when a search fails; when one succeeds, the victims
 //! give their devices back and R is admitted on the plan's placement in the same step (no
-//! preemption without its preemptor placed).
+//! preemption without its preemptor placed). A plan leaves the anchor's reservation what
+//! backfill leaves it (`hold`), unless R is the anchor or of a higher class.
 
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::capacity::Placement;
 use crate::cycle::Cycle;
 use crate::model::Order;
-use crate::placement::{eligible, group_serves, place};
+use crate::placement::{eligible, group_serves, place, Filter};
 use crate::quota::{admits, within_nominal};
 use crate::state::{Entry, NONE};
 
@@ -212,16 +213,42 @@ impl Cycle<'_> {
     fn fits(&self, i: usize, t: usize) -> Option<Placement> {
         let (m, st) = (self.m, &*self.st);
         let r = &st.runs[i];
-        let placed = place(m, &st.cap, r, t, None)?;
-        admits(
-            m,
-            &st.cap.used,
-            r.project,
-            t,
-            placed.amount(),
-            r.preemptible,
-        )
-        .then_some(placed)
+        let placed = place(m, &st.cap, r, t, self.hold(i))?;
+        self.admits_held(i, t, placed.amount()).then_some(placed)
+    }
+
+    /// Whether run `i` fits on `t` (`fits`, with the hold) with every run of `cands` gone.
+    fn fits_without(&mut self, i: usize, t: usize, cands: &[usize]) -> bool {
+        for &v in cands {
+            self.release(v);
+        }
+        let fits = self.fits(i, t).is_some();
+        for &v in cands {
+            self.take(v);
+        }
+        fits
+    }
+
+    /// What run `i`'s plan must leave to the reservation (`Cycle._preempt_hold`): as for
+    /// backfill, unless it is the anchor or of a higher class (priority wins).
+    fn hold(&self, i: usize) -> Filter<'_> {
+        let res = self.reservation.as_ref().filter(|res| res.run != i)?;
+        let r = &self.st.runs[i];
+        if r.class > self.st.runs[res.run].class {
+            return None;
+        }
+        Some((res, r.max_runtime.map(|mr| self.now + mr)))
+    }
+
+    /// Quota admits `amount` of `t` for run `i`, and the reservation's hold lets it take it.
+    fn admits_held(&self, i: usize, t: usize, amount: f64) -> bool {
+        let (m, st) = (self.m, &*self.st);
+        let r = &st.runs[i];
+        let used = st.cap.used[m.pt(r.project, t)];
+        admits(m, &st.cap.used, r.project, t, amount, r.preemptible)
+            && self
+                .hold(i)
+                .is_none_or(|(res, ends)| res.allows_quota(r.project, t, used + amount, ends))
     }
 
     fn plan_for_type(&mut self, i: usize, t: usize) -> Option<Plan> {
@@ -297,6 +324,10 @@ impl Cycle<'_> {
                 )
                 .then(ra.id.cmp(&rb.id))
         });
+        if self.hold(i).is_some() && !self.fits_without(i, t, &cands) {
+            return None; // held off what it needs: fitting only gets easier as victims go
+        }
+        let runs = &self.st.runs;
         let mut on_node: HashMap<usize, Vec<usize>> = HashMap::default();
         for &v in &cands {
             for (n, _) in &runs[v].placement.as_ref().expect("an active run").slots {
@@ -412,7 +443,6 @@ impl Cycle<'_> {
         cost: &HashMap<usize, f64>,
     ) -> Option<Plan> {
         let need = self.st.runs[i].gpus;
-        let (project, preemptible) = (self.st.runs[i].project, self.st.runs[i].preemptible);
         let mut chosen: Vec<usize> = Vec::new();
         let mut placed: Option<Placement> = None;
         let mut nowhere = false; // the last search found no node at all
@@ -423,10 +453,10 @@ impl Cycle<'_> {
                 continue;
             }
             let (m, st) = (self.m, &*self.st);
-            let found = place(m, &st.cap, &st.runs[i], t, None);
+            let found = place(m, &st.cap, &st.runs[i], t, self.hold(i));
             nowhere = found.is_none();
             if let Some(w) = found {
-                if admits(m, &st.cap.used, project, t, w.amount(), preemptible) {
+                if self.admits_held(i, t, w.amount()) {
                     placed = Some(w);
                     break;
                 }

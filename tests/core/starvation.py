@@ -3,9 +3,11 @@ arrivals come, and an engine (Python incremental, from scratch, or native) decid
 
 ``drive`` returns when the target started (None: not within the horizon) and the bound it must
 start by once it holds the reservation (None when it never did): the time the runs holding
-resources as the cycle in which it became the anchor began have all ended, counting a run with
-``max_runtime`` as ending at its max_runtime (EASY backfill lets later runs use GPUs until the
-reservation's time as those max_runtimes set it), plus one cycle.
+resources after the cycle in which it became the anchor have all ended (the runs that cycle
+admitted too: a run that fit as the cycle began becomes the anchor at its end, once later runs
+overtook it, ``parking.overtaken``), counting a run with ``max_runtime`` as ending at its
+max_runtime (EASY backfill lets later runs use GPUs until the reservation's time as those
+max_runtimes set it), plus one cycle.
 """
 
 from __future__ import annotations
@@ -70,12 +72,6 @@ def drive(
             engine.submit(r)
             duration[r.id] = d
             after_target.add(r.id)
-        # who holds what as this cycle begins, and when they will all have ended
-        ends = []
-        for rid, at in started.items():
-            mr = engine.active[rid].spec.max_runtime_s
-            ends.append(at + (duration[rid] if mr is None else max(mr, duration[rid])))
-        held_until = max(ends, default=now) + dt
         d = engine.cycle(now)
         for a in d.admissions:
             started[a.run_id] = now
@@ -84,5 +80,18 @@ def drive(
             overtaken += a.run_id in after_target
         kept = getattr(engine, "kept_anchor", lambda: None)()  # (main's engines: none)
         if bound is None and kept == target.id:
-            bound = held_until  # it became the anchor in this cycle
+            # it became the anchor in this cycle: when what holds resources now has ended
+            bound = _held_until(engine, started, duration, now) + dt
     return Outcome(None, bound, overtaken)
+
+
+def _held_until(
+    engine: Engine, started: dict[str, float], duration: dict[str, float], now: float
+) -> float:
+    """When the runs active after this cycle's admissions have all ended (by max_runtime where
+    they have one and it is longer than their true duration)."""
+    ends = []
+    for rid, at in started.items():
+        mr = engine.active[rid].spec.max_runtime_s
+        ends.append(at + (duration[rid] if mr is None else max(mr, duration[rid])))
+    return max(ends, default=now)

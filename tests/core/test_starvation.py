@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mlops_gpu.core import ReasonCode, decide
+from mlops_gpu.core import Decision, ReasonCode, decide
 from mlops_gpu.core.engine import FromScratch, Incremental
 from mlops_gpu.model import Quota, Run
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -140,3 +140,122 @@ def _on(i: int) -> Any:
     from mlops_gpu.testing.builders import placed
 
     return placed("n1", [str(i)])
+
+
+def _partial_node(order: str) -> tuple[Any, ...]:
+    """An 8-GPU node, a 2-GPU target that the order puts last (longer max_runtime, or a later
+    LAS level), and five 1-GPU runs a step that the order prefers: as every cycle begins at least
+    2 GPUs are free (the target is never blocked then), and the stream takes them all."""
+    holders = [
+        (make_run(f"h{i}", "default", seq=i, max_runtime_s=5.0), 1.0 + i % 2) for i in range(8)
+    ]
+    target = make_run(
+        "target",
+        "default",
+        gpus=2,
+        seq=10,
+        max_runtime_s=100.0,
+        attained_gpu_s=4000.0 if order == "las" else 0.0,
+    )
+
+    def arrivals(step: int, now: float) -> list[tuple[Run, float]]:
+        return [
+            (
+                make_run(
+                    f"s{step}-{k}",
+                    "default",
+                    seq=100 + 10 * step + k,
+                    submitted_at=now,
+                    max_runtime_s=5.0,
+                ),
+                2.0,
+            )
+            for k in range(5)
+        ]
+
+    template = make_snapshot(
+        [make_node("n1", 8)],
+        [make_project("default", quotas={"a100-80gb": Quota(16, 0)})],
+        now=0.0,
+        order=order,
+    )
+    return template, holders, target, arrivals
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("order", ["shortest", "las"])
+def test_overtaken_partial_node_run_becomes_the_anchor(order: str, engine: str) -> None:
+    """A run never blocked as a cycle begins but overtaken in it (not admitted while a later run
+    of its class was) is kept as the anchor for the next cycle, so it starts then."""
+    template, holders, target, arrivals = _partial_node(order)
+    out = drive(ENGINES[engine](template), holders, target, arrivals, horizon=60.0)
+    assert out.started is not None, f"never started; {out.overtaken} later runs went first"
+    assert out.bound is not None and out.started <= out.bound, out
+    assert out.started <= 3.0, out
+
+
+def preempt_around_the_anchor(engine: Any, priority: str, backend: str | None = None) -> Decision:
+    """A 4-GPU node held by two runs of the anchor's class (max_runtime 50) and two low-class
+    runs without max_runtime; the anchor needs the whole node (it cannot preempt its own class
+    without checkpoints); a later 2-GPU run of class ``priority`` could preempt the low-class
+    runs, on the node reserved for the anchor."""
+    for i in range(2):
+        engine.submit(make_run(f"h{i}", "default", seq=i, max_runtime_s=50.0))
+        engine.submit(make_run(f"low{i}", "default", seq=2 + i, priority="low"))
+    assert len(engine.cycle(0.0).admissions) == 4
+    engine.submit(make_run("big", "default", gpus=4, seq=10, submitted_at=1.0))
+    engine.submit(
+        make_run(
+            "mid",
+            "default",
+            gpus=2,
+            seq=11,
+            submitted_at=1.0,
+            priority=priority,
+            max_runtime_s=1e3,
+            backend=backend,
+        )
+    )
+    return engine.cycle(1.0)
+
+
+def preempt_template() -> Any:
+    project = make_project("default", quotas={"a100-80gb": Quota(8, 0)})
+    return make_snapshot([make_node("n1", 4)], [project], now=0.0, order="submit")
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_preemptor_of_the_anchors_class_does_not_take_its_reserved_gpus(engine: str) -> None:
+    """A run of the anchor's class may not preempt its way onto what the anchor waits for
+    unless it ends before the reservation (here its time is unknown: none does)."""
+    d = preempt_around_the_anchor(ENGINES[engine](preempt_template()), "normal")
+    assert d.admissions == () and d.preemptions == (), d
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_preemptor_of_a_higher_class_takes_the_anchors_reserved_gpus(engine: str) -> None:
+    d = preempt_around_the_anchor(ENGINES[engine](preempt_template()), "high")
+    assert [a.run_id for a in d.admissions] == ["mid"], d
+    assert sorted(p.run_id for p in d.preemptions) == ["low0", "low1"], d
+
+
+def quota_template() -> Any:
+    # quota == one node (as init writes it), two nodes: the anchor waits for quota only
+    # (n2 is free; the preemptor is pinned to n1's backend, so it does not fit there)
+    project = make_project("default", quotas={"a100-80gb": Quota(4, 0)})
+    nodes = [make_node("n1", 4, backend="local"), make_node("n2", 4, backend="other")]
+    return make_snapshot(nodes, [project], now=0.0, order="submit")
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_preemptor_of_the_anchors_class_does_not_take_the_quota_it_waits_for(
+    engine: str,
+) -> None:
+    """The anchor waits for its project's quota (held by runs without max_runtime, so its time
+    is unknown): a run of its class may not preempt low-class runs to take that quota; one of
+    a higher class may."""
+    d = preempt_around_the_anchor(ENGINES[engine](quota_template()), "normal", "local")
+    assert d.admissions == () and d.preemptions == (), d
+    d = preempt_around_the_anchor(ENGINES[engine](quota_template()), "high", "local")
+    assert [a.run_id for a in d.admissions] == ["mid"], d
+    assert sorted(p.run_id for p in d.preemptions) == ["low0", "low1"], d

@@ -1,13 +1,15 @@
 """Issue 24 item 1, as a property of the core: on a random small cluster with random running
 runs (some with, some without max_runtime, each with a true finite duration), a target run that
-fits the empty cluster, submitted behind a steady stream of arrivals that the order prefers
-(shorter max_runtime, a lower LAS level, same class, same project), starts no later than the
-time the runs holding resources when it was first refused have ended (counting a run with
-max_runtime as ending at it: EASY backfill trusts max_runtime), plus one cycle
-(``tests/core/starvation.py``). Under every order, fair share on and off, quota equal to the
-cluster (as ``mlops-gpu init`` writes it) or larger; on the Python core and on the native
-engine (``tests/test_starvation_native.py``: this folder's tests also run against the core
-compiled with mypyc, where the native engine is not built)."""
+fits the empty cluster (a whole node or a part of one), submitted behind a steady stream of
+arrivals that the order prefers (shorter max_runtime, a lower LAS level, same class, same
+project; up to half the cluster a step, at times all of one duration, so that a target that fits
+as each cycle begins is overtaken cycle after cycle), starts no later than the time the runs
+holding resources when it became the anchor have ended (counting a run with max_runtime as
+ending at it: EASY backfill trusts max_runtime), plus one cycle (``tests/core/starvation.py``).
+Under every order, fair share on and off, quota equal to the cluster (as ``mlops-gpu init``
+writes it) or larger; on the Python core and on the native engine
+(``tests/test_starvation_native.py``: this folder's tests also run against the core compiled
+with mypyc, where the native engine is not built)."""
 
 from __future__ import annotations
 
@@ -59,20 +61,39 @@ def worlds(draw: st.DrawFn) -> dict[str, Any]:
         "template": template,
         "holders": holders,
         "target": target,
-        "stream": (stream_mr, every, draw(st.integers(1, 2))),
+        # up to half the cluster's GPUs a step: enough to take every GPU that frees, so that a
+        # target that fits as each cycle begins (a part of a node) is overtaken, again and again
+        # (and of one true duration, at times: then as many GPUs free at each cycle's start)
+        "stream": (
+            stream_mr,
+            every,
+            draw(st.integers(1, 2)),
+            draw(st.integers(1, total // 2)),
+            draw(st.sampled_from([None, 1.0, 2.0, 3.0])),
+        ),
     }
 
 
-def _arrivals(stream: tuple[float | None, int, int]) -> Any:
-    mr, every, gpus = stream
+def _arrivals(stream: tuple[float | None, int, int, int, float | None]) -> Any:
+    mr, every, gpus, burst, duration = stream
 
     def arrivals(step: int, now: float) -> list[tuple[Run, float]]:
         if step % every:
             return []
-        r = make_run(
-            f"s{step}", "p", gpus=gpus, seq=2000 + step, submitted_at=now, max_runtime_s=mr
-        )
-        return [(r, float(1 + step % 4))]
+        return [
+            (
+                make_run(
+                    f"s{step}-{k}",
+                    "p",
+                    gpus=gpus,
+                    seq=2000 + 10 * step + k,
+                    submitted_at=now,
+                    max_runtime_s=mr,
+                ),
+                float(1 + (step + k) % 4) if duration is None else duration,
+            )
+            for k in range(burst)
+        ]
 
     return arrivals
 
