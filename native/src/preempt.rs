@@ -213,7 +213,7 @@ impl Cycle<'_> {
     fn fits(&self, i: usize, t: usize) -> Option<Placement> {
         let (m, st) = (self.m, &*self.st);
         let r = &st.runs[i];
-        let placed = place(m, &st.cap, r, t, self.hold(i))?;
+        let placed = place(m, &st.cap, r, t, self.hold(i, t))?;
         self.admits_held(i, t, placed.amount()).then_some(placed)
     }
 
@@ -229,12 +229,19 @@ impl Cycle<'_> {
         fits
     }
 
-    /// What run `i`'s plan must leave to the reservation (`Cycle._preempt_hold`): as for
-    /// backfill, unless it is the anchor or of a higher class (priority wins).
-    fn hold(&self, i: usize) -> Filter<'_> {
+    /// What run `i`'s plan on `t` must leave to the reservation (`Cycle._preempt_hold`): as
+    /// for backfill (a borrowing anchor holds nothing from another project's run within its
+    /// own nominal quota), unless it is the anchor or of a higher class (priority wins).
+    fn hold(&self, i: usize, t: usize) -> Filter<'_> {
         let res = self.reservation.as_ref().filter(|res| res.run != i)?;
-        let r = &self.st.runs[i];
-        if r.class > self.st.runs[res.run].class {
+        let (r, anchor) = (&self.st.runs[i], &self.st.runs[res.run]);
+        if r.class > anchor.class {
+            return None;
+        }
+        if res.borrows
+            && anchor.project != r.project
+            && within_nominal(self.m, &self.st.cap.used, r.project, t, r.amount())
+        {
             return None;
         }
         Some((res, r.max_runtime.map(|mr| self.now + mr)))
@@ -247,7 +254,7 @@ impl Cycle<'_> {
         let used = st.cap.used[m.pt(r.project, t)];
         admits(m, &st.cap.used, r.project, t, amount, r.preemptible)
             && self
-                .hold(i)
+                .hold(i, t)
                 .is_none_or(|(res, ends)| res.allows_quota(r.project, t, used + amount, ends))
     }
 
@@ -324,7 +331,7 @@ impl Cycle<'_> {
                 )
                 .then(ra.id.cmp(&rb.id))
         });
-        if self.hold(i).is_some() && !self.fits_without(i, t, &cands) {
+        if self.hold(i, t).is_some() && !self.fits_without(i, t, &cands) {
             return None; // held off what it needs: fitting only gets easier as victims go
         }
         let runs = &self.st.runs;
@@ -453,7 +460,7 @@ impl Cycle<'_> {
                 continue;
             }
             let (m, st) = (self.m, &*self.st);
-            let found = place(m, &st.cap, &st.runs[i], t, self.hold(i));
+            let found = place(m, &st.cap, &st.runs[i], t, self.hold(i, t));
             nowhere = found.is_none();
             if let Some(w) = found {
                 if self.admits_held(i, t, w.amount()) {
