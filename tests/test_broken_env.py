@@ -72,12 +72,18 @@ def _truncated(path: Path) -> None:
 
 
 def _pages_damaged(path: Path) -> None:
-    """A good header and first page; pages from the third on overwritten with noise."""
+    """A good header, schema and schema version; the pages of the ``runs`` table and its
+    indexes overwritten with noise (found by their root pages: where the schema's own tables
+    lie moves as the schema grows)."""
     valid_store(path)
-    size = path.stat().st_size
+    conn = sqlite3.connect(path)
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE tbl_name='runs'")]
+    conn.close()
     with open(path, "r+b") as f:
-        f.seek(2 * 4096)
-        f.write(os.urandom(size // 2 - 2 * 4096))
+        for root in roots:
+            f.seek((root - 1) * page)
+            f.write(os.urandom(page))
 
 
 def _foreign(path: Path) -> None:
