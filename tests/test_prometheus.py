@@ -211,8 +211,16 @@ def test_promql_returns_what_the_store_holds(cluster: Cluster) -> None:
     reasons = promql(cluster.prom, "sum by (project, reason_code) (mlops_gpu_pending_runs)")
     assert {(r["metric"]["project"], r["metric"]["reason_code"]) for r in reasons} == {
         ("p", "quota"), ("q", "quota")}  # fmt: skip
-    util = promql(cluster.prom, "mlops_gpu_gpu_utilization_ratio")
-    assert len(util) == 8 and {float(r["value"][1]) for r in util} == {0.37}
+    # Each run's launcher samples its GPUs on its own clock and the scheduler writes samples at
+    # most every 5 s: the 8 series come within a few scrapes of the store settling, not with it.
+    util = _until(
+        "a utilization series for each of the 8 held GPUs",
+        lambda: (
+            (u := promql(cluster.prom, "mlops_gpu_gpu_utilization_ratio")) and len(u) == 8 and u
+        ),
+        timeout=30,
+    )
+    assert {float(r["value"][1]) for r in util} == {0.37}
     states = by_label(promql(cluster.prom, "sum by (state) (mlops_gpu_gpus)"), "state")
     assert states == {"allocated": 8, "free": 2}  # (no cordoned series: none is)
     (cycles,) = promql(cluster.prom, "mlops_gpu_scheduler_cycle_seconds_count")
