@@ -37,6 +37,14 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// Whether it holds nothing from run `r` on `t`: a borrowing anchor never holds back a
+    /// run of another project within that project's nominal quota (`Cycle._backfill_filter`).
+    pub fn exempts(&self, m: &Model, st: &State, r: &Run, t: usize) -> bool {
+        self.borrows
+            && st.runs[self.run].project != r.project
+            && within_nominal(m, &st.cap.used, r.project, t, r.amount())
+    }
+
     /// Whether a run ending at `ends_at` is shown to end before the reservation.
     fn before(&self, ends_at: Option<f64>) -> bool {
         self.at.is_finite() && ends_at.is_some_and(|e| e <= self.at)

@@ -361,13 +361,10 @@ impl<'a> Cycle<'a> {
             let ends = r.max_runtime.map(|mr| self.now + mr);
             // (the anchor itself: nothing is held from it; nor, from a borrowing anchor, a
             // run of another project within its own nominal quota)
-            let used = &self.st.cap.used;
-            let res = self.reservation.as_ref().filter(|res| {
-                res.run != i
-                    && !(res.borrows
-                        && self.st.runs[res.run].project != r.project
-                        && within_nominal(m, used, r.project, t, r.amount()))
-            });
+            let res = self
+                .reservation
+                .as_ref()
+                .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
             let flt = res.map(|res| (res, ends));
             let placed = place(m, &self.st.cap, r, t, flt);
             if placed.is_none() && flt.is_some() {

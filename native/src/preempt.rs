@@ -238,10 +238,7 @@ impl Cycle<'_> {
         if r.class > anchor.class {
             return None;
         }
-        if res.borrows
-            && anchor.project != r.project
-            && within_nominal(self.m, &self.st.cap.used, r.project, t, r.amount())
-        {
+        if res.exempts(self.m, self.st, r, t) {
             return None;
         }
         Some((res, r.max_runtime.map(|mr| self.now + mr)))
