@@ -46,6 +46,29 @@ class Held:
     devices: tuple[tuple[str, str], ...]
 
 
+@dataclass(frozen=True)
+class Holding:
+    """What the active runs hold, derived once per store revision (``ClusterReader``)."""
+
+    #: (node, device) -> the run id holding it (the first of several sharing it)
+    holder: dict[tuple[str, str], str]
+    #: (project, gpu_type) -> GPU amount held now
+    used: dict[tuple[str, str], float]
+    #: ((project, gpu_type), GPUs, admitted at) of each admitted run: its GPU-seconds so far
+    spans: list[tuple[tuple[str, str], float, float]]
+    #: ids of the active runs
+    live: frozenset[str]
+    #: node -> its GPUs some active run holds (each counted once)
+    per_node: dict[str, int]
+    #: project -> its active runs
+    running: dict[str, int]
+    #: (project, class) -> the admission waits of the active attempts (seconds)
+    waits: dict[tuple[str, str], list[float]]
+
+
+_NOTHING = Holding({}, {}, [], frozenset(), {}, {}, {})
+
+
 @dataclass
 class ClusterView:
     now: float
@@ -64,6 +87,7 @@ class ClusterView:
     projects: dict[str, Any] = field(default_factory=dict)
     gpu_types: dict[str, Any] = field(default_factory=dict)
     priority_classes: dict[str, int] = field(default_factory=dict)
+    holding: Holding = _NOTHING
 
     def gpu_state(self, node: Node, device: str) -> str:
         if (node.name, device) in self.holder:
@@ -80,10 +104,7 @@ class ClusterView:
 
     def held_per_node(self) -> dict[str, int]:
         """node -> its GPUs some active run holds (each counted once)."""
-        out: dict[str, int] = defaultdict(int)
-        for node, _dev in self.holder:
-            out[node] += 1
-        return out
+        return self.holding.per_node
 
     def pending_by_project(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -92,10 +113,7 @@ class ClusterView:
         return dict(out)
 
     def running_by_project(self) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for r in self.obs.active:
-            out[r.project] += 1
-        return dict(out)
+        return self.holding.running
 
 
 class ClusterReader:
@@ -114,6 +132,10 @@ class ClusterReader:
         self._hist_at = 0.0
         self._active: list[observed.ActiveRow] = []
         self._feed = observed.ActiveFeed()
+        # what the active runs hold, derived at ``_held_rev`` (the feed's revision): a scrape of
+        # an unchanged store derives nothing again
+        self._held_rev: int | None = None
+        self._holding = _NOTHING
 
     def _parse(self, text: str) -> Held:
         h = self._held.get(text)
@@ -133,21 +155,17 @@ class ClusterReader:
         nodes = rt.nodes()
         obs = observed.read(rt.store, self._feed)
         self._active = obs.active
-        holder: dict[tuple[str, str], str] = {}
-        used: dict[tuple[str, str], float] = defaultdict(float)
+        if self._held_rev is None or self._held_rev != self._feed.rev:
+            self._holding = self._derive(obs.active)
+            self._held_rev = self._feed.rev
+        held = self._holding
         running_s: dict[tuple[str, str], float] = defaultdict(float)
-        for r in obs.active:
-            if not r.placement:
-                continue
-            h = self._parse(r.placement)
-            used[(r.project, h.gpu_type)] += h.amount
-            if r.admitted_at is not None:
-                running_s[(r.project, h.gpu_type)] += h.amount * max(now - r.admitted_at, 0.0)
-            for key in h.devices:
-                holder.setdefault(key, r.id)
+        for key, amount, at in held.spans:  # (the clock moves: summed again every view)
+            running_s[key] += amount * max(now - at, 0.0)
         # a sample left by a scheduler that stopped, of a run that has ended since: not shown
-        live = {r.id for r in obs.active}
+        live = held.live
         obs.samples = [x for x in obs.samples if x.run_id in live]
+        holder, used = held.holder, held.used
         projects = cfg.model_projects()
         gpu_types = cfg.model_gpu_types()
         shares: dict[str, float] = {}
@@ -155,7 +173,34 @@ class ClusterReader:
         if with_shares:
             shares, ratio = self._shares(nodes, used, now)
         return ClusterView(now, nodes, obs, holder, dict(used), dict(running_s), shares, ratio,
-                           projects, gpu_types, dict(cfg.priority_classes))  # fmt: skip
+                           projects, gpu_types, dict(cfg.priority_classes), held)  # fmt: skip
+
+    def _derive(self, active: list[observed.ActiveRow]) -> Holding:
+        """What ``active`` holds (``Holding``)."""
+        holder: dict[tuple[str, str], str] = {}
+        used: dict[tuple[str, str], float] = defaultdict(float)
+        spans: list[tuple[tuple[str, str], float, float]] = []
+        running: dict[str, int] = defaultdict(int)
+        waits: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for r in active:
+            running[r.project] += 1
+            if r.admitted_at is not None:
+                waits[(r.project, r.priority)].append(
+                    max(r.admitted_at - (r.queued_at or r.admitted_at), 0.0)
+                )
+            if not r.placement:
+                continue
+            h = self._parse(r.placement)
+            used[(r.project, h.gpu_type)] += h.amount
+            if r.admitted_at is not None:
+                spans.append(((r.project, h.gpu_type), h.amount, r.admitted_at))
+            for key in h.devices:
+                holder.setdefault(key, r.id)
+        per_node: dict[str, int] = defaultdict(int)
+        for node, _dev in holder:
+            per_node[node] += 1
+        live = frozenset(r.id for r in active)
+        return Holding(holder, dict(used), spans, live, dict(per_node), dict(running), dict(waits))
 
     def _shares(
         self, nodes: list[Node], used: dict[tuple[str, str], float], now: float
@@ -205,6 +250,7 @@ class ClusterReader:
             self._rows = store.usage(since=since)
             self._hist = accounting.usage_history(self._rows, now, half_life)
             self._read_at = now
+            self._row_id = max((r.id for r in self._rows), default=self._row_id)
         else:
             new = store.usage(after_id=self._row_id)
             f = 2.0 ** (-(now - self._hist_at) / half_life)
@@ -213,10 +259,11 @@ class ClusterReader:
                 hist[k] = hist.get(k, 0.0) + v
             self._hist = hist
             self._rows.extend(new)
+            # (the newest id read: rows dropped below for their age are not read again)
+            self._row_id = max((r.id for r in new), default=self._row_id)
             if self._rows and self._rows[0].end < since:
                 self._rows = [r for r in self._rows if r.end >= since]
         self._hist_at = now
-        self._row_id = max((r.id for r in self._rows), default=self._row_id)
         return self._rows, self._hist
 
     def _spent(

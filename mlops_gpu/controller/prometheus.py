@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -90,6 +89,11 @@ class Fam:
             m.add_metric(list(values), value)
         return m  # type: ignore[no-any-return]
 
+    def render(self) -> str:
+        out: list[str] = []
+        self.text(out.append)
+        return "".join(out)
+
     def text(self, add: Any) -> None:
         name = self.name
         doc = self.doc.replace("\\", "\\\\").replace("\n", "\\n")
@@ -134,6 +138,24 @@ class StoreCollector(Collector):
         self._lock = threading.Lock()
         #: series in the last exposition (the benchmark reports it)
         self.series = 0
+        #: family name -> (its rows, their text) at the last exposition: a family whose rows
+        #: did not change (most of them, between two scrapes) is not written again
+        self._texts: dict[str, tuple[list[tuple[Any, ...]], str]] = {}
+
+    def render(self) -> bytes:
+        """The text exposition (``render``), each family's text reused while its rows are
+        equal to those it was written from (exact: the text is a function of the rows)."""
+        fams = self.families()
+        parts = []
+        with self._lock:
+            texts: dict[str, tuple[list[tuple[Any, ...]], str]] = {}
+            for f in fams:
+                prev = self._texts.get(f.name)
+                text = prev[1] if prev is not None and prev[0] == f.rows else f.render()
+                texts[f.name] = (f.rows, text)
+                parts.append(text)
+            self._texts = texts
+        return "".join(parts).encode()
 
     def families(self) -> list[Fam]:
         with self._lock:
@@ -180,13 +202,7 @@ def _queue(v: ClusterView) -> Iterator[Fam]:
     waits: dict[tuple[str, str], observed.Histogram] = {}
     for key, h in obs.ended_waits.items():
         waits[key] = observed.Histogram(h.bounds, list(h.buckets), h.count, h.sum)
-    active: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in obs.active:
-        if r.admitted_at is not None:
-            active[(r.project, r.priority)].append(
-                max(r.admitted_at - (r.queued_at or r.admitted_at), 0.0)
-            )
-    for key, vals in active.items():
+    for key, vals in v.holding.waits.items():  # (the active attempts' waits)
         waits.setdefault(key, observed.Histogram(observed.WAIT_BUCKETS)).observe_many(vals)
     wait = _histogram("admission_wait_seconds",
                       "Seconds from joining the queue to admission, per attempt",
@@ -253,11 +269,12 @@ def _gpus(v: ClusterView) -> Iterator[Fam]:
     yield gpus
     util = _gauge("gpu_utilization_ratio", "GPU utilization (0..1), last sample", ("node", "gpu"))
     mem = _gauge("gpu_memory_used_bytes", "GPU memory used, last sample", ("node", "gpu"))
-    for s in v.obs.samples:
-        if s.utilization_pct is not None:
-            util.add_metric((s.node, s.device), s.utilization_pct / 100.0)
-        if s.memory_used_mb is not None:
-            mem.add_metric((s.node, s.device), s.memory_used_mb * 2**20)
+    # (rows written directly: 16,000 ``add_metric`` calls were a fifth of a scrape)
+    samples = v.obs.samples
+    util.rows = [((s.node, s.device), s.utilization_pct / 100.0)
+                 for s in samples if s.utilization_pct is not None]  # fmt: skip
+    mem.rows = [((s.node, s.device), s.memory_used_mb * 2**20)
+                for s in samples if s.memory_used_mb is not None]  # fmt: skip
     yield util
     yield mem
 
@@ -320,10 +337,10 @@ def render(families: Iterable[Fam]) -> bytes:
 
 def exposition(source: StoreCollector | CollectorRegistry) -> tuple[bytes, str]:
     """(the text exposition, its content type): what ``/metrics`` answers. A
-    ``StoreCollector`` is written directly (fast); a registry holding other collectors too
+    ``StoreCollector`` is written directly (fast; ``StoreCollector.render``); a registry holding other collectors too
     goes through ``prometheus_client`` (``generate_latest``)."""
     if isinstance(source, StoreCollector):
-        return render(source.families()), CONTENT_TYPE
+        return source.render(), CONTENT_TYPE
     from prometheus_client import generate_latest
 
     return generate_latest(source), CONTENT_TYPE

@@ -9,7 +9,8 @@ Published by the scheduler (the leader; other processes only read):
 
 Read in one read-only transaction (``read``): aggregates computed by the database (GROUP BY),
 never one row per pending run, so a scrape's cost grows with projects, classes, nodes and
-running runs, not with the queue.
+running runs, not with the queue. A reader that keeps an ``ActiveFeed`` between reads reads
+only the active runs changed since, and the ledger and event totals only when they changed.
 
 Invariants:
 - These writes never raise the store revision: publishing metrics does not wake the scheduler.
@@ -231,11 +232,51 @@ def _event_counts(
     return admitted, requeued, lost
 
 
+class _Totals(NamedTuple):
+    ledger: dict[tuple[str, str], tuple[float, float]]
+    ended_waits: dict[tuple[str, str], Histogram]
+    admitted: dict[str, int]
+    requeued: dict[tuple[str, str], int]
+    lost_gpu_s: dict[str, float]
+
+
+def _totals(conn: Connection) -> _Totals:
+    ledger = {
+        (p, t): (float(g or 0.0), float(i or 0.0))
+        for p, t, g, i in conn.execute(
+            select(
+                usage.c.project,
+                usage.c.gpu_type,
+                func.sum(usage.c.gpu_seconds),
+                func.sum(usage.c.gpus * usage.c.idle_s),
+            ).group_by(usage.c.project, usage.c.gpu_type)
+        )
+    }
+    return _Totals(ledger, _wait_histograms(conn), *_event_counts(conn))
+
+
+def _totals_key(conn: Connection) -> tuple[Any, ...]:
+    """What the totals depend on: ledger rows and events are only ever added (never updated
+    nor deleted) and runs' project and class never change; every transaction adding an
+    admission, preemption or ledger row raises the revision. Index look-ups only."""
+    q = select(
+        select(revision.c.value).scalar_subquery(),
+        select(func.max(usage.c.id)).scalar_subquery(),
+        select(func.max(events.c.id)).scalar_subquery(),
+    )
+    return tuple(conn.execute(q).one())
+
+
 class ActiveFeed:
     """The runs holding GPUs, kept between reads: the first read takes them all, later ones
     only the runs changed since (their ``rev`` above the revision last read), as the
     scheduler's own mirror follows the store. Every change to an active run's fields read
-    here raises the revision (``Store``), so nothing is missed."""
+    here raises the revision (``Store``), so nothing is missed.
+
+    It also keeps the ledger and event totals (``_Totals``), read again only when their key
+    (``_totals_key``: the revision and the newest ledger and event ids) moved: a scrape of an
+    unchanged store reads none of the 20,000-row aggregates. The totals are shared between
+    the ``Observed`` read with one key: readers must not change them."""
 
     _COLS = (runs.c.id, runs.c.name, runs.c.project, runs.c.user, runs.c.priority,
              runs.c.phase, runs.c.placement, runs.c.admitted_at, runs.c.queued_at)  # fmt: skip
@@ -243,6 +284,9 @@ class ActiveFeed:
     def __init__(self) -> None:
         self.rev: int | None = None
         self.rows: dict[str, ActiveRow] = {}
+        #: the ledger and event totals last read (``read``), and the key they were read at
+        self.totals_key: tuple[Any, ...] | None = None
+        self.totals: _Totals | None = None
 
     def refresh(self, conn: Connection) -> list[ActiveRow]:
         # the revision first: under READ COMMITTED the rows may then be newer, never older
@@ -274,20 +318,14 @@ def read(store: Store, feed: ActiveFeed | None = None) -> Observed:
                 .group_by(runs.c.project, runs.c.priority, runs.c.reason_code)
             )
         }
-        active = (feed or ActiveFeed()).refresh(conn)
-        ledger = {
-            (p, t): (float(g or 0.0), float(i or 0.0))
-            for p, t, g, i in conn.execute(
-                select(
-                    usage.c.project,
-                    usage.c.gpu_type,
-                    func.sum(usage.c.gpu_seconds),
-                    func.sum(usage.c.gpus * usage.c.idle_s),
-                ).group_by(usage.c.project, usage.c.gpu_type)
-            )
-        }
-        waits = _wait_histograms(conn)
-        admitted, requeued, lost = _event_counts(conn)
+        feed = feed or ActiveFeed()
+        active = feed.refresh(conn)
+        # the key before the totals: under READ COMMITTED the totals may then be newer than
+        # their key (read again at the next scrape), never older
+        key = _totals_key(conn)
+        if feed.totals is None or feed.totals_key != key:
+            feed.totals, feed.totals_key = _totals(conn), key
+        totals = feed.totals
         # through the driver's own cursor: SQLAlchemy's row processing cost more than the
         # query for 8,000 rows
         cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -304,7 +342,7 @@ def read(store: Store, feed: ActiveFeed | None = None) -> Observed:
         cycles = Histogram(
             CYCLE_BUCKETS, _buckets(m["buckets"]), int(m["count"]), float(m["sum_s"])
         )
-    return Observed(pending, active, ledger, waits, admitted, requeued, lost, samples, cycles)
+    return Observed(pending, active, *totals, samples, cycles)
 
 
 def _buckets(raw: str) -> list[int]:
