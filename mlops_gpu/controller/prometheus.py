@@ -337,8 +337,8 @@ def render(families: Iterable[Fam]) -> bytes:
 
 def exposition(source: StoreCollector | CollectorRegistry) -> tuple[bytes, str]:
     """(the text exposition, its content type): what ``/metrics`` answers. A
-    ``StoreCollector`` is written directly (fast; ``StoreCollector.render``); a registry holding other collectors too
-    goes through ``prometheus_client`` (``generate_latest``)."""
+    ``StoreCollector`` is written directly (fast: ``StoreCollector.render``); a registry
+    holding other collectors too goes through ``prometheus_client`` (``generate_latest``)."""
     if isinstance(source, StoreCollector):
         return source.render(), CONTENT_TYPE
     from prometheus_client import generate_latest
