@@ -136,6 +136,8 @@ class ClusterReader:
         # an unchanged store derives nothing again
         self._held_rev: int | None = None
         self._holding = _NOTHING
+        # the samples of live runs, kept while neither the samples read nor the holding moved
+        self._shown: tuple[Any, Holding, list[observed.GpuSample]] = (None, _NOTHING, [])
 
     def _parse(self, text: str) -> Held:
         h = self._held.get(text)
@@ -163,8 +165,12 @@ class ClusterReader:
         for key, amount, at in held.spans:  # (the clock moves: summed again every view)
             running_s[key] += amount * max(now - at, 0.0)
         # a sample left by a scheduler that stopped, of a run that has ended since: not shown
-        live = held.live
-        obs.samples = [x for x in obs.samples if x.run_id in live]
+        raw, was, shown = self._shown
+        if raw is not obs.samples or was is not held:
+            live = held.live
+            shown = [x for x in obs.samples if x.run_id in live]
+            self._shown = (obs.samples, held, shown)
+        obs.samples = shown
         holder, used = held.holder, held.used
         projects = cfg.model_projects()
         gpu_types = cfg.model_gpu_types()

@@ -275,8 +275,9 @@ class ActiveFeed:
 
     It also keeps the ledger and event totals (``_Totals``), read again only when their key
     (``_totals_key``: the revision and the newest ledger and event ids) moved: a scrape of an
-    unchanged store reads none of the 20,000-row aggregates. The totals are shared between
-    the ``Observed`` read with one key: readers must not change them."""
+    unchanged store reads none of the 20,000-row aggregates. The totals (and the samples list,
+    while the samples are unchanged) are shared between ``Observed`` reads: readers must not
+    change them."""
 
     _COLS = (runs.c.id, runs.c.name, runs.c.project, runs.c.user, runs.c.priority,
              runs.c.phase, runs.c.placement, runs.c.admitted_at, runs.c.queued_at)  # fmt: skip
@@ -287,6 +288,9 @@ class ActiveFeed:
         #: the ledger and event totals last read (``read``), and the key they were read at
         self.totals_key: tuple[Any, ...] | None = None
         self.totals: _Totals | None = None
+        #: the GPU samples last read, as the driver returned them and as ``GpuSample``s
+        self.samples_raw: list[Any] | None = None
+        self.samples: list[GpuSample] = []
 
     def refresh(self, conn: Connection) -> list[ActiveRow]:
         # the revision first: under READ COMMITTED the rows may then be newer, never older
@@ -332,7 +336,10 @@ def read(store: Store, feed: ActiveFeed | None = None) -> Observed:
         try:
             cur.execute("SELECT node, device, run_id, utilization_pct, memory_used_mb, at "
                         "FROM gpu_samples ORDER BY node, device")  # fmt: skip
-            samples = [GpuSample(*r) for r in cur.fetchall()]
+            raw = cur.fetchall()
+            if raw != feed.samples_raw:  # (else the same list: unchanged since the last read)
+                feed.samples_raw, feed.samples = raw, [GpuSample(*r) for r in raw]
+            samples = feed.samples
         finally:
             cur.close()
         row = conn.execute(select(scheduler_cycles).where(scheduler_cycles.c.id == _ID)).first()
