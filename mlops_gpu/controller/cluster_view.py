@@ -48,7 +48,7 @@ class Held:
 
 @dataclass(frozen=True)
 class Holding:
-    """What the active runs hold, derived once per store revision (``ClusterReader``)."""
+    """What the active runs hold, derived again only when they changed (``ClusterReader``)."""
 
     #: (node, device) -> the run id holding it (the first of several sharing it)
     holder: dict[tuple[str, str], str]
@@ -132,8 +132,8 @@ class ClusterReader:
         self._hist_at = 0.0
         self._active: list[observed.ActiveRow] = []
         self._feed = observed.ActiveFeed()
-        # what the active runs hold, derived at ``_held_rev`` (the feed's revision): a scrape of
-        # an unchanged store derives nothing again
+        # what the active runs hold, derived at ``_held_rev`` (the feed's generation): a scrape
+        # that finds the active runs unchanged derives nothing again
         self._held_rev: int | None = None
         self._holding = _NOTHING
         # the samples of live runs, kept while neither the samples read nor the holding moved
@@ -157,9 +157,9 @@ class ClusterReader:
         nodes = rt.nodes()
         obs = observed.read(rt.store, self._feed)
         self._active = obs.active
-        if self._held_rev is None or self._held_rev != self._feed.rev:
+        if self._held_rev != self._feed.generation:
             self._holding = self._derive(obs.active)
-            self._held_rev = self._feed.rev
+            self._held_rev = self._feed.generation
         held = self._holding
         running_s: dict[tuple[str, str], float] = defaultdict(float)
         for key, amount, at in held.spans:  # (the clock moves: summed again every view)

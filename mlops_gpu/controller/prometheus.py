@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -89,10 +90,28 @@ class Fam:
             m.add_metric(list(values), value)
         return m  # type: ignore[no-any-return]
 
-    def render(self) -> str:
-        out: list[str] = []
-        self.text(out.append)
-        return "".join(out)
+    def render(self, heads: dict[tuple[str, ...], str] | None = None) -> str:
+        """The family's text (as ``text``). ``heads``: label values -> the series' text up to
+        its value, kept by the caller between renders (the same nodes, GPUs and projects are
+        written every scrape: only the values change)."""
+        if heads is None or self.type == "histogram":
+            out: list[str] = []
+            self.text(out.append)
+            return "".join(out)
+        name = self.name
+        doc = self.doc.replace("\\", "\\\\").replace("\n", "\\n")
+        parts = [f"# HELP {name} {doc}\n# TYPE {name} {self.type}\n"]
+        keys = [f'{k}="' for k in self.labels]
+        if len(heads) > 200_000:  # bounded: nodes and GPUs that left are not written again
+            heads.clear()
+        get, add = heads.get, parts.append
+        for values, value in self.rows:
+            head = get(values)
+            if head is None:
+                inner = ",".join(k + _label(v) + '"' for k, v in zip(keys, values, strict=True))
+                head = heads[values] = f"{name}{{{inner}}} " if inner else f"{name} "
+            add(head + _num(value) + "\n")
+        return "".join(parts)
 
     def text(self, add: Any) -> None:
         name = self.name
@@ -141,6 +160,8 @@ class StoreCollector(Collector):
         #: family name -> (its rows, their text) at the last exposition: a family whose rows
         #: did not change (most of them, between two scrapes) is not written again
         self._texts: dict[str, tuple[list[tuple[Any, ...]], str]] = {}
+        #: family name -> its series' heads (``Fam.render``)
+        self._heads: dict[str, dict[tuple[str, ...], str]] = defaultdict(dict)
 
     def render(self) -> bytes:
         """The text exposition (``render``), each family's text reused while its rows are
@@ -151,7 +172,10 @@ class StoreCollector(Collector):
             texts: dict[str, tuple[list[tuple[Any, ...]], str]] = {}
             for f in fams:
                 prev = self._texts.get(f.name)
-                text = prev[1] if prev is not None and prev[0] == f.rows else f.render()
+                if prev is not None and prev[0] == f.rows:
+                    text = prev[1]
+                else:
+                    text = f.render(self._heads[f.name])
                 texts[f.name] = (f.rows, text)
                 parts.append(text)
             self._texts = texts
@@ -317,6 +341,9 @@ def _label(v: str) -> str:
 
 
 def _num(x: float) -> str:
+    f = float(x)
+    if f - f == 0.0:  # finite (the fast path: NaN and infinities give NaN)
+        return repr(f)
     if x != x:
         return "NaN"
     if x in (float("inf"), float("-inf")):

@@ -255,14 +255,21 @@ def _totals(conn: Connection) -> _Totals:
     return _Totals(ledger, _wait_histograms(conn), *_event_counts(conn))
 
 
+#: the events the totals count (``_event_counts``)
+_COUNTED = ("admitted", "preempted", "lost", "preempting")
+
+
 def _totals_key(conn: Connection) -> tuple[Any, ...]:
     """What the totals depend on: ledger rows and events are only ever added (never updated
-    nor deleted) and runs' project and class never change; every transaction adding an
-    admission, preemption or ledger row raises the revision. Index look-ups only."""
+    nor deleted) and a run's project and class never change, so the totals change exactly
+    when the number of ledger rows or of counted events does (whatever order concurrent
+    writers commit in). Counted over indexes, without reading the rows."""
     q = select(
-        select(revision.c.value).scalar_subquery(),
-        select(func.max(usage.c.id)).scalar_subquery(),
-        select(func.max(events.c.id)).scalar_subquery(),
+        select(func.count()).select_from(usage).scalar_subquery(),
+        select(func.count())
+        .select_from(events)
+        .where(events.c.kind.in_(_COUNTED))
+        .scalar_subquery(),
     )
     return tuple(conn.execute(q).one())
 
@@ -285,6 +292,8 @@ class ActiveFeed:
     def __init__(self) -> None:
         self.rev: int | None = None
         self.rows: dict[str, ActiveRow] = {}
+        #: rises whenever ``rows`` changed (a revision that moved only pending runs keeps it)
+        self.generation = 0
         #: the ledger and event totals last read (``read``), and the key they were read at
         self.totals_key: tuple[Any, ...] | None = None
         self.totals: _Totals | None = None
@@ -299,13 +308,17 @@ class ActiveFeed:
         if self.rev is None:
             q = select(*self._COLS).where(runs.c.phase.in_(live)).order_by(runs.c.seq)
             self.rows = {r.id: ActiveRow(*r) for r in conn.execute(q)}
+            self.generation += 1
         elif rev != self.rev:
             q = select(*self._COLS).where(runs.c.rev > self.rev).order_by(runs.c.rev)
             for r in conn.execute(q):
                 if r.phase in live:
-                    self.rows[r.id] = ActiveRow(*r)
-                else:
-                    self.rows.pop(r.id, None)
+                    row = ActiveRow(*r)
+                    if self.rows.get(r.id) != row:
+                        self.rows[r.id] = row
+                        self.generation += 1
+                elif self.rows.pop(r.id, None) is not None:
+                    self.generation += 1
         self.rev = rev
         return list(self.rows.values())
 
