@@ -349,7 +349,7 @@ def read(store: Store, feed: ActiveFeed | None = None) -> Observed:
         try:
             cur.execute("SELECT node, device, run_id, utilization_pct, memory_used_mb, at "
                         "FROM gpu_samples ORDER BY node, device")  # fmt: skip
-            raw = cur.fetchall()
+            raw = list(cur.fetchall())
             if raw != feed.samples_raw:  # (else the same list: unchanged since the last read)
                 feed.samples_raw, feed.samples = raw, [GpuSample(*r) for r in raw]
             samples = feed.samples
