@@ -4,7 +4,9 @@ One frame: a header (GPUs by state, runs, the scheduler), the GPU heatmap (a row
 cell per GPU: its utilization in percent, coloured, where a running run's launcher sampled it;
 ``██`` allocated without a sample, ``··`` free, ``xx`` cordoned), the head of the queue with
 each run's reason, and per-project usage against quota. ``--once`` prints one frame (and
-``--json`` its data). Local mode only: it reads the store of the config it is given.
+``--json`` its data: ``controller.top_data``). Locally it reads the store of the config it
+is given; with ``MLOPS_GPU_URL`` (or after ``login``) it reads the same data from the server's
+``/api/v1/top`` and draws it the same way, opening no store.
 
 Invariants:
 - Every user string (run, project, node names, reasons) is shown literally (``safe_text``):
@@ -37,20 +39,15 @@ def _util_style(pct: float) -> str:
     return "black on bright_green"
 
 
-def _cells(view: Any) -> list[tuple[Any, list[tuple[str, str, str, float | None]]]]:
-    """(node, [(device, state, run id, utilization percent)]) in inventory order."""
-    util = {(s.node, s.device): s.utilization_pct for s in view.obs.samples}
-    out = []
-    for n in view.nodes:
-        row = []
-        for d in view.node_devices(n):
-            state = view.gpu_state(n, d)
-            row.append((d, state, view.holder.get((n.name, d), ""), util.get((n.name, d))))
-        out.append((n, row))
-    return out
+def _by_node(gpus: list[dict[str, Any]]) -> list[tuple[tuple[str, str], list[dict[str, Any]]]]:
+    """((node, gpu_type), its GPUs) in the order the frame lists them."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for g in gpus:
+        out.setdefault((g["node"], g["gpu_type"]), []).append(g)
+    return list(out.items())
 
 
-def _heatmap(view: Any, max_nodes: int) -> Any:
+def _heatmap(data: dict[str, Any], max_nodes: int) -> Any:
     from rich.table import Table
     from rich.text import Text
 
@@ -58,10 +55,10 @@ def _heatmap(view: Any, max_nodes: int) -> Any:
     t.add_column("NODE", no_wrap=True, overflow="fold")
     t.add_column("TYPE", no_wrap=True)
     t.add_column("GPUS", overflow="fold")
-    rows = _cells(view)
-    for node, devs in rows[:max_nodes]:
+    for (node, gpu_type), devs in _by_node(data["gpus"])[:max_nodes]:
         line = Text()
-        for i, (_d, state, _run, pct) in enumerate(devs[:CELLS_PER_ROW]):
+        for i, g in enumerate(devs[:CELLS_PER_ROW]):
+            state, pct = g["state"], g["utilization_pct"]
             if i:
                 line.append(" ")
             if state == "allocated" and pct is not None:
@@ -74,14 +71,14 @@ def _heatmap(view: Any, max_nodes: int) -> Any:
                 line.append(FREE, style="dim")
         if len(devs) > CELLS_PER_ROW:
             line.append(f" +{len(devs) - CELLS_PER_ROW}")
-        t.add_row(cell(node.name, 40), cell(node.gpu_type, 40), line)
-    if len(rows) > max_nodes:
-        t.caption = f"... {len(rows) - max_nodes} more nodes (--nodes N shows more)"
+        t.add_row(cell(node, 40), cell(gpu_type, 40), line)
+    if data["nodes_total"] > max_nodes:
+        t.caption = f"... {data['nodes_total'] - max_nodes} more nodes (--nodes N shows more)"
         t.caption_justify = "left"
     return t
 
 
-def _queue(head: list[Any], total: int, now: float) -> Any:
+def _queue(head: list[dict[str, Any]], total: int, now: float) -> Any:
     """The queue's head, compact enough for an 80-column terminal: the reason wraps (never
     hidden), the other columns keep their width."""
     from rich import box
@@ -99,122 +96,78 @@ def _queue(head: list[Any], total: int, now: float) -> Any:
     t.add_column("REASON", overflow="fold", min_width=20, ratio=1)
     t.add_column("ETA", no_wrap=True)
     for r in head:
-        eta = "-" if r.eta is None else "now" if r.eta <= now else "in " + ago(now, r.eta)
+        e = r["eta"]
+        eta = "-" if e is None else "now" if e <= now else "in " + ago(now, e)
         t.add_row(
-            cell(r.id),
-            cell(r.name, 80),
-            cell(r.project, 80),
-            cell(r.priority, 80),
-            cell(r.reason_code or "-", 40),
-            cell(r.reason or "-", REASON_LIMIT),
+            cell(r["id"]),
+            cell(r["name"], 80),
+            cell(r["project"], 80),
+            cell(r["priority"], 80),
+            cell(r["reason_code"] or "-", 40),
+            cell(r["reason"] or "-", REASON_LIMIT),
             cell(eta),
         )
     return t  # fmt: skip
 
 
-def _project_rows(view: Any) -> list[list[object]]:
-    pending, running = view.pending_by_project(), view.running_by_project()
-    names = sorted(set(view.projects) | set(pending) | set(running))
-    types = sorted({t for (_p, t) in view.used} | set(view.gpu_types))
-    rows: list[list[object]] = []
-    for p in names:
-        proj = view.projects.get(p)
-        quota = []
-        borrowed = 0.0
-        for t in types:
-            u = view.used.get((p, t), 0.0)
-            nom = proj.quota(t).nominal if proj is not None else 0
-            if u or nom:
-                quota.append(f"{u:g}/{nom} {t}")
-            borrowed += max(u - nom, 0.0)
-        budget = view.budget_ratio.get(p)
-        rows.append([p, ", ".join(quota) or "-", f"{borrowed:g}", running.get(p, 0),
-                     pending.get(p, 0), f"{view.fair_share.get(p, 0.0):.3f}",
-                     "-" if budget is None else f"{100 * budget:.0f}%"])  # fmt: skip
-    return rows
-
-
-def _header(view: Any, sched: str) -> Any:
+def _header(data: dict[str, Any]) -> Any:
     from rich.text import Text
 
-    counts = {"allocated": 0, "free": 0, "cordoned": 0}
-    for _n, devs in _cells(view):
-        for _d, state, _r, _u in devs:
-            counts[state] += 1
-    pending = sum(view.obs.pending.values())
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(view.now))
+    c = data["counts"]
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data["now"]))
     return Text(
-        f"mlops-gpu top  {when}  GPUs {sum(counts.values())}: {counts['allocated']} allocated, "
-        f"{counts['free']} free, {counts['cordoned']} cordoned  runs: {len(view.obs.active)} "
-        f"holding GPUs, {pending} pending  scheduler: {visible(sched)}"
+        f"mlops-gpu top  {when}  GPUs {sum(c.values())}: {c['allocated']} allocated, "
+        f"{c['free']} free, {c['cordoned']} cordoned  runs: {data['holding']} "
+        f"holding GPUs, {data['pending']} pending  scheduler: {visible(data['scheduler'])}"
     )
 
 
-def _scheduler(rt: Any) -> str:
-    from mlops_gpu.state import heartbeat as hb
-
-    info = hb.read(rt.store)
-    if not hb.is_running(info):
-        return "not running"
-    assert info is not None
-    return f"running (pid {info.pid} on {info.host})"
-
-
-def frame(rt: Any, reader: Any, *, max_nodes: int, queue_rows: int) -> tuple[Any, dict[str, Any]]:
-    """(one frame as a rich renderable, its data for ``--json``)."""
+def draw(data: dict[str, Any], max_nodes: int) -> Any:
+    """One frame (``controller.top_data``'s data, read locally or from a server) as a rich
+    renderable."""
     from rich.console import Group
 
     from mlops_gpu.cli.render import table
-    from mlops_gpu.state import observed
+    from mlops_gpu.controller.top_data import PROJECT_KEYS
 
-    view = reader.view()
-    head = observed.pending_head(rt.store, queue_rows, view.priority_classes)
-    total = sum(view.obs.pending.values())
-    prows = _project_rows(view)
     pcols = ("PROJECT", "USED/NOMINAL", "BORROWED", "RUNNING", "PENDING", "FAIR SHARE", "BUDGET")
-    group = Group(
-        _header(view, _scheduler(rt)),
-        _heatmap(view, max_nodes),
-        _queue(head, total, view.now),
+    prows = [[p[k] for k in PROJECT_KEYS] for p in data["projects"]]
+    return Group(
+        _header(data),
+        _heatmap(data, max_nodes),
+        _queue(data["queue"], data["pending"], data["now"]),
         table("Projects", pcols, prows),
     )
-    data = {
-        "gpus": [
-            {
-                "node": n.name,
-                "gpu_type": n.gpu_type,
-                "gpu": d,
-                "state": s,
-                "run": r or None,
-                "utilization_pct": u,
-            }
-            for n, devs in _cells(view)
-            for d, s, r, u in devs
-        ],
-        "queue": [
-            {
-                "id": r.id,
-                "name": r.name,
-                "project": r.project,
-                "priority": r.priority,
-                "reason_code": r.reason_code,
-                "reason": r.reason,
-            }
-            for r in head
-        ],
-        "pending": total,
-        "projects": [
-            dict(
-                zip(
-                    ("project", "quota", "borrowed", "running", "pending", "fair_share", "budget"),
-                    row,
-                    strict=True,
-                )
-            )
-            for row in prows
-        ],
-    }
-    return group, data
+
+
+def frame(rt: Any, reader: Any, *, max_nodes: int, queue_rows: int) -> tuple[Any, dict[str, Any]]:
+    """(one local frame as a rich renderable, its data for ``--json``: every GPU)."""
+    from mlops_gpu.controller.top_data import frame_data
+
+    data = frame_data(rt, reader, queue_rows=queue_rows)
+    return draw(data, max_nodes), data
+
+
+def _source(ctx: click.Context, max_nodes: int, queue_rows: int) -> Any:
+    """A function giving (frame, data): from the server with ``MLOPS_GPU_URL`` or ``login``
+    (no store opened), else from the config's store."""
+    from mlops_gpu.cli import remote_cmds as remote
+
+    target = remote.remote_target(ctx)
+    if target is not None:
+        c = remote.client(target)
+
+        def from_server() -> tuple[Any, dict[str, Any]]:
+            data = c.top(queue_rows, max_nodes)
+            return draw(data, max_nodes), data
+
+        return from_server
+    from mlops_gpu.cli.main import _runtime
+    from mlops_gpu.controller.cluster_view import ClusterReader
+
+    rt = _runtime(ctx)
+    reader = ClusterReader(rt)
+    return lambda: frame(rt, reader, max_nodes=max_nodes, queue_rows=queue_rows)
 
 
 @click.command()
@@ -229,17 +182,20 @@ def frame(rt: Any, reader: Any, *, max_nodes: int, queue_rows: int) -> tuple[Any
 @click.pass_context
 def top(ctx: click.Context, once: bool, as_json: bool, interval: float, max_nodes: int,
         queue_rows: int) -> None:  # fmt: skip
-    """A live view: the GPU heatmap, the queue's head with reasons, usage against quota."""
-    from mlops_gpu.cli.main import UserError, _runtime
+    """A live view: the GPU heatmap, the queue's head with reasons, usage against quota.
+    Against a server (``MLOPS_GPU_URL`` or ``login``) it reads everything through the API."""
+    from mlops_gpu.cli.main import UserError
     from mlops_gpu.cli.render import console
-    from mlops_gpu.controller.cluster_view import ClusterReader
+    from mlops_gpu.remote import RemoteError
 
     if as_json and not once:
         raise UserError("--json needs --once")
-    rt = _runtime(ctx)
-    reader = ClusterReader(rt)
+    source = _source(ctx, max_nodes, queue_rows)
     if once:
-        group, data = frame(rt, reader, max_nodes=max_nodes, queue_rows=queue_rows)
+        try:
+            group, data = source()
+        except RemoteError as e:
+            raise UserError(str(e)) from None
         if as_json:
             click.echo(json.dumps(data, indent=2))
         else:
@@ -252,10 +208,10 @@ def top(ctx: click.Context, once: bool, as_json: bool, interval: float, max_node
         with Live(console=con, screen=True, auto_refresh=False) as live:
             while True:
                 try:
-                    group, _ = frame(rt, reader, max_nodes=max_nodes, queue_rows=queue_rows)
-                except Exception as e:  # a store busy or gone for a moment: said, retried
-                    group = cell(f"mlops-gpu top: cannot read the store now: {e}", 500)
-                live.update(group, refresh=True)
+                    group, _ = source()
+                except Exception as e:  # a store or server busy or gone for a moment: said,
+                    group = cell(f"mlops-gpu top: cannot read the cluster now: {e}", 500)
+                live.update(group, refresh=True)  # retried
                 time.sleep(interval)
     except KeyboardInterrupt:
         pass

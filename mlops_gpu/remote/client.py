@@ -115,5 +115,9 @@ class Client:
         except httpx.HTTPError as e:
             raise RemoteError(f"cannot reach the server {self.target.url}: {e}") from None
 
+    def top(self, queue: int, nodes: int) -> dict[str, Any]:
+        """One ``top`` frame's data (``controller.top_data``)."""
+        return dict(self.call("GET", "/top", params={"queue": queue, "nodes": nodes}))
+
     def scheduler(self) -> dict[str, Any]:
         return dict(self.call("GET", "/scheduler"))

@@ -377,10 +377,16 @@ def _buckets(raw: str) -> list[int]:
     return [int(v) for v in vals]
 
 
-def pending_head(store: Store, limit: int, order: Mapping[str, int]) -> list[Any]:
-    """The first ``limit`` pending runs, highest class (``order``: class -> value) then oldest
-    first: (id, name, project, priority, reason_code, reason, eta, submitted_at) rows. Reads
-    ``limit`` rows per class at most, not the whole queue."""
+def pending_head(
+    store: Store, limit: int, order: Mapping[str, int], projects: Iterable[str] | None = None
+) -> list[Any]:
+    """The first ``limit`` pending runs (of ``projects`` only, if given), highest class
+    (``order``: class -> value) then oldest first: (id, name, project, priority, reason_code,
+    reason, eta, submitted_at) rows. Reads ``limit`` rows per class at most, not the whole
+    queue."""
+    mine = runs.c.phase == Phase.PENDING.value
+    if projects is not None:
+        mine = mine & runs.c.project.in_(sorted(projects))
     cols = (
         runs.c.id,
         runs.c.name,
@@ -392,17 +398,12 @@ def pending_head(store: Store, limit: int, order: Mapping[str, int]) -> list[Any
         runs.c.submitted_at,
     )
     with store.engine.connect().execution_options(readonly=True) as conn, conn.begin():
-        classes = [
-            c
-            for (c,) in conn.execute(
-                select(runs.c.priority).where(runs.c.phase == Phase.PENDING.value).distinct()
-            )
-        ]
+        classes = [c for (c,) in conn.execute(select(runs.c.priority).where(mine).distinct())]
         out: list[Any] = []
         for c in sorted(classes, key=lambda c: -order.get(c, 0)):
             q = (
                 select(*cols)
-                .where(runs.c.phase == Phase.PENDING.value, runs.c.priority == c)
+                .where(mine, runs.c.priority == c)
                 .order_by(runs.c.submitted_at, runs.c.seq)
                 .limit(limit)
             )

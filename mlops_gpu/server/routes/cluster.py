@@ -3,6 +3,7 @@ usage, fair share), the config (admins) and the scheduler's status. Reads only."
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -58,6 +59,32 @@ def project(project: str, request: Request, who: Who) -> dict[str, Any]:
         raise ApiError(404, "not_found", f"no project {project!r}", "project")
     rows[0]["role"] = "admin" if who.admin else who.role(project)
     return rows[0]
+
+
+_top_lock = threading.Lock()
+
+
+@router.get("/top", summary="One `mlops-gpu top` frame: GPUs, the queue's head, projects")
+def top(
+    request: Request,
+    who: Who,
+    queue: Annotated[int, Query(ge=0, le=1000)] = 10,
+    nodes: Annotated[int, Query(ge=1, le=100_000)] = 32,
+) -> dict[str, Any]:
+    """``controller.top_data``: every GPU's state and utilization (of the first ``nodes``
+    nodes), the queue's head and project rows of the projects the identity sees (runs of
+    other projects are not named). One reader per app, kept between calls (it reads only what
+    changed), one call at a time."""
+    from mlops_gpu.controller.cluster_view import ClusterReader
+    from mlops_gpu.controller.top_data import frame_data
+
+    state = request.app.state
+    with _top_lock:
+        reader = getattr(state, "top_reader", None)
+        if reader is None:
+            reader = state.top_reader = ClusterReader(state.rt)
+        return frame_data(state.rt, reader, queue_rows=queue, max_nodes=nodes,
+                          projects=who.visible_projects())  # fmt: skip
 
 
 @router.get("/report", summary="GPU-hours, cost, waits, preemptions (as `report --format json`)")
