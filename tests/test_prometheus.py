@@ -1,8 +1,10 @@
-"""A real Prometheus (Debian's ``prometheus``) scrapes ``mlops-gpu metrics --listen`` while runs
-are queued and running on the local backend (a clean HOME, a fake NVML in the jobs): PromQL
-through its HTTP API returns what the store holds, every expression of the Grafana dashboard
-(``examples/grafana/mlops-gpu.json``) returns data, and ``mlops-gpu top`` under tmux shows the
-heatmap and the queue."""
+"""A real Prometheus (Debian's ``prometheus``) scrapes a real ``mlops-gpu server``'s ``/metrics``
+(with an admin's bearer token from a credentials file, as its docs say to scrape it) while runs
+submitted through the server are queued and running on the local backend (a clean HOME, a fake
+NVML in the jobs): PromQL through its HTTP API returns what the store holds, every expression
+of the Grafana dashboard (``examples/grafana/mlops-gpu.json``) returns data, and ``mlops-gpu
+top`` under tmux, locally and against the server (drawn the same), shows the heatmap and the
+queue; a viewer's ``top`` names only its project's runs."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, _free_port, run_cli, stop_scheduler
+from conftest import REPO, _free_port, run_cli
+from team.conftest import Server, add_users, start_server, stop_server
 
 from mlops_gpu.config import load_config
 from mlops_gpu.model import ACTIVE_PHASES, Phase
@@ -41,9 +44,17 @@ class Cluster:
     env: dict[str, str]
     prom: str
     ids: dict[str, str]
+    server: Server | None = None
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli("--config", str(self.cfg), *args, env=self.env)
+    def remote(self, who: str = "root") -> dict[str, str]:
+        """The environment of a user's laptop: a clean HOME, the server and their token."""
+        assert self.server is not None
+        (self.cfg.parent / f"laptop-{who}").mkdir(exist_ok=True)
+        return {"HOME": str(self.cfg.parent / f"laptop-{who}"), "MLOPS_GPU_URL": self.server.url,
+                "MLOPS_GPU_TOKEN": self.server.tokens[who]}  # fmt: skip
+
+    def cli(self, *args: str, who: str = "root") -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, env=self.remote(who))
 
     def store(self) -> Store:
         return Store(load_config(self.cfg).store_url)
@@ -109,20 +120,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     env = {"HOME": str(home), "MLOPS_GPU_NVML": "mlops_gpu.testing.fake_nvml:from_env",
            "MLOPS_GPU_FAKE_UTIL": "37"}  # fmt: skip
     procs: list[subprocess.Popen[Any]] = []
-    exp_port, prom_port = _free_port(), _free_port()
-    exp_log, prom_log = home / "exporter.log", home / "prometheus.log"
+    prom_port = _free_port()
+    prom_log = home / "prometheus.log"
     c = Cluster(cfg, env, f"http://127.0.0.1:{prom_port}", {})
     try:
-        with open(exp_log, "w") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "mlops_gpu.cli.main", "--config", str(cfg), "metrics",
-                 "--listen", f"127.0.0.1:{exp_port}"],
-                env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
-        _wait_http(f"http://127.0.0.1:{exp_port}/metrics", procs[0], exp_log)
+        tokens = add_users(cfg, {"root": (True, {}), "vic": (False, {"q": "viewer"})})
+        c.server = start_server(cfg, env=env)  # (its scheduler beside it: the jobs' fake NVML)
+        c.server.tokens = tokens
+        (home / "scrape.token").write_text(tokens["root"] + "\n")
+        (home / "scrape.token").chmod(0o600)
+        target = urllib.parse.urlsplit(c.server.url).netloc
         (home / "prometheus.yml").write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "mlops-gpu",
-                                "static_configs": [{"targets": [f"127.0.0.1:{exp_port}"]}]}],
+            "scrape_configs": [{
+                "job_name": "mlops-gpu", "metrics_path": "/metrics",
+                "authorization": {"type": "Bearer",
+                                  "credentials_file": str(home / "scrape.token")},
+                "static_configs": [{"targets": [target]}]}],
         }))  # fmt: skip
         with open(prom_log, "w") as log:
             procs.append(subprocess.Popen(
@@ -130,7 +144,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                  f"--storage.tsdb.path={home / 'tsdb'}",
                  f"--web.listen-address=127.0.0.1:{prom_port}"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=home))  # fmt: skip
-        _wait_http(f"{c.prom}/-/ready", procs[1], prom_log)
+        _wait_http(f"{c.prom}/-/ready", procs[0], prom_log)
         _until("the first scrape", lambda: promql(c.prom, "up == 1"))
         # wave 1, scraped, then wave 2: admissions while Prometheus watches (rates > 0)
         c.ids["p1"] = _submit(c, "p", 2, "p1")
@@ -162,7 +176,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             c.cli("cancel", *ids)
             with contextlib.suppress(AssertionError):
                 _until("the runs to stop", lambda: not _active(c), timeout=30)
-        stop_scheduler(cfg)
+        if c.server is not None:
+            stop_server(c.server)
         for p in procs:
             p.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -246,14 +261,22 @@ def test_every_dashboard_expression_returns_data(cluster: Cluster) -> None:
         _until(f"data for {expr!r}", lambda e=expr: promql(cluster.prom, e), timeout=30)
 
 
-def test_top_under_tmux_shows_heatmap_and_queue(cluster: Cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["local", "server"])
+def test_top_under_tmux_shows_heatmap_and_queue(cluster: Cluster, mode: str) -> None:
+    """The same frame locally (the config's store) and against the server (a laptop's clean
+    HOME, no config: everything through the API)."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
-    sock = f"mlops-gpu-test-{os.getpid()}"
-    env = " ".join(f"{k}={v}" for k, v in cluster.env.items())
+    sock = f"mlops-gpu-test-{os.getpid()}-{mode}"
+    if mode == "local":
+        env = " ".join(f"{k}={v}" for k, v in cluster.env.items())
+        how = f"--config {cluster.cfg} top"
+    else:
+        laptop = cluster.remote()
+        env = " ".join(f"{k}={v}" for k, v in laptop.items())
+        how = "top"
     # (no COLUMNS from pytest's environment: top takes the pane's own width)
-    cmd = (f"env -u COLUMNS -u LINES {env} {sys.executable} -m mlops_gpu.cli.main "
-           f"--config {cluster.cfg} top")  # fmt: skip
+    cmd = f"env -u COLUMNS -u LINES {env} {sys.executable} -m mlops_gpu.cli.main {how}"
     tmux = ["tmux", "-L", sock]
     subprocess.run([*tmux, "new-session", "-d", "-x", "160", "-y", "50", cmd], check=True)
     try:
@@ -279,3 +302,24 @@ def test_top_under_tmux_shows_heatmap_and_queue(cluster: Cluster, tmp_path: Path
         _until("a refresh", lambda: stamp not in pane(), timeout=10)  # the clock moves on
     finally:
         subprocess.run([*tmux, "kill-server"], check=False)
+
+
+def test_top_against_the_server_names_only_a_viewers_runs(cluster: Cluster) -> None:
+    """``vic`` views project q only: the queue's head, the GPUs' holders and the project rows
+    are q's; every GPU is still drawn (as ``/nodes`` shows them to everyone)."""
+    r = cluster.cli("top", "--once", "--json", who="vic")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    q_ids = {cluster.ids[k] for k in ("q1", "q2", "q3")}
+    assert [x["id"] for x in data["queue"]] == [cluster.ids["q3"]]
+    assert data["queue"][0]["reason_code"] == "quota"
+    held = [g["run"] for g in data["gpus"] if g["state"] == "allocated"]
+    assert len(held) == 8 and {x for x in held if x} <= q_ids and held.count(None) == 4
+    assert [p["project"] for p in data["projects"]] == ["q"]
+    assert data["pending"] == 1 and data["holding"] == 2
+    assert data["counts"] == {"allocated": 8, "free": 2, "cordoned": 0}
+    admin = json.loads(cluster.cli("top", "--once", "--json", "--queue", "1").stdout)
+    assert len(admin["queue"]) == 1 and admin["pending"] == 2 and admin["holding"] == 4
+    denied = run_cli("top", "--once", env={**cluster.remote(), "MLOPS_GPU_TOKEN": "not-a-token"})
+    assert denied.returncode == 2 and denied.stderr.startswith("mlops-gpu: error: "), denied
+    assert len(denied.stderr.strip().splitlines()) == 1, denied.stderr
