@@ -24,81 +24,26 @@ from __future__ import annotations
 import json
 import os
 import time
-from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, func, select
 
 from mlops_gpu.model import ACTIVE_PHASES, Phase
+from mlops_gpu.state.histogram import CYCLE_BUCKETS as CYCLE_BUCKETS
+from mlops_gpu.state.histogram import WAIT_BUCKETS as WAIT_BUCKETS
+from mlops_gpu.state.histogram import Histogram as Histogram
 from mlops_gpu.state.schema import (
-    events,
     gpu_samples,
     revision,
     runs,
     scheduler_cycles,
-    usage,
 )
 from mlops_gpu.state.store import Store
+from mlops_gpu.state.totals import Totals
 
-#: Upper bounds (seconds) of the scheduler cycle histogram's buckets (+Inf implied).
-CYCLE_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-#: Upper bounds (seconds) of the admission wait histogram's buckets (+Inf implied).
-WAIT_BUCKETS: tuple[float, ...] = (
-    1.0,
-    5.0,
-    15.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-    1800.0,
-    3600.0,
-    7200.0,
-    21600.0,
-    86400.0,
-)
 _ID = 1
-
-
-@dataclass
-class Histogram:
-    """Cumulative bucket counts (one per bound, in order), the total count and the sum."""
-
-    bounds: tuple[float, ...]
-    buckets: list[int] = field(default_factory=list)
-    count: int = 0
-    sum: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.buckets:
-            self.buckets = [0] * len(self.bounds)
-
-    def observe(self, value: float, n: int = 1) -> None:
-        self.count += n
-        self.sum += value * n
-        for i, b in enumerate(self.bounds):
-            if value <= b:
-                self.buckets[i] += n
-
-    def observe_many(self, values: Iterable[float]) -> None:
-        """``observe`` each value (one pass per bucket, not per value and bucket)."""
-        per = [0] * (len(self.bounds) + 1)
-        for v in values:
-            per[bisect_left(self.bounds, v)] += 1
-            self.sum += v
-        self.count += sum(per)
-        run = 0
-        for i in range(len(self.bounds)):
-            run += per[i]
-            self.buckets[i] += run
-
-    def merge(self, other: Histogram) -> None:
-        self.count += other.count
-        self.sum += other.sum
-        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
 
 
 class GpuSample(NamedTuple):  # (a tuple: 8,000 of them are read per scrape)
@@ -182,109 +127,15 @@ def publish_samples(store: Store, samples: Iterable[GpuSample]) -> None:
             )
 
 
-def _wait_histograms(conn: Connection) -> dict[tuple[str, str], Histogram]:
-    wait = usage.c.start - func.coalesce(usage.c.queued_at, usage.c.start)
-    cols = [func.sum(case((wait <= b, 1), else_=0)) for b in WAIT_BUCKETS]
-    q = (
-        select(usage.c.project, runs.c.priority, func.count(), func.sum(wait), *cols)
-        .select_from(usage.join(runs, runs.c.id == usage.c.run_id))
-        .group_by(usage.c.project, runs.c.priority)
-    )
-    out = {}
-    for r in conn.execute(q):
-        out[(r[0], r[1])] = Histogram(
-            WAIT_BUCKETS, [int(x or 0) for x in r[4:]], int(r[2]), float(r[3] or 0.0)
-        )
-    return out
-
-
-def _event_counts(
-    conn: Connection,
-) -> tuple[dict[str, int], dict[tuple[str, str], int], dict[str, float]]:
-    j = events.join(runs, runs.c.id == events.c.run_id)
-    admitted = {
-        p: int(n)
-        for p, n in conn.execute(
-            select(runs.c.project, func.count())
-            .select_from(j)
-            .where(events.c.kind == "admitted")
-            .group_by(runs.c.project)
-        )
-    }
-    requeued = {
-        (p, k): int(n)
-        for p, k, n in conn.execute(
-            select(runs.c.project, events.c.kind, func.count())
-            .select_from(j)
-            .where(events.c.kind.in_(("preempted", "lost")))
-            .group_by(runs.c.project, events.c.kind)
-        )
-    }
-    lost = {
-        p: float(s or 0.0)
-        for p, s in conn.execute(
-            select(runs.c.project, func.sum(events.c.lost_gpu_s))
-            .select_from(j)
-            .where(events.c.kind == "preempting")
-            .group_by(runs.c.project)
-        )
-    }
-    return admitted, requeued, lost
-
-
-class _Totals(NamedTuple):
-    ledger: dict[tuple[str, str], tuple[float, float]]
-    ended_waits: dict[tuple[str, str], Histogram]
-    admitted: dict[str, int]
-    requeued: dict[tuple[str, str], int]
-    lost_gpu_s: dict[str, float]
-
-
-def _totals(conn: Connection) -> _Totals:
-    ledger = {
-        (p, t): (float(g or 0.0), float(i or 0.0))
-        for p, t, g, i in conn.execute(
-            select(
-                usage.c.project,
-                usage.c.gpu_type,
-                func.sum(usage.c.gpu_seconds),
-                func.sum(usage.c.gpus * usage.c.idle_s),
-            ).group_by(usage.c.project, usage.c.gpu_type)
-        )
-    }
-    return _Totals(ledger, _wait_histograms(conn), *_event_counts(conn))
-
-
-#: the events the totals count (``_event_counts``)
-_COUNTED = ("admitted", "preempted", "lost", "preempting")
-
-
-def _totals_key(conn: Connection) -> tuple[Any, ...]:
-    """What the totals depend on: ledger rows and events are only ever added (never updated
-    nor deleted) and a run's project and class never change, so the totals change exactly
-    when the number of ledger rows or of counted events does (whatever order concurrent
-    writers commit in). Counted over indexes, without reading the rows."""
-    q = select(
-        select(func.count()).select_from(usage).scalar_subquery(),
-        select(func.count())
-        .select_from(events)
-        .where(events.c.kind.in_(_COUNTED))
-        .scalar_subquery(),
-    )
-    return tuple(conn.execute(q).one())
-
-
 class ActiveFeed:
     """The runs holding GPUs, kept between reads: the first read takes them all, later ones
     only the runs changed since (their ``rev`` above the revision last read), as the
     scheduler's own mirror follows the store. Every change to an active run's fields read
     here raises the revision (``Store``), so nothing is missed.
 
-    It also keeps the ledger and event totals (``_Totals``), read again only when their key
-    (``_totals_key``: the revision and the newest ledger and event ids) moved: a scrape of an
-    unchanged store reads none of the 20,000-row aggregates. The totals (and the samples list,
-    while the samples are unchanged) are shared between ``Observed`` reads: readers must not
-    change them."""
+    It also keeps the ledger and event totals (``state.totals``: only rows added since are
+    read) and the GPU samples. The totals (and the samples list, while the samples are
+    unchanged) are shared between ``Observed`` reads: readers must not change them."""
 
     _COLS = (runs.c.id, runs.c.name, runs.c.project, runs.c.user, runs.c.priority,
              runs.c.phase, runs.c.placement, runs.c.admitted_at, runs.c.queued_at)  # fmt: skip
@@ -294,9 +145,8 @@ class ActiveFeed:
         self.rows: dict[str, ActiveRow] = {}
         #: rises whenever ``rows`` changed (a revision that moved only pending runs keeps it)
         self.generation = 0
-        #: the ledger and event totals last read (``read``), and the key they were read at
-        self.totals_key: tuple[Any, ...] | None = None
-        self.totals: _Totals | None = None
+        #: the ledger and event totals, kept between reads (``state.totals``)
+        self.totals = Totals()
         #: the GPU samples last read, as the driver returned them and as ``GpuSample``s
         self.samples_raw: list[Any] | None = None
         self.samples: list[GpuSample] = []
@@ -337,12 +187,7 @@ def read(store: Store, feed: ActiveFeed | None = None) -> Observed:
         }
         feed = feed or ActiveFeed()
         active = feed.refresh(conn)
-        # the key before the totals: under READ COMMITTED the totals may then be newer than
-        # their key (read again at the next scrape), never older
-        key = _totals_key(conn)
-        if feed.totals is None or feed.totals_key != key:
-            feed.totals, feed.totals_key = _totals(conn), key
-        totals = feed.totals
+        totals = feed.totals.read(conn)
         # through the driver's own cursor: SQLAlchemy's row processing cost more than the
         # query for 8,000 rows
         cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
