@@ -397,3 +397,47 @@ def test_exporter_serves_metrics_only_and_stops_on_sigterm_mid_scrape(cfg_path: 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_totals_kept_between_scrapes_equal_the_databases_sums(rt: Runtime) -> None:
+    """``state.totals``: after admissions, a preemption and ends, the totals brought up to
+    date from the rows added equal the database's own sums; a reason-only change reads
+    nothing; a ledger row committed late (an id below those already summed) is not missed:
+    the database sums all again."""
+    from sqlalchemy import func, select
+
+    from mlops_gpu.state import totals
+    from mlops_gpu.state.schema import usage
+
+    ids = _fill(rt)
+    s, keep = rt.store, totals.Totals()
+
+    def read() -> tuple[totals.TotalsValue, totals.TotalsValue]:
+        with s.engine.connect() as conn:
+            return keep.read(conn), totals._full(conn)
+
+    first, _ = read()
+    s.set_reasons([(ids["e"], "capacity", "no free GPU", None)])
+    again, _ = read()
+    assert again is first and keep.full_reads == 1
+    s.admit(ids["c"], placed("node-c", ["0"]), now=1_000_000.0 + 7000)
+    s.mark_preempting(ids["a"], "reclaimed", now=1_000_000.0 + 7100, lost_gpu_s=250.0)
+    s.requeue(ids["a"], "preempted", "preempted", None, now=1_000_000.0 + 7110)
+    s.finish(ids["b"], Phase.SUCCEEDED, "exited 0", now=1_000_000.0 + 7200, idle_s=30.0)
+    kept, full = read()
+    assert keep.full_reads == 1  # (only the rows added were read)
+    assert kept.admitted == full.admitted == {"p": 4, "q": 1}
+    assert kept.requeued == full.requeued and kept.requeued[("p", "preempted")] == 2
+    assert kept.lost_gpu_s == pytest.approx(full.lost_gpu_s) and kept.lost_gpu_s["p"] == 850.0
+    assert kept.ended_waits == full.ended_waits
+    assert kept.ledger == full.ledger
+    # a writer that took a lower id commits after the rows above it were summed
+    with s.engine.begin() as conn:
+        row = conn.execute(select(usage).where(usage.c.run_id == ids["b"])).one()._asdict()
+        low = int(conn.execute(select(func.min(usage.c.id))).scalar_one()) - 1
+        conn.execute(usage.insert().values({**row, "id": low, "gpu_seconds": 5.0}))
+    late, full = read()
+    assert keep.full_reads == 2 and late.ledger == full.ledger
+    assert late.ledger[("q", "a100-80gb")][0] == pytest.approx(
+        kept.ledger[("q", "a100-80gb")][0] + 5
+    )
