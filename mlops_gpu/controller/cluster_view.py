@@ -10,6 +10,10 @@ Invariants:
 - Its size is bounded by the config and the inventory (projects x GPU types x classes x reason
   codes, nodes x GPUs), plus the runs holding GPUs; never by the pending queue, which is only
   counted (``observed.read``) or cut to its head (``pending_head``).
+- A ``ClusterReader`` kept between views (a server's, an exporter's, ``top``'s) reads only what
+  changed since its last view (``observed.ActiveFeed``, ``state.totals``) and derives what the
+  active runs hold (``Holding``) again only when they changed; what depends on the clock (the
+  GPU-seconds of running attempts, fair shares, budgets) is computed at every view.
 - GPU samples are shown only for runs still holding GPUs (the scheduler may have stopped since
   it published them).
 - A GPU is in exactly one state: ``allocated`` (some active run holds it, wholly, a share or a
