@@ -1,0 +1,117 @@
+"""The Cluster page: a heatmap of every GPU, one cell per GPU (and per MIG slice), coloured by
+the utilization its holder's launcher last sampled, with who holds it on hover.
+
+The figures come from one ``ClusterView`` (``controller.cluster_view``: what ``/metrics`` and
+``top`` read), kept per server (``Views``): a refresh parses only the placements of runs
+admitted since the last one.
+
+Invariants: every GPU of the inventory is exactly one cell; a cell names a run (id, name,
+project, user) only when the identity may see that run's project ("another project" else);
+a shared GPU lists each of its holders with their share; a MIG slice shows its profile.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from mlops_gpu.controller.cluster_view import ClusterReader, ClusterView
+from mlops_gpu.server.auth import Identity
+
+
+class Views:
+    """One ``ClusterReader`` per server, read by one request at a time (it caches)."""
+
+    def __init__(self, rt: Any) -> None:
+        self.reader = ClusterReader(rt)
+        self.lock = threading.Lock()
+        #: placement text -> ((node, device, share), ...)
+        self._slots: dict[str, tuple[tuple[str, str, float], ...]] = {}
+
+    def view(self, with_shares: bool) -> ClusterView:
+        with self.lock:
+            return self.reader.view(with_shares=with_shares)
+
+    def slots(self, text: str) -> tuple[tuple[str, str, float], ...]:
+        got = self._slots.get(text)
+        if got is None:
+            d = json.loads(text)
+            got = tuple((str(s["node"]), str(x), float(s.get("fraction", 1.0)))
+                        for s in d.get("slots", []) for x in s["devices"])  # fmt: skip
+            if len(self._slots) > 200_000:  # bounded: old placements are not needed again
+                self._slots.clear()
+            self._slots[text] = got
+        return got
+
+
+def views_of(app: Any) -> Views:
+    with _made:
+        v: Views | None = getattr(app.state, "dash_views", None)
+        if v is None:
+            v = app.state.dash_views = Views(app.state.rt)
+    return v
+
+
+_made = threading.Lock()
+
+
+@dataclass
+class Heatmap:
+    nodes: list[dict[str, Any]]
+    gpus: int
+    allocated: int
+    free: int
+    cordoned: int
+    mean_util: float | None
+
+
+def _bucket(util: float | None) -> str:
+    return "un" if util is None else f"u{min(int(util // 10), 9)}"
+
+
+def build(views: Views, who: Identity) -> Heatmap:
+    v = views.view(with_shares=False)
+    util = {(s.node, s.device): s.utilization_pct for s in v.obs.samples}
+    holders: dict[tuple[str, str], list[str]] = {}
+    for r in v.obs.active:
+        if not r.placement:
+            continue
+        if who.can_see(r.project):
+            label = (
+                f"{r.id} {r.name} ({r.project}, {r.user})"
+                if r.name
+                else f"{r.id} ({r.project}, {r.user})"
+            )
+        else:
+            label = "a run of another project"
+        for node, dev, share in views.slots(r.placement):
+            text = label if share >= 1.0 else f"{label} {share:g} GPU"
+            holders.setdefault((node, dev), []).append(text)
+    nodes, counts = [], {"allocated": 0, "free": 0, "cordoned": 0}
+    for n in v.nodes:
+        devices = [(d, "") for d in n.devices]
+        devices += [(d, prof) for prof, ids in n.mig.items() for d in ids]
+        cells = []
+        for dev, prof in devices:
+            state = v.gpu_state(n, dev)
+            counts[state] += 1
+            u = util.get((n.name, dev))
+            held = holders.get((n.name, dev), [])
+            what = f"MIG {prof} " if prof else ""
+            title = f"{n.name} GPU {dev} {what}· {state}"
+            if u is not None:
+                title += f" · {u:.0f}% busy"
+            if held:
+                title += " · " + "; ".join(held)
+            kind = "mig" if prof else ("shared" if len(held) > 1 or n.shared else "gpu")
+            cells.append({"cls": f"g {kind} {state} {_bucket(u)}", "title": title,
+                          "label": "M" if prof else ("S" if kind == "shared" else "")})  # fmt: skip
+        nodes.append({"name": n.name, "gpu_type": n.gpu_type, "schedulable": n.schedulable,
+                      "state_reason": n.state_reason, "shared": n.shared,
+                      "cells": cells})  # fmt: skip
+    sampled = [u for u in util.values() if u is not None]
+    mean = sum(sampled) / len(sampled) if sampled else None
+    total = sum(counts.values())
+    return Heatmap(nodes, total, counts["allocated"], counts["free"], counts["cordoned"], mean)

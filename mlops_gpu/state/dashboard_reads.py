@@ -1,0 +1,95 @@
+"""Reads of the web dashboard beyond the shared views: GPU time per project per UTC day from
+the usage ledger (the Costs page), and per-run notes from the events (the Runs page: the MLflow
+run of the latest attempt, the GPU-seconds of work preemptions threw away).
+
+Invariants: reads only; each read is bounded by its arguments (a time window, a page of run
+ids), never by the whole store.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from mlops_gpu.state.schema import events, usage
+from mlops_gpu.state.store import Store
+
+DAY_S = 86_400.0
+#: The events that note an attempt's MLflow run and the work a preemption lost.
+MLFLOW_RUN, PREEMPTING = "mlflow_run", "preempting"
+
+
+@dataclass
+class DayUsage:
+    """One project's ended attempts of one GPU type on one UTC day (by the day they ended)."""
+
+    project: str
+    gpu_type: str
+    day: float  # the day's start (epoch seconds, UTC midnight)
+    attempts: int = 0
+    gpu_s: float = 0.0
+    #: GPU-seconds held idle past the idle window (``gpus * idle_s`` of each attempt)
+    idle_gpu_s: float = 0.0
+
+
+def daily_usage(
+    store: Store, since: float, projects: Collection[str] | None = None
+) -> list[DayUsage]:
+    """Ended attempts that ended at or after ``since``, summed per (project, GPU type, UTC
+    day), by day then project then type."""
+    q = select(
+        usage.c.project, usage.c.gpu_type, usage.c.end, usage.c.gpu_seconds, usage.c.gpus,
+        usage.c.idle_s,
+    ).where(usage.c.end >= since)  # fmt: skip
+    if projects is not None:
+        q = q.where(usage.c.project.in_(sorted(projects)))
+    out: dict[tuple[float, str, str], DayUsage] = {}
+    with store._ro() as conn:
+        for project, gpu_type, end, gpu_s, gpus, idle_s in conn.execute(q):
+            day = (float(end) // DAY_S) * DAY_S
+            key = (day, str(project), str(gpu_type))
+            row = out.get(key)
+            if row is None:
+                row = out[key] = DayUsage(str(project), str(gpu_type), day)
+            row.attempts += 1
+            row.gpu_s += float(gpu_s)
+            row.idle_gpu_s += float(gpus) * float(idle_s or 0.0)
+    return [out[k] for k in sorted(out)]
+
+
+@dataclass(frozen=True)
+class RunNotes:
+    #: The MLflow run id noted last for the run (its latest launch), or None.
+    mlflow_run_id: str | None
+    #: GPU-seconds of work thrown away by the run's preemptions, over all attempts.
+    lost_gpu_s: float
+    preemptions: int
+
+
+def run_notes(store: Store, run_ids: Sequence[str]) -> dict[str, RunNotes]:
+    """Notes of each of ``run_ids`` (a page: a few dozen), from their events."""
+    if not run_ids:
+        return {}
+    mlflow: dict[str, str] = {}
+    lost: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    q = (
+        select(events.c.run_id, events.c.kind, events.c.reason, events.c.lost_gpu_s)
+        .where(events.c.run_id.in_(list(run_ids)), events.c.kind.in_((MLFLOW_RUN, PREEMPTING)))
+        .order_by(events.c.id)
+    )
+    with store._ro() as conn:
+        for run_id, kind, reason, lost_s in conn.execute(q):
+            if kind == MLFLOW_RUN:
+                mlflow[run_id] = str(reason)
+            else:
+                lost[run_id] += float(lost_s or 0.0)
+                count[run_id] += 1
+    return {
+        r: RunNotes(mlflow.get(r), lost.get(r, 0.0), count.get(r, 0))
+        for r in run_ids
+        if r in mlflow or r in count
+    }
