@@ -206,40 +206,47 @@ def _safe_next(target: str) -> str:
 
 @router.post("/runs/{run_id}/cancel")
 async def cancel(run_id: str, request: Request) -> Response:
+    """Every attempt with an identity is audited with its answer, refused ones included (as
+    the API's middleware audits every mutating request)."""
     who = await session.viewer(request)
     if who is None:
         return RedirectResponse("/login", status_code=303)
     form = await _form(request)
-    ctx = _context(request, who, "Cancel")
     sent = form.get("csrf", "")
     if not (session.same_origin(request) and session.csrf_ok(request, who, sent)):
-        stale = ("refused: the cancel form is stale or was not sent from this server's pages; "
-                 "reload the page and retry")  # fmt: skip
-        return page(request, "error.html", 403, message=stale, **ctx)
-    if not re.fullmatch(RUN_ID, run_id):
-        return page(request, "error.html", 404, message=f"no run with id {run_id[:40]!r}", **ctx)
-    status, message = await run_in_threadpool(_cancel, request, who, run_id)
+        status, message = 403, ("refused: the cancel form is stale or was not sent from this "
+                                "server's pages; reload the page and retry")  # fmt: skip
+        detail = "refused: CSRF token or origin"
+    elif not re.fullmatch(RUN_ID, run_id):
+        status, message, detail = 404, f"no run with id {run_id[:40]!r}", None
+    else:
+        status, message, detail = await run_in_threadpool(_cancel, request, who, run_id)
+    await run_in_threadpool(_audit, request, who, run_id, status, detail)
     if status != 200:
+        ctx = _context(request, who, "Cancel refused")
         return page(request, "error.html", status, message=message, **ctx)
     return RedirectResponse(_safe_next(form.get("next", "/")), status_code=303)
 
 
-def _cancel(request: Request, who: Identity, run_id: str) -> tuple[int, str]:
+def _cancel(request: Request, who: Identity, run_id: str) -> tuple[int, str, str | None]:
+    """(HTTP status, what to tell the user, the audit's detail)."""
     from mlops_gpu.controller.views import cancel_run
-    from mlops_gpu.state import audit
 
     rt = request.app.state.rt
     run = rt.store.get(run_id)
     if run is None or not who.can_see(run.project):
-        status, message, detail = 404, f"no run with id {run_id!r}", None
-    elif not who.can_cancel(run):
-        status, detail = 403, None
-        message = (f"you cannot cancel run {run_id} (a member cancels its own runs; a "
-                   "maintainer any run of the project)")  # fmt: skip
-    else:
-        _phase, detail = cancel_run(rt, run_id)
-        status, message = 200, detail
+        return 404, f"no run with id {run_id!r}", None
+    if not who.can_cancel(run):
+        return 403, (f"you cannot cancel run {run_id} (a member cancels its own runs; a "
+                     "maintainer any run of the project)"), None  # fmt: skip
+    _phase, what = cancel_run(rt, run_id)
+    return 200, what, what
+
+
+def _audit(request: Request, who: Identity, run_id: str, status: int, detail: str | None) -> None:
+    from mlops_gpu.state import audit
+
     client = request.client.host if request.client else None
-    audit.record(rt.store, user=who.name, action=f"POST /runs/{run_id}/cancel (dashboard)",
-                 target=run_id, client=client, status=status, detail=detail)  # fmt: skip
-    return status, message
+    audit.record(request.app.state.rt.store, user=who.name,
+                 action=f"POST {request.url.path[:200]}", target=run_id[:100],
+                 client=client, status=status, detail=detail)  # fmt: skip
