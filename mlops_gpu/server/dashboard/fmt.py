@@ -40,8 +40,9 @@ def relative(t: float | None, now: float | None = None) -> str:
 
 
 def request_text(req: dict[str, Any]) -> str:
-    """What a stored request asks for: ``2x8 a100-80gb``, ``0.5 GPU``, ``MIG 1g.10gb``."""
-    types = "|".join(req.get("gpu_types") or []) or "any"
+    """What a stored request asks for: ``2x8 GPU a100-80gb``, ``0.5 GPU``, ``MIG 1g.10gb``
+    (no type: any type)."""
+    types = "|".join(req.get("gpu_types") or [])
     if req.get("mig"):
         what = f"MIG {req['mig']}"
     elif req.get("gpu_fraction"):
@@ -52,7 +53,7 @@ def request_text(req: dict[str, Any]) -> str:
         what = f"{req.get('gpus', 0)} GPU" if req.get("nodes", 1) == 1 else ""
         if not what:
             what = f"{req.get('nodes')}x{req.get('gpus', 0)} GPU"
-    return f"{what} {types}"
+    return f"{what} {types}".strip()
 
 
 def spec_request(spec_text: str) -> str:

@@ -113,7 +113,7 @@ def costs(views: Views, who: Identity, days: int, now: float) -> Costs:
             acc[3] += r.idle_gpu_s / 3600
 
     def row(key: str, acc: list[float]) -> dict[str, Any]:
-        return {"key": key, "attempts": int(acc[0]), "gpu_hours": fmt.num(acc[1], 1),
+        return {"key": key, "attempts": int(acc[0]), "gpu_hours": fmt.num(acc[1], 2),
                 "cost": fmt.num(acc[2], 2), "idle_gpu_hours": fmt.num(acc[3], 1)}  # fmt: skip
 
     out_days = [
