@@ -1,6 +1,7 @@
 """Reads of the web dashboard beyond the shared views: GPU time per project per UTC day from
-the usage ledger (the Costs page), and per-run notes from the events (the Runs page: the MLflow
-run of the latest attempt, the GPU-seconds of work preemptions threw away).
+the usage ledger (the Costs page), per-run notes from the events (the Runs page: the MLflow
+run of the latest attempt, the GPU-seconds of work preemptions threw away), and ``live``: the
+part of ``observed.read`` the Cluster, Projects and Costs pages show.
 
 Invariants: reads only; each read is bounded by its arguments (a time window, a page of run
 ids), never by the whole store.
@@ -12,9 +13,11 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from mlops_gpu.state.schema import events, usage
+from mlops_gpu.model import Phase
+from mlops_gpu.state import observed
+from mlops_gpu.state.schema import events, gpu_samples, runs, usage
 from mlops_gpu.state.store import Store
 
 DAY_S = 86_400.0
@@ -93,3 +96,27 @@ def run_notes(store: Store, run_ids: Sequence[str]) -> dict[str, RunNotes]:
         for r in run_ids
         if r in mlflow or r in count
     }
+
+
+def live(store: Store, feed: observed.ActiveFeed, with_pending: bool = False) -> observed.Observed:
+    """What the dashboard's Cluster, Projects and Costs pages read from the store in one
+    read-only transaction: the runs holding GPUs (``feed``, brought up to date: only the runs
+    changed since its last read), the launchers' GPU samples, and with ``with_pending`` the
+    pending runs counted by (project, class, reason code). The ledger's and the events'
+    aggregates the metrics need are left out (empty): no page shows them."""
+    with store.engine.connect().execution_options(readonly=True) as conn, conn.begin():
+        pending: dict[tuple[str, str, str], int] = {}
+        if with_pending:
+            q = (
+                select(runs.c.project, runs.c.priority, runs.c.reason_code, func.count())
+                .where(runs.c.phase == Phase.PENDING.value)
+                .group_by(runs.c.project, runs.c.priority, runs.c.reason_code)
+            )
+            pending = {(p, c, code or ""): int(n) for p, c, code, n in conn.execute(q)}
+        active = feed.refresh(conn)
+        q = select(
+            gpu_samples.c.node, gpu_samples.c.device, gpu_samples.c.run_id,
+            gpu_samples.c.utilization_pct, gpu_samples.c.memory_used_mb, gpu_samples.c.at,
+        )  # fmt: skip
+        samples = [observed.GpuSample(*r) for r in conn.execute(q)]
+    return observed.Observed(pending, active, {}, {}, {}, {}, {}, samples, None)

@@ -146,12 +146,15 @@ def _settle(srv: Server, running: set[str], pending: set[str], big: set[str]) ->
 
 def login(d: Any, srv: Server, who: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     d.delete_all_cookies()
     d.get(srv.url + "/")
     assert d.current_url.endswith("/login")
     d.find_element(By.ID, "token").send_keys(srv.tokens[who])
     d.find_element(By.CSS_SELECTOR, "#login button").click()
+    # (the click returns before the next page has loaded)
+    WebDriverWait(d, 30).until(lambda d: d.find_elements(By.ID, "who"))
     assert d.find_element(By.ID, "who").text.startswith(who)
 
 
@@ -175,6 +178,7 @@ def test_dashboard_in_chromium(driver: Any, cluster: tuple[Server, dict[str, str
     assert d.current_url.endswith("/login")
     d.find_element(By.ID, "token").send_keys("mgt_wrong")
     d.find_element(By.CSS_SELECTOR, "#login button").click()
+    WebDriverWait(d, 30).until(lambda d: d.find_elements(By.ID, "login-error"))
     assert "invalid, expired or revoked token" in d.find_element(By.ID, "login-error").text
     shot(d, "0-login")
 
@@ -256,5 +260,5 @@ def test_dashboard_in_chromium(driver: Any, cluster: tuple[Server, dict[str, str
     with srv.client("vic") as c:
         assert c.post(f"/api/v1/runs/{ids['hostile']}/cancel").status_code == 403
     d.find_element(By.ID, "logout").click()
-    assert d.current_url.endswith("/login")
+    WebDriverWait(d, 30).until(lambda d: d.current_url.endswith("/login"))
     no_5xx(srv)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,18 +25,55 @@ from mlops_gpu.controller.cluster_view import ClusterReader, ClusterView
 from mlops_gpu.server.auth import Identity
 
 
+class DashReader(ClusterReader):
+    """A ``ClusterReader`` whose views read only what the pages show (``dashboard_reads.live``:
+    the runs holding GPUs, the GPU samples, and for Projects the pending counts), not the
+    ledger and event aggregates the metrics add (most of a view's time on a big store). Fair
+    shares and budgets come from the reader's own ledger cache, as in the metrics."""
+
+    def light(self, with_shares: bool) -> ClusterView:
+        from mlops_gpu.state.dashboard_reads import live
+
+        rt, now = self.rt, time.time()
+        nodes = rt.nodes()
+        obs = live(rt.store, self._feed, with_pending=with_shares)
+        self._active = obs.active
+        used: dict[tuple[str, str], float] = defaultdict(float)
+        running_s: dict[tuple[str, str], float] = defaultdict(float)
+        holder: dict[tuple[str, str], str] = {}
+        for r in obs.active:
+            if not r.placement:
+                continue
+            h = self._parse(r.placement)
+            used[(r.project, h.gpu_type)] += h.amount
+            if r.admitted_at is not None:
+                running_s[(r.project, h.gpu_type)] += h.amount * max(now - r.admitted_at, 0.0)
+            for key in h.devices:
+                holder.setdefault(key, r.id)
+        live_ids = {r.id for r in obs.active}  # (a sample of a run ended since: not shown)
+        obs.samples = [x for x in obs.samples if x.run_id in live_ids]
+        shares: dict[str, float] = {}
+        ratio: dict[str, float] = {}
+        if with_shares:
+            shares, ratio = self._shares(nodes, used, now)
+        cfg = rt.cfg
+        return ClusterView(now, nodes, obs, holder, dict(used), dict(running_s), shares, ratio,
+                           cfg.model_projects(), cfg.model_gpu_types(),
+                           dict(cfg.priority_classes))  # fmt: skip
+
+
 class Views:
-    """One ``ClusterReader`` per server, read by one request at a time (it caches)."""
+    """One ``DashReader`` per server, read by one request at a time (it caches)."""
 
     def __init__(self, rt: Any) -> None:
-        self.reader = ClusterReader(rt)
+        self.reader = DashReader(rt)
         self.lock = threading.Lock()
         #: placement text -> ((node, device, share), ...)
         self._slots: dict[str, tuple[tuple[str, str, float], ...]] = {}
 
     def view(self, with_shares: bool) -> ClusterView:
         with self.lock:
-            return self.reader.view(with_shares=with_shares)
+            return self.reader.light(with_shares)
 
     def slots(self, text: str) -> tuple[tuple[str, str, float], ...]:
         got = self._slots.get(text)
