@@ -24,12 +24,41 @@ from markupsafe import Markup, escape
 from mlops_gpu.controller.cluster_view import ClusterReader, ClusterView
 from mlops_gpu.server.auth import Identity
 
+Sums = tuple[
+    dict[tuple[str, str], float],  # (project, GPU type) -> GPUs held
+    # (project, GPU type) -> (GPUs of admitted runs, the sum of their GPUs x admitted_at)
+    dict[tuple[str, str], tuple[float, float]],
+    dict[tuple[str, str], str],  # (node, device) -> the first run holding it
+]
+
+
+def _held_sums(reader: ClusterReader, active: list[Any]) -> Sums:
+    used: dict[tuple[str, str], float] = defaultdict(float)
+    amount_at: dict[tuple[str, str], tuple[float, float]] = {}
+    holder: dict[tuple[str, str], str] = {}
+    for r in active:
+        if not r.placement:
+            continue
+        h = reader._parse(r.placement)
+        used[(r.project, h.gpu_type)] += h.amount
+        if r.admitted_at is not None:
+            a, at = amount_at.get((r.project, h.gpu_type), (0.0, 0.0))
+            amount_at[(r.project, h.gpu_type)] = (a + h.amount, at + h.amount * r.admitted_at)
+        for key in h.devices:
+            holder.setdefault(key, r.id)
+    return dict(used), amount_at, holder
+
 
 class DashReader(ClusterReader):
     """A ``ClusterReader`` whose views read only what the pages show (``dashboard_reads.live``:
     the runs holding GPUs, the GPU samples, and for Projects the pending counts), not the
     ledger and event aggregates the metrics add (most of a view's time on a big store). Fair
     shares and budgets come from the reader's own ledger cache, as in the metrics."""
+
+    def __init__(self, rt: Any) -> None:
+        super().__init__(rt)
+        self._held_at: int | None = -1  # the feed's revision ``_sums`` was counted at
+        self._sums: Sums = ({}, {}, {})
 
     def light(self, with_shares: bool) -> ClusterView:
         from mlops_gpu.state.dashboard_reads import live
@@ -38,18 +67,12 @@ class DashReader(ClusterReader):
         nodes = rt.nodes()
         obs = live(rt.store, self._feed, with_pending=with_shares)
         self._active = obs.active
-        used: dict[tuple[str, str], float] = defaultdict(float)
-        running_s: dict[tuple[str, str], float] = defaultdict(float)
-        holder: dict[tuple[str, str], str] = {}
-        for r in obs.active:
-            if not r.placement:
-                continue
-            h = self._parse(r.placement)
-            used[(r.project, h.gpu_type)] += h.amount
-            if r.admitted_at is not None:
-                running_s[(r.project, h.gpu_type)] += h.amount * max(now - r.admitted_at, 0.0)
-            for key in h.devices:
-                holder.setdefault(key, r.id)
+        if self._held_at != self._feed.rev:  # the runs holding GPUs changed since: recount
+            self._held_at = self._feed.rev
+            self._sums = _held_sums(self, obs.active)
+        used, amount_at, holder = self._sums
+        # GPU-seconds held so far: sum(amount * (now - admitted_at)) per project and type
+        running_s = {k: max(a * now - at, 0.0) for k, (a, at) in amount_at.items()}
         live_ids = {r.id for r in obs.active}  # (a sample of a run ended since: not shown)
         obs.samples = [x for x in obs.samples if x.run_id in live_ids]
         shares: dict[str, float] = {}
@@ -57,7 +80,7 @@ class DashReader(ClusterReader):
         if with_shares:
             shares, ratio = self._shares(nodes, used, now)
         cfg = rt.cfg
-        return ClusterView(now, nodes, obs, holder, dict(used), dict(running_s), shares, ratio,
+        return ClusterView(now, nodes, obs, holder, dict(used), running_s, shares, ratio,
                            cfg.model_projects(), cfg.model_gpu_types(),
                            dict(cfg.priority_classes))  # fmt: skip
 
