@@ -183,6 +183,7 @@ def test_dashboard_in_chromium(driver: Any, cluster: tuple[Server, dict[str, str
     shot(d, "0-login")
 
     login(d, srv, "mara")  # maintainer of p
+    d.get_log("browser")  # (drained: the wrong token's 401 above is logged as an error)
     # Queue: every pending run mara may see, each with the reason the API gives
     expected = {r["id"]: r for r in api(srv, "mara", "GET", "/queue")}
     assert set(expected) == {ids["hostile"], ids["mine"]}
@@ -199,6 +200,14 @@ def test_dashboard_in_chromium(driver: Any, cluster: tuple[Server, dict[str, str
     assert d.find_element(By.ID, "pending-total").text == "2"
     assert "quota" in d.find_element(By.ID, "reasons").text
     shot(d, "1-queue")
+    # the filter form, as a user fills it in: mem's runs only
+    d.find_element(By.CSS_SELECTOR, '#filters input[name="user"]').send_keys("mem")
+    d.find_element(By.CSS_SELECTOR, "#filters button").click()
+    WebDriverWait(d, 30).until(lambda d: "user=mem" in d.current_url)
+    rows = [
+        tr.get_attribute("data-run") for tr in d.find_elements(By.CSS_SELECTOR, "#queue tbody tr")
+    ]
+    assert rows == [ids["mine"]]
 
     # Cluster: one cell per GPU and MIG slice; held cells name their runs (q's: hidden)
     d.get(srv.url + "/cluster")
@@ -215,6 +224,12 @@ def test_dashboard_in_chromium(driver: Any, cluster: tuple[Server, dict[str, str
     assert not any(ids["half"] in t or ids["mig"] in t for t in titles)
     assert sum("a run of another project" in t for t in titles) == 2
     shot(d, "2-cluster")
+    # the page refreshes itself in place (fetch of the page under the CSP, <main> swapped in)
+    first = d.find_element(By.ID, "refreshed").text
+    WebDriverWait(d, 30).until(lambda d: d.find_element(By.ID, "refreshed").text != first)
+    assert len(d.find_elements(By.CSS_SELECTOR, "#heatmap .g")) == CELLS
+    errors = [e["message"] for e in d.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors  # no CSP violation, no failed request
 
     # Runs, Projects, Costs
     d.get(srv.url + "/runs")
