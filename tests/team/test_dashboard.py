@@ -179,8 +179,13 @@ def test_trusted_proxy_mode_needs_no_login(make_server: Callable[..., Server]) -
         r = c.get("/", headers={"X-Auth-Request-Email": "mara"})
         token = csrf(r.text)
         assert 'id="logout"' not in r.text  # no session to end: the proxy logs in
-        r = c.post(f"/runs/{rid}/cancel", data={"csrf": token, "next": "/runs"},
-                   headers={"X-Auth-Request-Email": "mara"})  # fmt: skip
+        # the browser's origin is the proxy's (TLS ending there): its forwarded host counts
+        proxied = {"X-Auth-Request-Email": "mara", "X-Forwarded-Host": "gpus.example.org",
+                   "Origin": "https://gpus.example.org"}  # fmt: skip
+        evil = {**proxied, "Origin": "https://evil.example"}
+        r = c.post(f"/runs/{rid}/cancel", data={"csrf": token}, headers=evil)
+        assert r.status_code == 403
+        r = c.post(f"/runs/{rid}/cancel", data={"csrf": token, "next": "/runs"}, headers=proxied)
         assert r.status_code == 303 and r.headers["location"] == "/runs"
     assert phase(srv, rid) == "cancelled"
     no_5xx(srv)

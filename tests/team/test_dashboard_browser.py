@@ -34,6 +34,7 @@ NODES = [
 ]  # fmt: skip
 CELLS = 4 + 4 + 2
 HOSTILE = "<script>alert('pwned')</script>\"'"
+BIG = 'pretrain-7b <b>"bold"</b>'  # shown in a title attribute: quotes and tags as text
 
 
 def _chromium() -> tuple[str, str]:
@@ -102,7 +103,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, 
     srv.tokens = tokens
     ids = {}
     try:
-        ids["big"] = sub(srv, "mara", "p", "pretrain-7b", gpus=4)
+        ids["big"] = sub(srv, "mara", "p", BIG, gpus=4)
         _settle(srv, {ids["big"]}, set(), {ids["big"]})
         ids["hostile"] = sub(srv, "mara", "p", HOSTILE, gpus=2)
         ids["mine"] = sub(srv, "mem", "p", "mem-finetune", gpus=1)
@@ -217,7 +218,8 @@ def test_dashboard_in_chromium(driver: Any, cluster: tuple[Server, dict[str, str
     titles = [c.get_attribute("title") for c in cells]
     classes = [c.get_attribute("class") for c in cells]
     big = [t for t in titles if ids["big"] in t]
-    assert len(big) == 4 and all("73% busy" in t and "pretrain-7b" in t for t in big), big
+    assert len(big) == 4 and all("73% busy" in t and BIG in t for t in big), big
+    assert not d.find_elements(By.CSS_SELECTOR, "#heatmap b")
     assert sum("u7" in c for c in classes) >= 4  # 73%: the 70-80% colour
     assert sum(" mig " in f" {c} " for c in classes) == 2
     assert any("shared" in c and "allocated" in c for c in classes)  # q's half GPU

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import anyio
 from fastapi import Request
 
-from mlops_gpu.server.auth import Identity, proxy_identity, token_identity
+from mlops_gpu.server.auth import Identity, _trusted, proxy_identity, token_identity
 
 COOKIE = "mlops_gpu_session"
 
@@ -75,13 +75,20 @@ def csrf_ok(request: Request, who: Identity, sent: str) -> bool:
 def same_origin(request: Request) -> bool:
     """False when the browser says the request comes from another origin (``Origin``, else
     ``Referer``); True when it says it comes from this server, or says nothing (a client
-    that is not a browser)."""
+    that is not a browser). Through a trusted proxy (``auth.mode: proxy``) the browser's
+    origin is the proxy's: its ``X-Forwarded-Host`` counts as this server, whatever the scheme
+    (TLS may end at the proxy)."""
     source = request.headers.get("origin") or request.headers.get("referer")
     if not source or source == "null":
         return source is None
     parts = urlsplit(source)
-    host = request.headers.get("host", "")
-    return parts.scheme == request.url.scheme and parts.netloc == host
+    hosts = {request.headers.get("host", "")}
+    auth = request.app.state.rt.cfg.server.auth
+    client = request.client.host if request.client else None
+    if auth.mode == "proxy" and _trusted(client, auth.trusted_proxies):
+        hosts.add(request.headers.get("x-forwarded-host", "").split(",")[0].strip())
+        return parts.netloc in hosts
+    return parts.scheme == request.url.scheme and parts.netloc in hosts
 
 
 def set_session(response: Any, request: Request, token: str) -> None:
