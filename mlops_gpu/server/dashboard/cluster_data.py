@@ -123,7 +123,8 @@ _made = threading.Lock()
 
 @dataclass
 class Heatmap:
-    nodes: list[dict[str, Any]]
+    #: the heatmap's HTML: a box per node, a cell per GPU (see ``build``)
+    html: Markup
     gpus: int
     allocated: int
     free: int
@@ -131,14 +132,13 @@ class Heatmap:
     mean_util: float | None
 
 
-def _bucket(util: float | None) -> str:
-    return "un" if util is None else f"u{min(int(util // 10), 9)}"
+_BUCKETS = ("u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "u9", "u9")
 
 
 def build(views: Views, who: Identity) -> Heatmap:
-    """The heatmap. Each node's cells are written here as escaped HTML (``Markup``): 8,000
-    cells through a template loop took most of the page's time; every value put in the HTML
-    goes through ``escape``."""
+    """The heatmap, written here as HTML (``Markup``): 8,000 cells through a template loop
+    took most of the page's time. Every text put in it is escaped once where it is made (a
+    run's label, a node's name, a device id); the rest is fixed text and numbers."""
     v = views.view(with_shares=False)
     util = {(s.node, s.device): s.utilization_pct for s in v.obs.samples}
     holders: dict[tuple[str, str], list[str]] = {}
@@ -147,40 +147,50 @@ def build(views: Views, who: Identity) -> Heatmap:
             continue
         if who.can_see(r.project):
             name = f" {r.name}" if r.name else ""
-            label = f"{r.id}{name} ({r.project}, {r.user})"
+            label = str(escape(f"{r.id}{name} ({r.project}, {r.user})"))
         else:
             label = "a run of another project"
         for node, dev, share in views.slots(r.placement):
             text = label if share >= 1.0 else f"{label} {share:g} GPU"
             holders.setdefault((node, dev), []).append(text)
-    nodes, counts = [], {"allocated": 0, "free": 0, "cordoned": 0}
+    out: list[str] = []
+    counts = {"allocated": 0, "free": 0, "cordoned": 0}
+    esc: dict[str, str] = {}  # device id -> escaped (nodes repeat the same ids)
     for n in v.nodes:
+        name = str(escape(n.name))
+        free = "free" if n.schedulable else "cordoned"
+        about = " · ".join(x for x in (name, str(escape(n.gpu_type)), "shared" if n.shared
+                                       else "", str(escape(n.state_reason))) if x)  # fmt: skip
+        out.append(f'<div class="node{"" if n.schedulable else " down"}" title="{about}">'
+                   f'<span class="nn">{name}</span>')  # fmt: skip
         devices = [(d, "") for d in n.devices]
         devices += [(d, prof) for prof, ids in n.mig.items() for d in ids]
-        free = "free" if n.schedulable else "cordoned"
-        cells = []
         for dev, prof in devices:
-            held = holders.get((n.name, dev))
+            key = (n.name, dev)
+            held = holders.get(key)
             state = "allocated" if held else free
             counts[state] += 1
-            u = util.get((n.name, dev))
-            title = (
-                f"{n.name} GPU {dev} MIG {prof} · {state}"
-                if prof
-                else f"{n.name} GPU {dev} · {state}"
-            )
+            u = util.get(key)
+            d = esc.get(dev)
+            if d is None:
+                d = esc[dev] = str(escape(dev))
+            title = f"{name} GPU {d} MIG {escape(prof)} · {state}" if prof else \
+                f"{name} GPU {d} · {state}"  # fmt: skip
             if u is not None:
                 title += f" · {u:.0f}% busy"
             if held:
                 title += " · " + "; ".join(held)
-            kind = "mig" if prof else ("shared" if n.shared or (held and len(held) > 1) else "gpu")
-            label = "M" if prof else ("S" if kind == "shared" else "")
-            cells.append(f'<span class="g {kind} {state} {_bucket(u)}" title="{escape(title)}">'
-                         f"{label}</span>")  # fmt: skip
-        nodes.append({"name": n.name, "gpu_type": n.gpu_type, "schedulable": n.schedulable,
-                      "state_reason": n.state_reason, "shared": n.shared,
-                      "cells": Markup("".join(cells))})  # fmt: skip
+            if prof:
+                kind, mark = "mig", "M"
+            elif n.shared or (held and len(held) > 1):
+                kind, mark = "shared", "S"
+            else:
+                kind, mark = "gpu", ""
+            bucket = "un" if u is None else _BUCKETS[min(max(int(u // 10), 0), 10)]
+            out.append(f'<span class="g {kind} {state} {bucket}" title="{title}">{mark}</span>')
+        out.append("</div>\n")
     sampled = [u for u in util.values() if u is not None]
     mean = sum(sampled) / len(sampled) if sampled else None
     total = sum(counts.values())
-    return Heatmap(nodes, total, counts["allocated"], counts["free"], counts["cordoned"], mean)
+    return Heatmap(Markup("".join(out)), total, counts["allocated"], counts["free"],
+                   counts["cordoned"], mean)  # fmt: skip
