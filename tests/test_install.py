@@ -68,6 +68,11 @@ def test_install_without_cargo_succeeds_and_the_demo_runs_on_python(tmp_path: Pa
     none, where = probe.stdout.split()
     assert none == "None" and where.startswith(str(venv)), probe.stdout
     assert Path(where).with_name("_engine.pyi").is_file()  # the stubs ship (py.typed)
+    # the web dashboard's templates and static files ship as package data
+    dash = Path(where).parent / "server" / "dashboard"
+    for name in ("templates/base.html", "templates/queue.html", "templates/cluster.html",
+                 "static/dash.css", "static/dash.js"):  # fmt: skip
+        assert (dash / name).is_file(), f"{name} missing from the installed package"
     demo = subprocess.run(
         [str(venv / "bin" / "mlops-gpu"), "demo", "--dir", str(tmp_path / "demo")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,

@@ -58,6 +58,9 @@ def create_app(
     def openapi(_request: Request) -> dict[str, Any]:
         return app.openapi()
 
+    from mlops_gpu.server import dashboard
+
+    dashboard.install(app)  # the web dashboard at /, same identities as the API
     for extra in extras:
         extra(app)
     app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes)

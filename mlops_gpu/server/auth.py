@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 from fastapi import Request
@@ -44,10 +45,14 @@ class Identity:
         return self.admin or ROLE_RANK.get(self.roles.get(project, ""), 0) >= ROLE_RANK["member"]
 
     def can_cancel(self, run: Run) -> bool:
-        role = self.roles.get(run.project)
+        return self.can_cancel_of(run.project, run.spec.user)
+
+    def can_cancel_of(self, project: str, user: str) -> bool:
+        """Whether this identity may cancel a run of ``project`` submitted by ``user``."""
+        role = self.roles.get(project)
         if self.admin or role == "maintainer":
             return True
-        return role == "member" and run.spec.user == self.name
+        return role == "member" and user == self.name
 
 
 def _merged_roles(config_members: dict[str, dict[str, str]], stored: Mapping[str, str],
@@ -70,19 +75,41 @@ def _trusted(client: str | None, networks: list[str]) -> bool:
     return any(addr in ipaddress.ip_network(n, strict=False) for n in networks)
 
 
-def _resolve(request: Request) -> Identity:
+def _members(rt: Any) -> dict[str, dict[str, str]]:
+    return {p: dict(c.members) for p, c in rt.cfg.projects.items()}
+
+
+def proxy_identity(request: Request) -> Identity | None:
+    """In ``auth.mode: proxy``, the identity the trusted proxy names; else None."""
     from mlops_gpu.state import users
 
     rt = request.app.state.rt
     auth = rt.cfg.server.auth
-    members = {p: dict(c.members) for p, c in rt.cfg.projects.items()}
     client = request.client.host if request.client else None
     if auth.mode == "proxy" and _trusted(client, auth.trusted_proxies):
         name = request.headers.get(auth.proxy_header, "").strip()
         if name and len(name) <= 200:
             user = users.get_user(rt.store, name)
             stored = user.projects if user else {}
-            return Identity(name, bool(user and user.admin), _merged_roles(members, stored, name))
+            return Identity(name, bool(user and user.admin),
+                            _merged_roles(_members(rt), stored, name))  # fmt: skip
+    return None
+
+
+def token_identity(rt: Any, token: str) -> Identity | None:
+    """The identity a bearer token belongs to (None: unknown, expired or revoked)."""
+    from mlops_gpu.state import users
+
+    user = users.authenticate(rt.store, token.strip())
+    if user is None:
+        return None
+    return Identity(user.name, user.admin, _merged_roles(_members(rt), user.projects, user.name))
+
+
+def _resolve(request: Request) -> Identity:
+    who = proxy_identity(request)
+    if who is not None:
+        return who
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if not header:
@@ -91,11 +118,11 @@ def _resolve(request: Request) -> Identity:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthenticated", "malformed Authorization header: expected "
                        "Bearer TOKEN", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-    user = users.authenticate(rt.store, token.strip())
-    if user is None:
+    who = token_identity(request.app.state.rt, token)
+    if who is None:
         raise ApiError(401, "unauthenticated", "invalid, expired or revoked token",
                        headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-    return Identity(user.name, user.admin, _merged_roles(members, user.projects, user.name))
+    return who
 
 
 async def identity(request: Request) -> Identity:
