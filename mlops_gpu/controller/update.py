@@ -61,10 +61,10 @@ def update_run(
         max_runtime_s=old.max_runtime_s if max_runtime_s is None else max_runtime_s,
         request=request,
     )
+    if not (changes := spec_changes(old, new)):
+        return run, UNCHANGED  # (in any phase: nothing to do is never refused)
     if (problem := active_problem(run_id, run.phase, old, new)) is not None:
         raise UpdateError(problem, 409)
-    if not (changes := spec_changes(old, new)):
-        return run, UNCHANGED
     if problems := rt.problems(new):
         raise UpdateError("; ".join(problems))
     try:
