@@ -168,9 +168,13 @@ def show_history(rows: list[dict[str, Any]], as_json: bool, as_csv: bool, since:
             "-" if r["exit_code"] is None else r["exit_code"], r["attempts"],
             f"{r['lost_gpu_hours']:.3f}"] for r in rows]  # fmt: skip
     title = f"History: {len(rows)} finished since {_t(iso(since))} UTC"
-    console().print(table(title, cols, out, wrap=("NAME",)))
+    # the long free-text columns fold, cut at their limits; the others keep one line
+    console().print(table(title, cols, out, wrap=tuple(_LIMITS), limits=_LIMITS))
     if not rows:
         print("(none)")
+
+
+_LIMITS = {"NAME": 60, "PROJECT": 40, "USER": 40, "GPUS": 40}
 
 
 def _gpus(r: dict[str, Any]) -> str:
