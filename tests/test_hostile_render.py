@@ -139,7 +139,7 @@ def test_every_table_view_shows_hostile_strings_literally(
     if view == ["report"]:
         assert visible(PROJECT) in out
     if view[0] == "history":  # (15 columns: the project folds onto a second line)
-        assert visible(PROJECT)[:11] in out and "…(+99" in out
+        assert visible(PROJECT)[:11] in out and "(+999" in out
     if view == ["report", "--by", "user"]:
         assert "u\\x1b[2JUUU" in out and "…(+" in out
 
