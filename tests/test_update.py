@@ -175,3 +175,16 @@ def _placement(rt: Runtime) -> Any:
     from mlops_gpu.model import NodeSlot, Placement
 
     return Placement("fake", "a100-80gb", (NodeSlot("node-a", ("0",)),))
+
+
+def test_sdk_run_update(cfg_path: Path) -> None:
+    import mlops_gpu as mg
+
+    run = mg.submit("sleep 1", project="p", gpus=1, config=cfg_path, start_scheduler=False)
+    assert run.update(priority="high", max_runtime=60, gpu_type="a100-80gb") is run
+    spec = run.record.spec
+    assert (spec.priority, spec.max_runtime_s, spec.request.gpu_types) == (
+        "high", 60, ("a100-80gb",))  # fmt: skip
+    with pytest.raises(ValueError, match=r"^gpus: 9 GPUs per node"):
+        run.update(gpus=9)
+    assert run.cancel() == "cancelled"
