@@ -125,7 +125,9 @@ def test_fuzz_submit(cfg: Path, args: list[str]) -> None:
 
 @FUZZ
 @given(
-    verb=st.sampled_from(["queue", "status", "logs", "cancel", "nodes", "report"]),
+    verb=st.sampled_from(
+        ["queue", "status", "logs", "cancel", "nodes", "report", "history", "update"]
+    ),
     rest=st.lists(
         st.one_of(
             words,
@@ -143,6 +145,11 @@ def test_fuzz_submit(cfg: Path, args: list[str]) -> None:
                     "--since",
                     "--format",
                     "--plot",
+                    "--user",
+                    "--mine",
+                    "--priority",
+                    "--max-runtime",
+                    "--gpus",
                     "project",
                     "user",
                     "gpu_type",

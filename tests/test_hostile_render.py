@@ -117,6 +117,7 @@ VIEWS = [
     pytest.param(["report"], id="report"),
     pytest.param(["report", "--by", "user"], id="report-by-user"),
     pytest.param(["report", "--by", "gpu_type"], id="report-by-gpu-type"),
+    pytest.param(["history", "--since", "3650d"], id="history"),
 ]
 
 
@@ -137,6 +138,8 @@ def test_every_table_view_shows_hostile_strings_literally(
         assert visible(PROJECT) in out or view[0] == "nodes"
     if view == ["report"]:
         assert visible(PROJECT) in out
+    if view[0] == "history":  # (15 columns: the project folds onto a second line)
+        assert visible(PROJECT)[:11] in out and "(+999" in out
     if view == ["report", "--by", "user"]:
         assert "u\\x1b[2JUUU" in out and "…(+" in out
 
@@ -176,8 +179,9 @@ def _values(obj: Any) -> Iterator[str]:
         ["status", "--all", "--events", "--json"],
         ["nodes", "--json"],
         ["report", "--format", "json", "--by", "user"],
+        ["history", "--since", "3650d", "--json"],
     ],
-    ids=["queue", "status-events", "nodes", "report"],
+    ids=["queue", "status-events", "nodes", "report", "history"],
 )
 def test_json_views_give_every_value_exactly(
     hostile: tuple[Path, dict[str, str]], view: list[str]
@@ -190,6 +194,8 @@ def test_json_views_give_every_value_exactly(
         assert {NODE, GPU} <= values
     elif view[0] == "report":
         assert USER in values
+    elif view[0] == "history":
+        assert {PROJECT, USER} <= values and set(NAMES.values()) & values
     else:
         assert {PROJECT, USER} <= values
         assert set(NAMES.values()) & values

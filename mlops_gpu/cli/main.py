@@ -1,5 +1,5 @@
-"""``mlops-gpu``: init, demo, submit, queue, status, logs, cancel, nodes, top, metrics,
-scheduler, simulate, server, users, audit, login.
+"""``mlops-gpu``: init, demo, submit, queue, status, update, history, logs, cancel, nodes, top,
+metrics, scheduler, simulate, server, users, audit, login.
 
 With ``MLOPS_GPU_URL`` set, or after ``login`` (and no ``--config``), ``submit``, ``status``,
 ``queue``, ``cancel``, ``logs``, ``nodes`` and ``top`` talk to a ``mlops-gpu server``
@@ -20,6 +20,7 @@ import click
 
 from mlops_gpu.cli import remote_cmds as remote
 from mlops_gpu.cli.errors import SetupErrorsAsOneLine
+from mlops_gpu.cli.jobs import local_me, user_options, whose
 from mlops_gpu.cli.parse import parse_duration, parse_env
 from mlops_gpu.cli.safe_text import visible
 
@@ -278,9 +279,12 @@ def submit(
 
 @cli.command()
 @click.option("--project", "-p", default=None, help="Only this project.")
+@user_options
 @click.option("--json", "as_json", is_flag=True, help="Print runs as a JSON list.")
 @click.pass_context
-def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
+def queue(
+    ctx: click.Context, project: str | None, user: str | None, mine: bool, as_json: bool
+) -> None:
     """Pending runs (highest class, then oldest first) with the reason each waits and its ETA."""
     from mlops_gpu.cli.render import runs_table
     from mlops_gpu.cli.scheduler_cmd import warn_if_none
@@ -288,10 +292,10 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
     from mlops_gpu.model.public import run_to_public
 
     if (target := remote.remote_target(ctx)) is not None:
-        remote.queue(target, project, as_json)
+        remote.queue(target, project, as_json, user, mine)
         return
     rt = _runtime(ctx)
-    runs = queue_runs(rt, project)
+    runs = queue_runs(rt, project, whose(user, mine, local_me))
     if as_json:
         _dump([run_to_public(r) for r in runs])
     else:
@@ -305,6 +309,7 @@ def queue(ctx: click.Context, project: str | None, as_json: bool) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Include every finished run.")
 @click.option("--limit", type=int, default=50, show_default=True, help="Newest runs shown.")
 @click.option("--events", is_flag=True, help="Add each run's event history (why it moved).")
+@user_options
 @click.option("--json", "as_json", is_flag=True, help="Print runs as a JSON list.")
 @click.pass_context
 def status(
@@ -314,24 +319,26 @@ def status(
     show_all: bool,
     limit: int,
     events: bool,
+    user: str | None,
+    mine: bool,
     as_json: bool,
 ) -> None:
     """Runs and their phases (the newest first), or the runs named."""
     from mlops_gpu.cli.render import events_table, runs_table
     from mlops_gpu.cli.scheduler_cmd import warn_if_none
+    from mlops_gpu.controller.views import user_runs
     from mlops_gpu.model.public import event_to_public, run_to_public
 
     if (target := remote.remote_target(ctx)) is not None:
         lim = None if show_all else limit
-        remote.status(target, run_ids, project, lim, events, as_json)
+        remote.status(target, run_ids, project, lim, events, as_json, user, mine)
         return
     rt = _runtime(ctx)
+    who = whose(user, mine, local_me)
     if run_ids:
-        runs = [_get_run(rt, rid) for rid in run_ids]
+        runs = [r for r in (_get_run(rt, rid) for rid in run_ids) if who in (None, r.spec.user)]
     else:
-        runs = rt.store.list_runs(
-            project=project, newest_first=True, limit=None if show_all else limit
-        )
+        runs = user_runs(rt.store, project, who, None if show_all else limit)
     history = {r.id: rt.store.events(r.id) for r in runs} if events else {}
     if as_json:
         out = [run_to_public(r) for r in runs]
@@ -404,6 +411,8 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
 
 
 def _register() -> None:
+    from mlops_gpu.cli.exec_cmd import exec_
+    from mlops_gpu.cli.jobs import history, update
     from mlops_gpu.cli.metrics_cmd import metrics
     from mlops_gpu.cli.report import report
     from mlops_gpu.cli.scheduler_cmd import scheduler
@@ -420,71 +429,12 @@ def _register() -> None:
     cli.add_command(metrics)
     cli.add_command(top)
     cli.add_command(scheduler)  # (scheduler, scheduler run|status|stop|restart)
+    cli.add_command(update)
+    cli.add_command(history)
+    cli.add_command(exec_)
 
 
 _register()
-
-
-@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
-@click.option("--run-id", default=None, help="MLflow run to log to (default: $MLFLOW_RUN_ID).")
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
-    help="Seconds between GPU samples.",
-)
-@click.option(
-    "--idle-after",
-    "idle_after",
-    type=click.FloatRange(min=0),
-    default=1800.0,
-    show_default=True,
-    help="Seconds with every GPU under --idle-below before the run is flagged idle.",
-)
-@click.option(
-    "--idle-below",
-    type=click.FloatRange(min=0, max=100),
-    default=1.0,
-    show_default=True,
-    help="Utilization (percent) under which a GPU counts as idle.",
-)
-@click.option("--stop-idle", is_flag=True, help="Stop (SIGTERM) a run flagged idle.")
-@click.option(
-    "--telemetry-file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Keep a JSON summary (mean utilization, idle time) here for the scheduler.",
-)
-@click.option(
-    "--term-signal",
-    default=None,
-    help="Pass a SIGTERM on to COMMAND as this signal (e.g. USR1: its checkpoint signal).",
-)
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(
-    run_id: str | None,
-    interval: float,
-    idle_after: float,
-    idle_below: float,
-    stop_idle: bool,
-    telemetry_file: str | None,
-    term_signal: str | None,
-    command: tuple[str, ...],
-) -> None:
-    """Run COMMAND (after --), sample its GPUs (CUDA_VISIBLE_DEVICES) into its MLflow run
-    ($MLFLOW_TRACKING_URI), forward signals to it, and exit with its status."""
-    from mlops_gpu.telemetry.launcher import main as launch
-    from mlops_gpu.telemetry.launcher import signal_number
-
-    if term_signal is not None:
-        try:
-            signal_number(term_signal)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="--term-signal") from None
-    cmd = list(command)
-    sys.exit(launch(cmd, run_id, interval, idle_after, stop_idle, idle_below, telemetry_file,
-                    term_signal))  # fmt: skip
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Remote mode of the CLI (``mlops_gpu.remote``): ``login``, and ``submit``, ``status``,
-``queue`` and ``cancel`` against a ``mlops-gpu server``, printing what local mode prints. In
-remote mode no config is read and no store is opened; the run's user is the token's."""
+``queue``, ``cancel``, ``update`` and ``history`` against a ``mlops-gpu server``, printing
+what local mode prints. In remote mode no config is read and no store is opened; the run's
+user is the token's."""
 
 from __future__ import annotations
 
@@ -76,13 +77,21 @@ def _warn_if_none(c: Any) -> None:
         click.echo(f"mlops-gpu: {NO_SCHEDULER}", err=True)
 
 
-def queue(t: Any, project: str | None, as_json: bool) -> None:
+def _whose(c: Any, user: str | None, mine: bool) -> str | None:
+    """``--user``/``--mine`` remotely: ``--mine`` is the token's user."""
+    from mlops_gpu.cli.jobs import whose
+
+    return whose(user, mine, lambda: c.whoami()["name"])
+
+
+def queue(t: Any, project: str | None, as_json: bool, user: str | None = None,
+          mine: bool = False) -> None:  # fmt: skip
     from mlops_gpu.cli.render import public_runs_table
     from mlops_gpu.remote import RemoteError
 
     try:
         with client(t) as c:
-            runs = c.queue(project)
+            runs = c.queue(project, _whose(c, user, mine))
             if as_json:
                 click.echo(json.dumps(runs, indent=2))
             else:
@@ -94,17 +103,19 @@ def queue(t: Any, project: str | None, as_json: bool) -> None:
 
 def status(
     t: Any, run_ids: tuple[str, ...], project: str | None, limit: int | None, events: bool,
-    as_json: bool,
+    as_json: bool, user: str | None = None, mine: bool = False,
 ) -> None:  # fmt: skip
     from mlops_gpu.cli.render import events_table, public_runs_table
     from mlops_gpu.remote import RemoteError
 
     try:
         with client(t) as c:
+            who = _whose(c, user, mine)
             if run_ids:
                 runs = [_get(c, rid, events) for rid in run_ids]
+                runs = [r for r in runs if who in (None, r["user"])]
             else:
-                runs = list(c.runs(project=project, limit=limit))
+                runs = list(c.runs(project=project, limit=limit, user=who))
                 if events:
                     runs = [c.get(r["id"], events=True) for r in runs]
             if as_json:
@@ -194,3 +205,34 @@ def nodes(t: Any, as_json: bool) -> None:
                                for r in rows], indent=2))  # fmt: skip
     else:
         nodes_table(rows)
+
+
+def update(t: Any, run_id: str, changes: dict[str, Any], as_json: bool) -> None:
+    """``update`` remotely: only the fields given travel (``PATCH /api/v1/runs/{id}``)."""
+    from mlops_gpu.remote import RemoteError
+
+    body = {k: v for k, v in changes.items() if v is not None}
+    try:
+        with client(t) as c:
+            _get(c, run_id, False)
+            out = c.update(run_id, body)
+    except RemoteError as e:
+        raise failing(e) from None
+    click.echo(json.dumps(out["run"]) if as_json else visible(f"{run_id}: {out['result']}"))
+
+
+def history(t: Any, since: float, project: str | None, user: str | None, mine: bool,
+            limit: int) -> list[dict[str, Any]]:  # fmt: skip
+    """``history`` rows from ``GET /api/v1/history`` (the server shows only projects the
+    token's user has a role in)."""
+    from mlops_gpu.model.public import iso
+    from mlops_gpu.remote import RemoteError
+
+    try:
+        with client(t) as c:
+            params: dict[str, Any] = {"since": iso(since), "limit": limit}
+            who = _whose(c, user, mine)
+            params.update({k: v for k, v in (("project", project), ("user", who)) if v})
+            return [dict(r) for r in c.history(params)]
+    except RemoteError as e:
+        raise failing(e) from None

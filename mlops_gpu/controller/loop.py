@@ -43,6 +43,7 @@ from mlops_gpu.backends import (
 )
 from mlops_gpu.controller import accounting, gate
 from mlops_gpu.controller.mirror import Mirror
+from mlops_gpu.controller.overtime import overdue
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.controller.samples import GpuSamples
 from mlops_gpu.controller.tracking import Tracker
@@ -337,9 +338,10 @@ class Controller:
         launched: dict[str, dict[str, str]] = defaultdict(dict)  # backend -> handle -> run id
         fresh: list[Run] = []
         adms = decision.admissions  # 6. admit (one transaction), then launch
-        oks = store.admit_many([(a.run_id, a.placement) for a in adms], now=self.clock())
+        oks = store.admit_many([(a.run_id, a.placement) for a in adms], now=self.clock(),
+                               decided={a.run_id: by_id[a.run_id].spec for a in adms})  # fmt: skip
         for adm, ok in zip(adms, oks, strict=True):
-            if ok:  # (False: cancelled meanwhile)
+            if ok:  # (False: cancelled or updated meanwhile)
                 got = store.get(adm.run_id)
                 assert got is not None and got.placement is not None
                 fresh.append(got)
@@ -562,7 +564,8 @@ class Controller:
             return
         if run.cancel_requested:
             phase, why = Phase.CANCELLED, "cancelled by user"
-        elif st.reason == "max_runtime":
+        elif st.reason == "max_runtime" or (st.state is not JobState.SUCCEEDED
+                                            and overdue(run, st.finished_at or now)):  # fmt: skip
             phase = Phase.FAILED
             why = f"stopped after exceeding max_runtime {run.spec.max_runtime_s:g}s"
         elif st.state is JobState.SUCCEEDED:
@@ -611,9 +614,11 @@ class Controller:
     def _stop_cancelled(self, active: list[Run]) -> None:
         """Signal runs whose cancel was requested, and runs flagged for preemption that this
         process has not signalled (a scheduler that stopped between flag and signal: their
-        preemptors wait for them to exit). Once per attempt (``_signal``)."""
+        preemptors wait for them to exit), and runs past a max runtime shortened after their
+        launch (``overtime``). Once per attempt (``_signal``)."""
         for run in active:
-            if (run.cancel_requested or run.preempt_requested) and run.handle is not None:
+            stop = run.cancel_requested or run.preempt_requested or overdue(run, self.clock())
+            if stop and run.handle is not None:
                 self._signal(run, run.spec.checkpoint.signal, run.spec.checkpoint.grace_s)
 
     def _signal(self, run: Run, signal: str, grace_s: float) -> None:

@@ -12,15 +12,33 @@ from typing import Any
 
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
+from mlops_gpu.state import Store
 
 
-def queue_runs(rt: Runtime, project: str | None = None) -> list[Run]:
-    """Pending runs, highest class first, then oldest first (the order ``queue`` shows)."""
+def queue_runs(rt: Runtime, project: str | None = None, user: str | None = None) -> list[Run]:
+    """Pending runs, highest class first, then oldest first (the order ``queue`` shows);
+    ``user``: only that user's."""
     prio = rt.cfg.priority_classes
     return sorted(
-        rt.store.list_runs([Phase.PENDING], project=project),
+        (
+            r
+            for r in rt.store.list_runs([Phase.PENDING], project=project)
+            if user is None or r.spec.user == user
+        ),
         key=lambda r: (-prio.get(r.spec.priority, 0), r.submitted_at, r.seq),
     )
+
+
+def user_runs(store: Store, project: str | None, user: str | None, limit: int | None) -> list[Run]:
+    """Runs newest first (``status``): of ``project`` and ``user`` where given; ``limit``:
+    at most that many (None: all)."""
+    if user is None:
+        return store.list_runs(project=project, newest_first=True, limit=limit)
+    from mlops_gpu.state.pages import page_runs
+
+    projects = [project] if project is not None else None
+    big = 1 << 62  # (no limit: every run of the user)
+    return page_runs(store, projects=projects, user=user, limit=limit or big)[0]
 
 
 def cancel_run(rt: Runtime, run_id: str) -> tuple[Phase, str]:

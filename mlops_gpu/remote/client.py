@@ -68,7 +68,9 @@ class Client:
         params = {"events": "true"} if events else {}
         return dict(self.call("GET", f"/runs/{run_id}", params=params))
 
-    def runs(self, *, project: str | None = None, limit: int | None = None) -> Iterator[Any]:
+    def runs(
+        self, *, project: str | None = None, limit: int | None = None, user: str | None = None
+    ) -> Iterator[Any]:
         """Runs newest first, page by page (``limit``: at most that many)."""
         cursor, n = None, 0
         while True:
@@ -78,6 +80,8 @@ class Client:
             params: dict[str, Any] = {"limit": page_size}
             if project is not None:
                 params["project"] = project
+            if user is not None:
+                params["user"] = user
             if cursor is not None:
                 params["cursor"] = cursor
             page = self.call("GET", "/runs", params=params)
@@ -88,8 +92,16 @@ class Client:
             if cursor is None:
                 return
 
-    def queue(self, project: str | None = None) -> list[Any]:
-        return list(self.call("GET", "/queue", params={"project": project} if project else {}))
+    def queue(self, project: str | None = None, user: str | None = None) -> list[Any]:
+        params = {k: v for k, v in (("project", project), ("user", user)) if v is not None}
+        return list(self.call("GET", "/queue", params=params))
+
+    def update(self, run_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """``PATCH /runs/{id}``: {"id", "phase", "result", "run"}."""
+        return dict(self.call("PATCH", f"/runs/{run_id}", json=changes))
+
+    def history(self, params: dict[str, Any]) -> list[Any]:
+        return list(self.call("GET", "/history", params=params))
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         return dict(self.call("POST", f"/runs/{run_id}/cancel"))

@@ -241,6 +241,25 @@ class Run:
     def cancel(self) -> str:
         return self._rt.store.request_cancel(self.id).value
 
+    def update(
+        self,
+        *,
+        priority: str | None = None,
+        max_runtime: float | None = None,
+        gpus: int | None = None,
+        gpu_type: str | Sequence[str] | None = None,
+    ) -> Run:
+        """Change the run as ``mlops-gpu update`` does (pending: any of these, named as in
+        ``submit``; admitted or running: ``priority``, and ``max_runtime`` in seconds shortened);
+        ``ValueError`` (one line) when refused, nothing changed then. An ``updated`` event
+        records the change."""
+        from mlops_gpu.controller.update import update_run
+
+        types = (gpu_type,) if isinstance(gpu_type, str) else gpu_type
+        update_run(self._rt, self.id, priority=priority, max_runtime_s=max_runtime,
+                   gpus=gpus, gpu_types=tuple(types) if types is not None else None)  # fmt: skip
+        return self
+
     def result(self, timeout: float | None = None) -> Any:
         """For a submitted callable: wait, then return its value (or raise ``RunFailed``)."""
         import pickle

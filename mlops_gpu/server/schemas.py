@@ -53,6 +53,17 @@ class BatchBody(BaseModel):
     runs: list[SubmitBody] = Field(min_length=1, max_length=1000)
 
 
+class UpdateBody(BaseModel):
+    """``PATCH /runs/{id}``: the fields to change (absent or null: unchanged)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    priority: Name | None = None
+    max_runtime_s: float | None = Field(None, gt=0, le=10 * 365 * 86400)
+    gpus: int | None = Field(None, ge=0, le=4096)
+    gpu_types: list[Name] | None = Field(None, min_length=1, max_length=64)
+
+
 class MemberBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 

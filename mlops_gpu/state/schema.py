@@ -72,6 +72,8 @@ runs = Table(
     # v8: covers the metrics' count of pending runs by project, class and reason code (an
     # index-only scan instead of reading 50,000 wide rows each scrape)
     Index("ix_runs_queue", "phase", "project", "priority", "reason_code"),
+    # v10: ``history`` reads finished runs newest end first from a time on (``state.history``)
+    Index("ix_runs_finished", "finished_at"),
 )
 
 #: One row: the store's revision, raised by every transaction that changes a run (not by
@@ -323,9 +325,15 @@ def _v9(conn: Connection) -> None:
         t.create(conn, checkfirst=True)
 
 
+def _v10(conn: Connection) -> None:
+    if "ix_runs_finished" not in {ix["name"] for ix in inspect(conn).get_indexes("runs")}:
+        conn.execute(text("CREATE INDEX ix_runs_finished ON runs (finished_at)"))
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8), (9, _v9),
+    (10, _v10),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

@@ -14,7 +14,7 @@ import os
 import secrets
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +53,7 @@ def new_run_id() -> str:
 
 
 _RUN_CACHE = 100_000
+_SPEC_AT = list(runs.c.keys()).index("spec")  # the spec's place in a runs row
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
@@ -188,8 +189,10 @@ class Store:
             return hit[1]
         if len(self._runs) >= _RUN_CACHE:
             self._runs.clear()  # crude but bounded; a daemon reads mostly live runs
-        spec = hit[1].spec if hit is not None else RunSpec.from_dict(json.loads(row.spec))
-        run = _row_to_run(row, spec)  # a spec never changes after submit
+        # the spec is rebuilt only when its text changed (``amend``: ``mlops-gpu update``)
+        same = hit is not None and hit[0][_SPEC_AT] == row.spec
+        spec = hit[1].spec if same and hit else RunSpec.from_dict(json.loads(row.spec))
+        run = _row_to_run(row, spec)
         self._runs[row.id] = (key, run)
         return run
 
@@ -401,10 +404,14 @@ class Store:
         return self.admit_many([(run_id, placement)], now)[0]
 
     def admit_many(
-        self, items: Sequence[tuple[str, Placement]], now: float | None = None
+        self,
+        items: Sequence[tuple[str, Placement]],
+        now: float | None = None,
+        decided: Mapping[str, RunSpec] | None = None,
     ) -> list[bool]:
         """``admit`` for each (run id, placement), in one transaction of a few statements (a
-        cycle's admissions; ``bulk``)."""
+        cycle's admissions; ``bulk``). ``decided``: the spec each decision assumed; a run whose
+        spec changed since (``amend``) is not admitted (False), as a cancelled one."""
         now = time.time() if now is None else now
         out: list[bool] = []
         moves: list[Move] = []
@@ -413,6 +420,9 @@ class Store:
             for run_id, placement in items:
                 row = rows[run_id]
                 ok = row.phase == Phase.PENDING.value and not row.cancel_requested
+                if ok and decided is not None and run_id in decided:
+                    spec, want = self._run(row).spec, decided[run_id]
+                    ok = spec is want or spec == want
                 out.append(ok)
                 if not ok:
                     continue

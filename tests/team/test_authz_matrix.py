@@ -51,6 +51,16 @@ def expected(method: str, path: str, role: str | None, target: str, own: bool) -
             if role in ("admin", "maintainer") or (role == "member" and own)
             else 403
         ),
+        # (as cancel; every caller sends the same priority: a change only the first time,
+        # then "unchanged", which is no error in any phase)
+        ("PATCH", "/api/v1/runs/{run_id}"): lambda: (
+            404
+            if not sees(role, target)
+            else 200
+            if role in ("admin", "maintainer") or (role == "member" and own)
+            else 403
+        ),
+        ("GET", "/api/v1/history"): lambda: 200,
         ("GET", "/api/v1/projects/{project}"): lambda: 200 if sees(role, target) else 404,
         ("POST", "/api/v1/runs"): lambda: (
             201 if writer and sees(role, target) else 403 if sees(role, target) else 404
@@ -85,6 +95,8 @@ def request_for(
         body = {"json": {"command": ["true"], "project": project}}
     elif path == "/api/v1/runs/batch":
         body = {"json": {"runs": [{"command": ["true"], "project": project}]}}
+    elif path == "/api/v1/runs/{run_id}" and method == "PATCH":
+        body = {"json": {"priority": "high"}}
     elif path.endswith("/members/{user}") and method == "PUT":
         body = {"json": {"role": "viewer"}}
     return url, body

@@ -1,5 +1,6 @@
-"""The cluster as the identity may see it: the queue (reasons, ETAs), nodes, projects (quota,
-usage, fair share), the config (admins) and the scheduler's status. Reads only."""
+"""The cluster as the identity may see it: the queue (reasons, ETAs), the history of finished
+runs, nodes, projects (quota, usage, fair share), the config (admins) and the scheduler's
+status. Reads only."""
 
 from __future__ import annotations
 
@@ -24,12 +25,41 @@ def whoami(who: Who) -> dict[str, Any]:
 
 @router.get("/queue", summary="Pending runs in queue order, each with its reason and ETA")
 def queue(
-    request: Request, who: Who, project: Annotated[str | None, Query(max_length=200)] = None
+    request: Request,
+    who: Who,
+    project: Annotated[str | None, Query(max_length=200)] = None,
+    user: Annotated[str | None, Query(max_length=200)] = None,
 ) -> list[dict[str, Any]]:
     from mlops_gpu.controller.views import queue_runs
 
-    runs = queue_runs(request.app.state.rt, project)
+    runs = queue_runs(request.app.state.rt, project, user)
     return [run_to_public(r) for r in runs if who.can_see(r.project)]
+
+
+@router.get("/history", summary="Finished runs, newest end first (as `history --json`)")
+def history(
+    request: Request,
+    who: Who,
+    since: datetime | None = None,
+    project: Annotated[str | None, Query(max_length=200)] = None,
+    user: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> list[dict[str, Any]]:
+    """Runs of the projects the identity sees that ended at or after ``since`` (default: a
+    day ago; UTC unless it says)."""
+    import time
+
+    from mlops_gpu.controller.history import DEFAULT_SINCE_S, history_rows
+
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=timezone.utc)
+    start = since.timestamp() if since is not None else time.time() - DEFAULT_SINCE_S
+    visible = who.visible_projects()
+    projects: set[str] | None = visible
+    if project is not None:
+        projects = {project} if visible is None or project in visible else set()
+    return history_rows(request.app.state.rt, since=start, projects=projects, user=user,
+                        limit=limit)  # fmt: skip
 
 
 @router.get("/nodes", summary="Nodes with their free GPUs (runs listed only where visible)")

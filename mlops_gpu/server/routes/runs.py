@@ -1,4 +1,4 @@
-"""Runs: submit (one or a batch), list (paged), get, cancel, logs (optionally followed).
+"""Runs: submit (one or a batch), list (paged), get, update, cancel, logs (optionally followed).
 
 Every run route answers 404 for a run of a project the identity has no role in, exactly as for
 a run that does not exist."""
@@ -19,7 +19,7 @@ from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRe
 from mlops_gpu.model.public import event_to_public, run_to_public
 from mlops_gpu.server.auth import Identity, identity
 from mlops_gpu.server.errors import ApiError
-from mlops_gpu.server.schemas import RUN_ID, BatchBody, SubmitBody
+from mlops_gpu.server.schemas import RUN_ID, BatchBody, SubmitBody, UpdateBody
 
 router = APIRouter(tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID, description="a run id, r + 10 hex digits")]
@@ -163,6 +163,31 @@ def cancel(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
     phase, what = cancel_run(request.app.state.rt, run_id)
     request.state.audit_detail = what
     return {"id": run_id, "phase": phase.value, "result": what}
+
+
+@router.patch("/runs/{run_id}", summary="Change a run (pending: all; running: priority, "
+              "a shorter max runtime)")  # fmt: skip
+def update(run_id: RunId, body: UpdateBody, request: Request, who: Who) -> dict[str, Any]:
+    """As ``mlops-gpu update``: validated as at submit (422), a change the run's phase does not
+    allow or that raced its admission is 409; who may: as for cancel."""
+    from mlops_gpu.controller.update import UpdateError, update_run
+
+    request.state.audit_target = run_id
+    run = _visible_run(request, who, run_id)
+    if not who.can_cancel(run):
+        raise ApiError(403, "forbidden", f"you cannot update run {run_id} (a member updates "
+                       "its own runs; a maintainer any run of the project)")  # fmt: skip
+    types = tuple(body.gpu_types) if body.gpu_types is not None else None
+    try:
+        after, what = update_run(request.app.state.rt, run_id, priority=body.priority,
+                                 max_runtime_s=body.max_runtime_s, gpus=body.gpus,
+                                 gpu_types=types)  # fmt: skip
+    except UpdateError as e:
+        code = {404: "not_found", 409: "conflict"}.get(e.status, "invalid")
+        raise ApiError(e.status, code, str(e)) from None
+    request.state.audit_detail = what[:300]
+    return {"id": run_id, "phase": after.phase.value, "result": what,
+            "run": run_to_public(after)}  # fmt: skip
 
 
 @router.get("/runs/{run_id}/logs", summary="A run's stdout then stderr (text)",
