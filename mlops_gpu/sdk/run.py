@@ -115,7 +115,7 @@ def submit(
     queued on the server, under the token's identity; ``config`` and ``start_scheduler`` are
     not used, and ``workdir`` is the job's folder on the server's side (default: the backend's).
     """
-    if (remote := _remote(config)) is not None:
+    if (remote := remote_target(config)) is not None:
         from mlops_gpu.sdk import remote as rm
 
         body = {"project": project, "name": name, "gpus": gpus, "nodes": nodes,
@@ -170,7 +170,7 @@ def submit(
     return Run(record.id, rt)
 
 
-def _remote(config: str | os.PathLike[str] | None) -> Any:
+def remote_target(config: str | os.PathLike[str] | None) -> Any:
     """The server to talk to (a ``remote.Target``), or None for local mode: as the CLI decides
     (``MLOPS_GPU_URL``, else stored credentials unless a config is named)."""
     from mlops_gpu.remote.credentials import target
@@ -181,7 +181,7 @@ def _remote(config: str | os.PathLike[str] | None) -> Any:
 def tracking_uri(config: str | os.PathLike[str] | None = None) -> str | None:
     """The MLflow tracking URI the scheduler records runs in (the server's, in remote mode;
     None when it tracks nothing)."""
-    if (remote := _remote(config)) is not None:
+    if (remote := remote_target(config)) is not None:
         from mlops_gpu.sdk import remote as rm
 
         return rm.tracking_uri(remote)
@@ -190,7 +190,7 @@ def tracking_uri(config: str | os.PathLike[str] | None = None) -> str | None:
 
 
 def get_run(run_id: str, config: str | os.PathLike[str] | None = None) -> Run:
-    if (remote := _remote(config)) is not None:
+    if (remote := remote_target(config)) is not None:
         from mlops_gpu.sdk import remote as rm
 
         return rm.get_run(remote, run_id)
