@@ -1,6 +1,6 @@
 """What the SDK needs beyond the CLI's routes: Python callables travel in the request
 (``POST /runs/call``), their value comes back (``GET /runs/{id}/result``), and a client learns
-the server's settings (``GET /settings``: the callable limit, the MLflow tracking URI).
+the server's settings (``GET /settings``: the callable limit, the MLflow tracking URI and artifact root).
 
 Invariants:
 - The server never unpickles a payload: it checks the size (``server.max_call_bytes``, 413
@@ -133,4 +133,7 @@ def settings(request: Request, who: Who) -> dict[str, Any]:
         "max_call_bytes": cfg.server.max_call_bytes,
         "mlflow_enabled": cfg.mlflow.enabled,
         "tracking_uri": _without_password(uri) if uri else None,
+        # where experiments the scheduler creates keep artifacts (a client creating one
+        # first, as ``mlflow run --backend mlops-gpu`` does, puts it at the same place)
+        "artifact_root": cfg.artifact_root(uri) if uri else None,
     }
