@@ -1,6 +1,7 @@
 """Remote mode of the CLI (``mlops_gpu.remote``): ``login``, and ``submit``, ``status``,
-``queue`` and ``cancel`` against a ``mlops-gpu server``, printing what local mode prints. In
-remote mode no config is read and no store is opened; the run's user is the token's."""
+``queue``, ``cancel``, ``logs``, ``nodes`` and ``report`` against a ``mlops-gpu server``,
+printing what local mode prints. In remote mode no config is read and no store is opened; the
+run's user is the token's."""
 
 from __future__ import annotations
 
@@ -194,3 +195,19 @@ def nodes(t: Any, as_json: bool) -> None:
                                for r in rows], indent=2))  # fmt: skip
     else:
         nodes_table(rows)
+
+
+def report(t: Any, by: str, since: float | None) -> dict[str, Any]:
+    """``report``'s data from the server (the runs of projects the identity sees)."""
+    from datetime import datetime, timezone
+
+    from mlops_gpu.remote import RemoteError
+
+    params: dict[str, Any] = {"by": by}
+    if since is not None:
+        params["since"] = datetime.fromtimestamp(since, tz=timezone.utc).isoformat()
+    try:
+        with client(t) as c:
+            return dict(c.call("GET", "/report", params=params))
+    except RemoteError as e:
+        raise failing(e) from None

@@ -85,8 +85,9 @@ def submit(
 
 def _by_value(cloudpickle: Any, fn: Any, what: Any) -> bytes:
     """The cloudpickle of ``what``, with ``fn``'s own module by value unless it is installed
-    (in site-packages, or the standard library): the server has the submitter's packages, not
-    the submitter's own files (a notebook's functions are by value anyway)."""
+    (in site-packages, or the standard library) or mlops-gpu's own: the server has the
+    submitter's packages, not the submitter's own files (a notebook's functions are by value
+    anyway)."""
     import sysconfig
 
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
@@ -95,6 +96,7 @@ def _by_value(cloudpickle: Any, fn: Any, what: Any) -> bytes:
                  sysconfig.get_paths()["stdlib"])  # fmt: skip
     if (
         module is None
+        or module.__name__.split(".")[0] in ("mlops_gpu", "mlops_gpu_prefect")  # the server's
         or module.__name__ == "__main__"
         or file is None
         or any(str(file).startswith(p) for p in installed)

@@ -1,6 +1,7 @@
 """What the SDK needs beyond the CLI's routes: Python callables travel in the request
 (``POST /runs/call``), their value comes back (``GET /runs/{id}/result``), and a client learns
-the server's settings (``GET /settings``: the callable limit, the MLflow tracking URI and artifact root).
+the server's settings (``GET /settings``: the callable limit, the MLflow tracking URI and
+artifact root).
 
 Invariants:
 - The server never unpickles a payload: it checks the size (``server.max_call_bytes``, 413
