@@ -158,3 +158,14 @@ def test_a_callable_over_the_limit_gets_a_clear_error(
     calls = srv.cfg.parent / "state" / "calls"
     assert len(list(calls.glob("*.pkl"))) == 1  # refused payloads leave no file
     no_5xx(srv)
+
+
+def test_a_lease_needs_local_mode(laptop: Callable[[Server, str], None], tmp_path: Path) -> None:
+    """``mg.gpus`` holds GPUs of this host: against a server it says so, opening nothing."""
+    import mlops_gpu as mg
+
+    srv = Server("http://127.0.0.1:9", tmp_path / "none.yaml", None, tmp_path / "none.log")  # type: ignore[arg-type]
+    srv.tokens["mem"] = "t"
+    laptop(srv, "mem")
+    with pytest.raises(mg.LeaseError, match="needs local mode"), mg.gpus(1, project="p"):
+        pass
