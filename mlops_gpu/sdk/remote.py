@@ -25,6 +25,7 @@ from typing import Any
 
 from mlops_gpu.model import TERMINAL_PHASES, Phase
 from mlops_gpu.remote import Client, RemoteError, Target
+from mlops_gpu.sdk.run import Run, RunFailed  # (run.py imports this module lazily: no cycle)
 
 _CLIENTS: dict[Target, Client] = {}
 _LOCK = threading.Lock()
@@ -42,7 +43,8 @@ def client(t: Target) -> Client:
 def _submit_error(e: RemoteError) -> Exception:
     from mlops_gpu.controller import SubmitError
 
-    if e.status is not None and 400 <= e.status < 500:
+    # a request the server's config or cluster cannot take (not: no identity, no right)
+    if e.status in (400, 404, 409, 413, 422):
         return SubmitError(str(e))
     return e
 
@@ -80,7 +82,7 @@ def submit(
             public = c.submit({**body, "command": argv})
     except RemoteError as e:
         raise _submit_error(e) from None
-    return RemoteRun(public["id"], t, public)
+    return RemoteRun(public["id"], t)
 
 
 def _by_value(cloudpickle: Any, fn: Any, what: Any) -> bytes:
@@ -111,12 +113,12 @@ def _by_value(cloudpickle: Any, fn: Any, what: Any) -> bytes:
 
 def get_run(t: Target, run_id: str) -> RemoteRun:
     try:
-        public = client(t).get(run_id)
+        client(t).get(run_id)  # (it exists and the caller sees it)
     except RemoteError as e:
         if e.status in (404, 422):
             raise KeyError(f"no run with id {run_id!r}") from None
         raise
-    return RemoteRun(run_id, t, public)
+    return RemoteRun(run_id, t)
 
 
 def tracking_uri(t: Target) -> str | None:
@@ -139,18 +141,13 @@ class RemoteRecord:
         self.exit_code: int | None = None
 
 
-# (imported here: run.py imports this module lazily, so no cycle at import time)
-from mlops_gpu.sdk.run import Run, RunFailed  # noqa: E402
-
-
 class RemoteRun(Run):
     """``Run`` of a server: every property asks the server afresh."""
 
-    def __init__(self, run_id: str, t: Target, public: dict[str, Any] | None = None) -> None:
+    def __init__(self, run_id: str, t: Target) -> None:
         self.id = run_id
         self._rt = None  # type: ignore[assignment]
         self._target = t
-        self._first = public
 
     def _get(self, events: bool = False) -> dict[str, Any]:
         try:
