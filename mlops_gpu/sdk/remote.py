@@ -40,6 +40,23 @@ def client(t: Target) -> Client:
         return c
 
 
+_LIMITS: dict[Target, tuple[float, int]] = {}  # target -> (when asked, max_call_bytes)
+
+
+def _call_limit(t: Target) -> int:
+    """The server's callable limit, asked at most once a minute (one request less per submit;
+    the server checks every payload anyway, so a limit changed since is still enforced)."""
+    now = time.monotonic()
+    with _LOCK:
+        cached = _LIMITS.get(t)
+    if cached is not None and now - cached[0] < 60.0:
+        return cached[1]
+    limit = int(client(t).settings()["max_call_bytes"])
+    with _LOCK:
+        _LIMITS[t] = (now, limit)
+    return limit
+
+
 def _submit_error(e: RemoteError) -> Exception:
     from mlops_gpu.controller import SubmitError
 
@@ -65,7 +82,7 @@ def submit(
             import cloudpickle  # comes with prefect; only needed for callables
 
             payload = _by_value(cloudpickle, target, (target, tuple(args), dict(kwargs)))
-            limit = int(c.settings()["max_call_bytes"])
+            limit = _call_limit(t)
             if len(payload) > limit:
                 from mlops_gpu.controller import SubmitError
 
