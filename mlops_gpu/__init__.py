@@ -1,8 +1,8 @@
 """mlops_gpu: a GPU scheduler for ML teams.
 
 ``import mlops_gpu as mg`` stays light: the SDK (``mg.submit``, ``mg.Run``, ``mg.get_run``,
-``mg.checkpoint_saved``, ``mg.gpus``, ``mg.sweep``) is loaded on first use, and nothing here
-imports prefect, mlflow, kubernetes, optuna or pandas.
+``mg.checkpoint_saved``, ``mg.gpus``, ``mg.sweep``, ``mg.tracking_uri``) is loaded on first
+use, and nothing here imports prefect, mlflow, kubernetes, optuna or pandas.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ _SDK = (
     "LeaseError",
     "sweep",
     "Sweep",
+    "tracking_uri",
 )
 __all__ = ["__version__", *_SDK]
 

@@ -2,8 +2,8 @@
 metrics, scheduler, simulate, server, users, audit, login.
 
 With ``MLOPS_GPU_URL`` set, or after ``login`` (and no ``--config``), ``submit``, ``status``,
-``queue``, ``cancel``, ``logs``, ``nodes`` and ``top`` talk to a ``mlops-gpu server``
-(``cli.remote_cmds``, ``cli.top``) and open no store.
+``queue``, ``update``, ``history``, ``cancel``, ``logs``, ``nodes``, ``report`` and ``top`` talk
+to a ``mlops-gpu server`` (``cli.remote_cmds``, ``cli.top``) and open no store.
 
 Every read verb takes ``--json`` (the run keys of DESIGN.md). Errors are one line on stderr,
 ``mlops-gpu: error: ...``, with exit status 2 for bad input and 1 for other failures (a store or

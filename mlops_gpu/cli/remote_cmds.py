@@ -1,7 +1,7 @@
 """Remote mode of the CLI (``mlops_gpu.remote``): ``login``, and ``submit``, ``status``,
-``queue``, ``cancel``, ``update`` and ``history`` against a ``mlops-gpu server``, printing
-what local mode prints. In remote mode no config is read and no store is opened; the run's
-user is the token's."""
+``queue``, ``cancel``, ``update``, ``history``, ``logs``, ``nodes`` and ``report`` against a
+``mlops-gpu server``, printing what local mode prints. In remote mode no config is read and no
+store is opened; the run's user is the token's."""
 
 from __future__ import annotations
 
@@ -234,5 +234,21 @@ def history(t: Any, since: float, project: str | None, user: str | None, mine: b
             who = _whose(c, user, mine)
             params.update({k: v for k, v in (("project", project), ("user", who)) if v})
             return [dict(r) for r in c.history(params)]
+    except RemoteError as e:
+        raise failing(e) from None
+
+
+def report(t: Any, by: str, since: float | None) -> dict[str, Any]:
+    """``report``'s data from the server (the runs of projects the identity sees)."""
+    from datetime import datetime, timezone
+
+    from mlops_gpu.remote import RemoteError
+
+    params: dict[str, Any] = {"by": by}
+    if since is not None:
+        params["since"] = datetime.fromtimestamp(since, tz=timezone.utc).isoformat()
+    try:
+        with client(t) as c:
+            return dict(c.call("GET", "/report", params=params))
     except RemoteError as e:
         raise failing(e) from None

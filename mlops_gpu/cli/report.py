@@ -110,9 +110,14 @@ def report(ctx: click.Context, by: str, since: str | None, fmt: str, plot_path: 
         start = time.time() - parse_duration(since, "--since") if since else None
     except click.BadParameter as e:
         raise UserError(e.format_message()) from None
-    rt = _runtime(ctx)
-    prices = {t: g.price_per_hour for t, g in rt.cfg.model_gpu_types().items()}
-    out = build_report(rt.store.usage(since=start), prices, start, by)
+    from mlops_gpu.cli import remote_cmds as remote
+
+    if (target := remote.remote_target(ctx)) is not None:
+        out = remote.report(target, by, start)  # the server's ledger, as its identity sees it
+    else:
+        rt = _runtime(ctx)
+        prices = {t: g.price_per_hour for t, g in rt.cfg.model_gpu_types().items()}
+        out = build_report(rt.store.usage(since=start), prices, start, by)
     if plot_path:
         try:
             plot(out, plot_path)

@@ -4,7 +4,8 @@ Invariants:
 - ``auth.mode`` ``token`` (default): a request is identified by an API token only. ``proxy``:
   also by ``auth.proxy_header``, but only on a connection from one of ``auth.trusted_proxies``
   (a header from any other address is ignored, never trusted).
-- Limits are bounded: a body limit of 1 KiB .. 1 GiB, a rate of at least one request a second.
+- Limits are bounded: a body limit of 1 KiB .. 1 GiB (a callable's: 1 KiB .. 4 GiB), a rate
+  of at least one request a second.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class ServerConfig(_Strict):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     #: Largest request body accepted, in bytes (413 beyond).
     max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 1 << 20
+    #: Largest pickled Python callable (with its arguments) a submit may carry, in bytes
+    #: (``POST /api/v1/runs/call``; 413 beyond). Only that route takes bodies this large.
+    max_call_bytes: Annotated[int, Field(ge=1024, le=1 << 32)] = 64 << 20
     #: Requests per second per identity (a burst of ``rate_burst``); 429 with Retry-After
     #: beyond. null: no limit.
     rate_per_s: float | None = Field(50.0, ge=1)

@@ -36,6 +36,14 @@ class Client:
         self.close()
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
+        r = self._request(method, path, **kw)
+        try:
+            return r.json()
+        except ValueError:
+            raise RemoteError(f"{self.target.url}: not an mlops-gpu server (no JSON answer)") \
+                from None  # fmt: skip
+
+    def _request(self, method: str, path: str, **kw: Any) -> Any:
         import httpx
 
         try:
@@ -44,11 +52,7 @@ class Client:
             raise RemoteError(f"cannot reach the server {self.target.url}: {e}") from None
         if r.status_code >= 400:
             self._raise(r)
-        try:
-            return r.json()
-        except ValueError:
-            raise RemoteError(f"{self.target.url}: not an mlops-gpu server (no JSON answer)") \
-                from None  # fmt: skip
+        return r
 
     def _raise(self, r: Any) -> None:
         try:
@@ -63,6 +67,17 @@ class Client:
 
     def submit(self, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.call("POST", "/runs", json=body))
+
+    def submit_call(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Submit a callable (``body["payload"]``: base64 of its cloudpickle)."""
+        return dict(self.call("POST", "/runs/call", json=body, timeout=600.0))
+
+    def result(self, run_id: str) -> bytes:
+        """A callable run's pickled value."""
+        return bytes(self._request("GET", f"/runs/{run_id}/result", timeout=600.0).content)
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.call("GET", "/settings"))
 
     def get(self, run_id: str, events: bool = False) -> dict[str, Any]:
         params = {"events": "true"} if events else {}

@@ -6,7 +6,7 @@ none runs; it exits by itself after ``scheduler.idle_exit_s`` with nothing to do
 """
 
 from mlops_gpu.sdk.lease import GpuLease, LeaseError, current_gpus, gpus
-from mlops_gpu.sdk.run import Run, RunFailed, checkpoint_saved, get_run, submit
+from mlops_gpu.sdk.run import Run, RunFailed, checkpoint_saved, get_run, submit, tracking_uri
 from mlops_gpu.sdk.sweep import Sweep, sweep
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "gpus",
     "submit",
     "sweep",
+    "tracking_uri",
 ]

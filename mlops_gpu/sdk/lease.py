@@ -25,7 +25,8 @@ Invariants:
 - A lease never outlives its holder: the job watches the caller's pid and ends when the caller
   does, so a crashed or killed caller does not keep GPUs.
 - Leases are not preemptible (the scheduler cannot take GPUs back from code it does not run).
-- Only local backends: the devices must be on the caller's host.
+- Only local backends: the devices must be on the caller's host. So remote mode (a server,
+  ``sdk.remote``) queues no lease: only devices of the caller's own scheduled run are carved.
 """
 
 from __future__ import annotations
@@ -110,8 +111,14 @@ class GpuLease:
 
     def _queue(self) -> tuple[str, ...]:
         """A scheduled run that holds the GPUs; its devices once it runs."""
-        from mlops_gpu.sdk.run import _runtime, submit
+        from mlops_gpu.sdk.run import _runtime, remote_target, submit
 
+        if remote_target(self.config) is not None:
+            raise LeaseError(
+                "mg.gpus() queues for GPUs of this host's local backend: it needs local mode "
+                "(this host's config), not a server (MLOPS_GPU_URL or `mlops-gpu login`); "
+                "inside a scheduled run it takes the run's own"
+            )
         rt = _runtime(self.config)
         local = [n for n, b in rt.cfg.backends.items() if isinstance(b, LocalBackendConfig)]
         if not local:

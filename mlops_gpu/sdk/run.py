@@ -7,7 +7,6 @@ import os
 import shlex
 import sys
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,10 @@ from typing import Any
 from mlops_gpu.config import find_config, user_config_path
 from mlops_gpu.controller import Runtime, SubmitError
 from mlops_gpu.controller.config_watch import stat_signature
-from mlops_gpu.controller.prepare import unwritable
 from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
 from mlops_gpu.model.text import spec_text_problems
-from mlops_gpu.state import SetupError
 
 #: config path -> (the file's stat when read, its Runtime): a file edited since is read again,
 #: so a notebook's submits see the config as it is now (as each CLI verb does)
@@ -62,19 +59,15 @@ def _command(
     if callable(target):
         import cloudpickle  # comes with prefect; only needed for callables
 
-        calls = rt.cfg.state_path / "calls"
-        path = calls / f"{uuid.uuid4().hex}.pkl"
+        from mlops_gpu.controller.calls import call_command, write_call
+
         # The job gets the submitter's import path, so functions defined in the submitter's
         # own modules (pickled by reference) import there too; notebook functions (in
         # __main__) are pickled by value anyway.
         payload = cloudpickle.dumps((target, tuple(args), dict(kwargs)))
-        try:
-            calls.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(cloudpickle.dumps((list(sys.path), payload)))
-        except OSError as e:
-            raise SetupError(unwritable(rt.cfg, calls, e)) from None
+        path = write_call(rt.cfg, payload, list(sys.path))
         name = getattr(target, "__qualname__", "callable")
-        return (sys.executable, "-m", "mlops_gpu.sdk.call", str(path)), name
+        return call_command(sys.executable, path), name
     if isinstance(target, str):
         return tuple(shlex.split(target)), None
     return tuple(str(a) for a in target), None
@@ -117,7 +110,24 @@ def submit(
     ``SubmitError``) for a request the config or cluster cannot take, and
     ``mlops_gpu.state.SetupError`` (one line: which file, what to do) for a store or state folder
     that cannot be used, or a background scheduler that cannot start; nothing is queued then.
+
+    In remote mode (``MLOPS_GPU_URL``, or ``mlops-gpu login``; see ``sdk.remote``) the run is
+    queued on the server, under the token's identity; ``config`` and ``start_scheduler`` are
+    not used, and ``workdir`` is the job's folder on the server's side (default: the backend's).
     """
+    if (remote := remote_target(config)) is not None:
+        from mlops_gpu.sdk import remote as rm
+
+        body = {"project": project, "name": name, "gpus": gpus, "nodes": nodes,
+                "gpu_types": [gpu_type] if isinstance(gpu_type, str) else list(gpu_type or ()),
+                "gpu_fraction": gpu_fraction, "gpu_memory_mb": gpu_memory_mb, "mig": mig,
+                "cpu_milli": cpu_milli, "host_memory_mb": host_memory_mb,
+                "topology_key": topology_key, "topology_required": topology_required,
+                "priority": priority, "max_runtime_s": max_runtime, "experiment": experiment,
+                "backend": backend, "preemptible": preemptible, "signal": signal,
+                "grace_s": float(grace), "env": dict(env or {}), "workdir": workdir,
+                "max_attempts": max_attempts}  # fmt: skip
+        return rm.submit(remote, target, body, args, kwargs or {})
     rt = _runtime(config)
     command, callable_name = _command(target, rt, args, kwargs or {})
     types = (gpu_type,) if isinstance(gpu_type, str) else tuple(gpu_type or ())
@@ -160,7 +170,30 @@ def submit(
     return Run(record.id, rt)
 
 
+def remote_target(config: str | os.PathLike[str] | None) -> Any:
+    """The server to talk to (a ``remote.Target``), or None for local mode: as the CLI decides
+    (``MLOPS_GPU_URL``, else stored credentials unless a config is named)."""
+    from mlops_gpu.remote.credentials import target
+
+    return target(os.fspath(config) if config is not None else None)
+
+
+def tracking_uri(config: str | os.PathLike[str] | None = None) -> str | None:
+    """The MLflow tracking URI the scheduler records runs in (the server's, in remote mode;
+    None when it tracks nothing)."""
+    if (remote := remote_target(config)) is not None:
+        from mlops_gpu.sdk import remote as rm
+
+        return rm.tracking_uri(remote)
+    cfg = _runtime(config).cfg
+    return cfg.tracking_uri(dict(os.environ)) if cfg.mlflow.enabled else None
+
+
 def get_run(run_id: str, config: str | os.PathLike[str] | None = None) -> Run:
+    if (remote := remote_target(config)) is not None:
+        from mlops_gpu.sdk import remote as rm
+
+        return rm.get_run(remote, run_id)
     rt = _runtime(config)
     if rt.store.get(run_id) is None:
         raise KeyError(f"no run with id {run_id!r}")
@@ -259,6 +292,11 @@ class Run:
         update_run(self._rt, self.id, priority=priority, max_runtime_s=max_runtime,
                    gpus=gpus, gpu_types=tuple(types) if types is not None else None)  # fmt: skip
         return self
+
+    def tracking_uri(self) -> str | None:
+        """The MLflow tracking URI the run is recorded in (None: the scheduler tracks nothing)."""
+        cfg = self._rt.cfg
+        return cfg.tracking_uri(dict(os.environ)) if cfg.mlflow.enabled else None
 
     def result(self, timeout: float | None = None) -> Any:
         """For a submitted callable: wait, then return its value (or raise ``RunFailed``)."""

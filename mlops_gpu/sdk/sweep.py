@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlops_gpu.controller.tracking import PARENT_ENV
-from mlops_gpu.sdk.run import Run, RunFailed, _runtime, submit
+from mlops_gpu.sdk.run import Run, RunFailed, _runtime, remote_target, submit, tracking_uri
 
 
 def distributions(space: Mapping[str, Any]) -> dict[str, Any]:
@@ -214,8 +214,12 @@ def _tell(study: Any, ot: Any, t: Trial, metric: str) -> None:
 def _client(config: str | os.PathLike[str] | None) -> Any:
     from mlflow.tracking import MlflowClient
 
-    rt = _runtime(config)
-    return MlflowClient(rt.cfg.tracking_uri(dict(os.environ)))
+    if remote_target(config) is None:
+        return MlflowClient(_runtime(config).cfg.tracking_uri(dict(os.environ)))
+    uri = tracking_uri(config)  # the server's
+    if uri is None:
+        raise RuntimeError("the server tracks nothing (mlflow.enabled: false)")
+    return MlflowClient(uri)
 
 
 def _parent_run(name: str, project: str, experiment: str | None,

@@ -17,7 +17,7 @@ from mlops_gpu.server import errors
 from mlops_gpu.server.audit import AuditTrail
 from mlops_gpu.server.auth import identity
 from mlops_gpu.server.limits import BodyLimit, RateLimiter
-from mlops_gpu.server.routes import cluster, health, members, metrics, runs
+from mlops_gpu.server.routes import cluster, health, members, metrics, runs, sdk
 
 API = "/api/v1"
 
@@ -51,7 +51,7 @@ def create_app(
     errors.install(app)
     app.include_router(health.router)
     app.include_router(metrics.router)
-    for module in (runs, cluster, members):
+    for module in (sdk, runs, cluster, members):
         app.include_router(module.router, prefix=API)
 
     @app.get(f"{API}/openapi.json", include_in_schema=False, dependencies=[Depends(identity)])
@@ -63,6 +63,7 @@ def create_app(
     dashboard.install(app)  # the web dashboard at /, same identities as the API
     for extra in extras:
         extra(app)
-    app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes,
+                       routes={API + sdk.CALL_PATH: sdk.call_body_limit(srv)})  # fmt: skip
     app.add_middleware(AuditTrail, store=rt.store)
     return app

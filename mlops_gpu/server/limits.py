@@ -3,7 +3,8 @@ and a per-identity rate limit (``RateLimiter``, 429 with ``Retry-After``).
 
 Invariants:
 - A body over ``max_bytes`` is refused before a route acts on it: at once from its
-  ``Content-Length``, else as soon as the bytes read pass the limit.
+  ``Content-Length``, else as soon as the bytes read pass the limit. A path in ``routes``
+  (exact match) has its own limit and 413 message instead (``POST /runs/call``: callables).
 - The rate limit is a token bucket per identity (``rate_per_s``, up to ``burst`` at once), kept
   in this process's memory.
 """
@@ -23,11 +24,14 @@ from mlops_gpu.server.errors import ApiError, body
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, routes: dict[str, tuple[int, str]] | None = None
+    ) -> None:
         self.app, self.max_bytes = app, max_bytes
+        self.routes = routes or {}  # path -> (its limit, the 413's message)
 
-    async def _refuse(self, send: Send) -> None:
-        data = json.dumps(body("too_large", f"request body over {self.max_bytes} bytes")).encode()
+    async def _refuse(self, send: Send, message: str) -> None:
+        data = json.dumps(body("too_large", message)).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(data)).encode())]})  # fmt: skip
@@ -37,9 +41,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit, message = self.routes.get(scope.get("path", ""), (self.max_bytes, ""))
+        message = message or f"request body over {limit} bytes"
         for k, v in scope["headers"]:
-            if k == b"content-length" and (not v.isdigit() or int(v) > self.max_bytes):
-                await self._refuse(send)
+            if k == b"content-length" and (not v.isdigit() or int(v) > limit):
+                await self._refuse(send, message)
                 return
         seen = 0
 
@@ -48,8 +54,8 @@ class BodyLimit:
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:  # (FastAPI lets an HTTPException through as it is)
-                    raise HTTPException(413, f"request body over {self.max_bytes} bytes")
+                if seen > limit:  # (FastAPI lets an HTTPException through as it is)
+                    raise HTTPException(413, message)
             return msg
 
         await self.app(scope, limited, send)

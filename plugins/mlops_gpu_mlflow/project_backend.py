@@ -24,6 +24,12 @@ Backend config keys (JSON): ``project`` (required), ``gpus`` (default 1), ``node
 ``max_attempts``, ``config`` (path of the mlops-gpu config; default: the usual lookup).
 An unknown key, or a value of the wrong type, is an error naming the key.
 
+Remote mode (``MLOPS_GPU_URL``, or ``mlops-gpu login`` credentials; as the SDK): the run is
+queued on that ``mlops-gpu server`` under the token's identity, the MLflow run is made in the
+server's tracking store (``GET /api/v1/settings``; it must be reachable from here, as an
+``http://`` MLflow server is), ``config`` is not used, and the project's folder must be
+reachable from the server's backends under the same path (a shared file system).
+
 Invariants: the module imports mlflow's small abstract classes only; mlops_gpu's scheduler and
 mlflow's project machinery are imported when a run is submitted. A run this backend submitted
 that ends is closed in MLflow (FINISHED, FAILED or KILLED) by ``wait`` if the scheduler left it
@@ -233,11 +239,21 @@ def _scheduler_store(
 
     from mlops_gpu.config import load_config
     from mlops_gpu.controller.tracking_fields import experiment_artifacts
+    from mlops_gpu.sdk.run import remote_target
 
-    cfg = load_config(opts.get("config"))
-    if not cfg.mlflow.enabled:
-        return None
-    uri = cfg.tracking_uri(dict(os.environ))
+    if (target := remote_target(opts.get("config"))) is not None:
+        from mlops_gpu.sdk.remote import client as remote_client
+
+        settings = remote_client(target).settings()  # the server's MLflow: its config is not here
+        if not settings["mlflow_enabled"]:
+            return None
+        uri, root = str(settings["tracking_uri"]), settings["artifact_root"]
+    else:
+        cfg = load_config(opts.get("config"))
+        if not cfg.mlflow.enabled:
+            return None
+        uri = cfg.tracking_uri(dict(os.environ))
+        root = cfg.artifact_root(uri)
     name = opts["project"]
     if str(experiment_id) != "0":
         name = MlflowClient(tracking_uri).get_experiment(experiment_id).name
@@ -245,5 +261,5 @@ def _scheduler_store(
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return uri, str(exp.experiment_id)
-    where = experiment_artifacts(cfg.artifact_root(uri), name)
+    where = experiment_artifacts(root, name)
     return uri, str(client.create_experiment(name, artifact_location=where))

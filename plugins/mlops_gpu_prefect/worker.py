@@ -15,8 +15,15 @@ its exit code.
 also cancels it as soon as it sees the flow run Cancelling, since the flow's own process may
 notice the cancel and exit first.
 
+Remote mode: with ``MLOPS_GPU_URL`` (or ``mlops-gpu login`` credentials) in the worker's
+environment, the worker talks to that ``mlops-gpu server`` through the SDK (``sdk.remote``)
+and never opens the store; the runs are the token's identity's, ``config`` is not used, and
+the flow runs on the server's backends (so the flow's code must be reachable from there, as a
+deployment's source always must be for its worker). Exit codes are not served: a failed run
+ends with status code 1.
+
 Invariants: one scheduled run per flow run submission; the worker never runs the flow itself.
-Store calls run in threads (``anyio.to_thread``), never on Prefect's event loop.
+Store and server calls run in threads (``anyio.to_thread``), never on Prefect's event loop.
 """
 
 from __future__ import annotations
@@ -96,6 +103,7 @@ def _argv(configuration: MlopsGpuJobConfiguration) -> list[str]:
 
 def _submit(flow_run: FlowRun, configuration: MlopsGpuJobConfiguration) -> Any:
     import mlops_gpu as mg
+    from mlops_gpu.sdk.run import remote_target
 
     env = {k: v for k, v in configuration.env.items() if v is not None}
     gpu_types = [t.strip() for t in (configuration.gpu_type or "").split(",") if t.strip()]
@@ -113,7 +121,8 @@ def _submit(flow_run: FlowRun, configuration: MlopsGpuJobConfiguration) -> Any:
         max_runtime=configuration.max_runtime,
         experiment=configuration.experiment,
         env=env,
-        workdir=os.getcwd(),
+        # a server runs it in the backend's folder: this host's folders are not the server's
+        workdir=None if remote_target(configuration.config) else os.getcwd(),
         backend=configuration.backend,
         config=configuration.config,
         cpu_milli=cpu,
@@ -207,8 +216,9 @@ class MlopsGpuWorker(BaseWorker[MlopsGpuJobConfiguration, MlopsGpuVariables, Mlo
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.actions import ArtifactCreate
 
-        rt = run._rt
-        uri = rt.cfg.tracking_uri(dict(os.environ))
+        uri = await anyio.to_thread.run_sync(run.tracking_uri)
+        if uri is None:
+            return True
         text = f"MLflow run `{mlflow_id}` (tracking URI `{uri}`)"
         if uri.startswith(("http://", "https://")):
             text = f"[MLflow run {mlflow_id}]({uri.rstrip('/')}/#/runs/{mlflow_id})"

@@ -96,7 +96,16 @@ def hold(seconds: float = 1.0) -> str:
 class PrefectSetup:
     """A work pool of type ``mlops-gpu``, a deployment per project, and a worker process."""
 
-    def __init__(self, api: str, d: Path, cfg: Path, projects: list[str], gpus: int = 2) -> None:
+    def __init__(
+        self,
+        api: str,
+        d: Path,
+        cfg: Path,
+        projects: list[str],
+        gpus: int = 2,
+        worker_env: dict[str, str] | None = None,
+    ) -> None:
+        """``worker_env``: more environment for the worker only (``MLOPS_GPU_URL``, ...)."""
         self.api, self.d, self.cfg = api, d, cfg
         self.env = prefect_env(api, d / "home")
         self.pool = f"pool-{d.name[-12:]}".replace("_", "-")
@@ -112,7 +121,8 @@ class PrefectSetup:
             )
         self.worker = subprocess.Popen(
             [PREFECT, "worker", "start", "--pool", self.pool, "--type", "mlops-gpu"],
-            env=self.env, cwd=d, stdout=open(d / "worker.log", "w"),  # noqa: SIM115
+            env={**self.env, **(worker_env or {})}, cwd=d,
+            stdout=open(d / "worker.log", "w"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -137,10 +147,12 @@ class PrefectSetup:
         )
         return out.strip().splitlines()[-1]
 
-    def close(self) -> None:
+    def close(self, scheduler: bool = True) -> None:
+        """The worker stopped, and the scheduler the SDK started (``scheduler``)."""
         self.worker.terminate()
         try:
             self.worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.worker.kill()
-        stop_scheduler(self.cfg)
+        if scheduler:
+            stop_scheduler(self.cfg)

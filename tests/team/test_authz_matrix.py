@@ -5,6 +5,8 @@ fails the test (a new route must say who may call it); any 5xx fails it."""
 
 from __future__ import annotations
 
+import base64
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -68,6 +70,12 @@ def expected(method: str, path: str, role: str | None, target: str, own: bool) -
         ("POST", "/api/v1/runs/batch"): lambda: (
             201 if writer and sees(role, target) else 403 if sees(role, target) else 404
         ),
+        ("POST", "/api/v1/runs/call"): lambda: (
+            201 if writer and sees(role, target) else 403 if sees(role, target) else 404
+        ),
+        # (every target is a command run: a callable's value only)
+        ("GET", "/api/v1/runs/{run_id}/result"): lambda: 409 if sees(role, target) else 404,
+        ("GET", "/api/v1/settings"): lambda: 200,
         ("PUT", "/api/v1/projects/{project}/members/{user}"): lambda: (
             200 if role == "admin" else 403
         ),
@@ -93,6 +101,9 @@ def request_for(
     body: dict[str, Any] = {}
     if path == "/api/v1/runs":
         body = {"json": {"command": ["true"], "project": project}}
+    elif path == "/api/v1/runs/call":
+        payload = base64.b64encode(pickle.dumps((print, (), {}))).decode()
+        body = {"json": {"project": project, "payload": payload}}
     elif path == "/api/v1/runs/batch":
         body = {"json": {"runs": [{"command": ["true"], "project": project}]}}
     elif path == "/api/v1/runs/{run_id}" and method == "PATCH":

@@ -112,7 +112,9 @@ def test_raw_bodies(server: Server, raw: bytes) -> None:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(run_id=st.one_of(
-    st.text(max_size=40).filter(lambda s: "/" not in s and "?" not in s and "#" not in s),
+    # ("." is not sent as is: httpx makes ``runs/.`` the list route ``runs``)
+    st.text(max_size=40).filter(lambda s: "/" not in s and "?" not in s and "#" not in s
+                                and s != "."),
     st.sampled_from(["..", "...", "%2e%2e%2f%2e%2e%2fetc%2fpasswd", "r" + "0" * 10 + "%00",
                      "%00", "r/../../x", "~root", "r" + "f" * 500, "%ff%fe"]),
 ))  # fmt: skip
