@@ -21,6 +21,10 @@ The rule, per pool:
 3. An up node with no run, no reservation and no pending run expected on it by ``H``, idle for
    ``idle_s``, is powered down, keeping ``min_nodes`` up or booting; a draining node is powered
    down as soon as it is empty. Pools below ``min_nodes`` boot up to it.
+4. Runs that need capacity first bring back draining nodes they fit on (no boot). When nothing
+   waits and the other up nodes have a whole node's GPUs to spare beyond the pending runs, the
+   up node whose runs end first is drained (no new runs), so that it empties and goes: best fit
+   alone would still fill it whenever the fuller nodes are full.
 
 Packing: the core's placement is best fit (``core.placement``: the node left with the fewest
 free GPUs, then name), so runs fill busy nodes first and others go idle; this module relies on
@@ -88,6 +92,9 @@ class ScaleDecision:
     waiting: Mapping[str, str] = field(default_factory=lambda: _NO_NOTES)
     #: The next time an idle node's ``idle_s`` runs out (ask again then), or None.
     next_check_at: float | None = None
+    #: Up nodes to take no new runs (so they empty and go), and draining nodes to take runs again.
+    drain: tuple[str, ...] = ()
+    undrain: tuple[str, ...] = ()
 
     def scale_up(self, nodes: tuple[PoolNode, ...]) -> dict[str, int]:
         """Nodes booted per pool."""
@@ -123,6 +130,8 @@ class _PoolScaler:
         self.waiting: dict[str, str] = {}
         self.boot: list[str] = []
         self.down: list[str] = []
+        self.drain: list[str] = []
+        self.undrain: list[str] = []
         #: nodes a pending run is expected to start on by the horizon
         self.expected: set[str] = set()
 
@@ -159,8 +168,73 @@ class _PoolScaler:
                 self.waiting[d.run_id] = (
                     f"waiting for node {booting[0]} to boot (ETA {minutes(eta - self.now)})"
                 )
+        later = self._undrain(later)
         self._scale_up(later)
+        if not later and not self.boot:
+            self._consolidate(pending)
         self._scale_down()
+
+    def _held(self) -> tuple[dict[str, float], dict[str, float]]:
+        """GPUs held now, and the latest expected end of the runs there, per node."""
+        held: dict[str, float] = defaultdict(float)
+        ends: dict[str, float] = defaultdict(float)
+        for b in self.inputs.busy:
+            for node, gpus in b.gpus:
+                held[node] += gpus
+                ends[node] = max(ends[node], b.expected_end)
+        return held, ends
+
+    def _undrain(self, later: list[Demand]) -> list[Demand]:
+        """Runs that fit on draining nodes now bring those nodes back (no boot needed); the
+        runs that still need capacity."""
+        draining = [n.name for n in self.nodes if n.state is NodeState.DRAINING]
+        if not draining or not later:
+            return later
+        held, _ = self._held()
+        free = {n: self.pool.gpus_per_node - held[n] for n in draining}
+        rest = []
+        for d in later:
+            got = _fit(free, draining, d)
+            if got is None:
+                rest.append(d)
+                continue
+            for n in got:
+                free[n] -= d.gpus
+                if n not in self.undrain:
+                    self.undrain.append(n)
+                    self.reasons.append(
+                        f"returning draining node {n} to service for run {d.run_id} "
+                        "(sooner than booting a node)"
+                    )
+        return rest
+
+    def _consolidate(self, pending: list[Demand]) -> None:
+        """Nothing waits for capacity: drain the up node whose runs end first, if the other up
+        nodes have a whole node's GPUs free beyond the pending runs, so that new runs go to the
+        others and it empties and powers down."""
+        pool = self.pool
+        held, ends = self._held()
+        up = [n.name for n in self.nodes if n.state is NodeState.UP]
+        if len(up) - 1 < max(pool.min_nodes, 1):
+            return
+        wanted = sum(d.gpus * d.nodes for d in pending)
+        free = sum(pool.gpus_per_node - held[n] for n in up)
+        cands = [
+            n
+            for n in up
+            if held[n] > 1e-9 and n not in self.inputs.reserved and n not in self.expected
+        ]
+        if not cands:
+            return
+        best = min(cands, key=lambda n: (ends[n], held[n], n))
+        slack = free - (pool.gpus_per_node - held[best]) - wanted
+        if slack < pool.gpus_per_node:
+            return
+        self.drain.append(best)
+        self.reasons.append(
+            f"draining node {best}: its runs end by about {minutes(ends[best] - self.now)} from "
+            f"now and the other up nodes have {slack:g} GPUs to spare"
+        )
 
     def _scale_up(self, later: list[Demand]) -> None:
         pool = self.pool
@@ -232,6 +306,8 @@ class _PoolScaler:
         ]
         idle.sort(key=lambda n: (n.state is not NodeState.DRAINING, n.idle_since, n.name))
         for n in idle:
+            if n.name in self.undrain:
+                continue
             if n.state is NodeState.DRAINING:
                 self.down.append(n.name)
                 self.reasons.append(f"powering down node {n.name}: drained and empty")
@@ -273,11 +349,15 @@ def decide_scale(inputs: ScaleInputs) -> ScaleDecision:
     reasons: list[str] = []
     waiting: dict[str, str] = {}
     checks: list[float] = []
+    drain: list[str] = []
+    undrain: list[str] = []
     for name in sorted(inputs.pools):
         s = _PoolScaler(inputs.pools[name], inputs, budget)
         s.decide(by_pool.get(name, []))
         boot += s.boot
         down += s.down
+        drain += s.drain
+        undrain += s.undrain
         reasons += s.reasons
         waiting.update(s.waiting)
         if (t := s.next_check()) is not None:
@@ -291,4 +371,6 @@ def decide_scale(inputs: ScaleInputs) -> ScaleDecision:
         tuple(reasons),
         MappingProxyType(waiting),
         min(checks, default=None),
+        tuple(drain),
+        tuple(undrain),
     )

@@ -24,6 +24,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from mlops_gpu.core.autoscale import Busy, Demand, ScaleDecision, ScaleInputs, decide_scale
 from mlops_gpu.core.engine import Incremental
@@ -141,7 +142,9 @@ class AutoscaleSimulation(Simulation):
                 self.pool.name,
                 s,
                 ready_at=self.ready_at.get(n),
-                idle_since=self.idle_since.get(n) if s is NodeState.UP else None,
+                idle_since=self.idle_since.get(n)
+                if s in (NodeState.UP, NodeState.DRAINING)
+                else None,
             )
             for n, s in self.state.items()
         )
@@ -171,7 +174,7 @@ class AutoscaleSimulation(Simulation):
         self.last = max(self.last, now)
         held = self._held()
         for n, s in self.state.items():
-            if s is NodeState.UP:
+            if s in (NodeState.UP, NodeState.DRAINING):
                 if held.get(n, 0.0) > 1e-9:
                     self.idle_since[n] = None
                 elif self.idle_since.get(n) is None:
@@ -193,8 +196,14 @@ class AutoscaleSimulation(Simulation):
         self.scale_ups += len(d.boot)
         self.scale_downs += len(d.power_down)
         self.check_at = d.next_check_at if d.next_check_at is not None else math.inf
-        if d.power_down:
+        for n in d.drain:
+            self.state[n] = NodeState.DRAINING
+        for n in d.undrain:
+            self.state[n] = NodeState.UP
+        if d.power_down or d.drain or d.undrain:
             self._publish(now)
+        if d.undrain:  # the runs it came back for start now, not at the next event
+            self._cycle(now)
         if len(self.reasons) < 50:  # a sample of the sentences, for tests and --json
             self.reasons += d.reasons[: 50 - len(self.reasons)]
 
@@ -221,3 +230,45 @@ def simulate_pool(
 ) -> SimResult:
     """Replay ``trace`` on ``pool`` under ``policy`` with ``scaler`` (``SCALERS``)."""
     return AutoscaleSimulation(trace, pool, policy, scaler).run(progress)
+
+
+def compare_scalers(
+    trace: Trace,
+    pool: Pool,
+    policy: str = "default",
+    scalers: tuple[str, ...] = SCALERS,
+    done: Callable[[SimResult], None] | None = None,
+) -> dict[str, Any]:
+    """Each scaler's replay of ``trace`` on ``pool``: the object ``simulate --autoscale --json``
+    prints, one row per scaler (``summarize``'s keys plus ``node_hours``, ``cost_usd``,
+    ``scale_ups``, ``scale_downs``)."""
+    from mlops_gpu.sim.metrics import summarize
+
+    rows = []
+    for s in scalers:
+        r = simulate_pool(trace, pool, s, policy)
+        if done is not None:
+            done(r)
+        row = summarize(r)
+        row.update(
+            scaler=s,
+            node_hours=r.extra["node_hours"],
+            cost_usd=r.extra["cost_usd"],
+            scale_ups=int(r.extra["scale_ups"]),
+            scale_downs=int(r.extra["scale_downs"]),
+        )
+        rows.append(row)
+    return {
+        "trace": trace.name,
+        "pool": {
+            "name": pool.name,
+            "gpus_per_node": pool.gpus_per_node,
+            "min_nodes": pool.min_nodes,
+            "max_nodes": pool.max_nodes,
+            "boot_s": pool.boot_s,
+            "price_per_node_hour": pool.price_per_node_hour,
+            "idle_s": pool.idle_s,
+        },
+        "jobs": len(trace.jobs),
+        "results": rows,
+    }
