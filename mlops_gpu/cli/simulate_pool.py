@@ -47,12 +47,14 @@ def _spec(text: str) -> Pool:
     try:
         return PoolConfig.model_validate(data).model("cli")
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(pool)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        raise _error(f"--pool: {where}: {msg}") from None
+        problems = []
+        for err in e.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            where = ".".join(str(p) for p in err["loc"])
+            problems.append(f"{where}: {msg}" if where else msg)
+        raise _error(f"--pool: {'; '.join(problems)}") from None
 
 
 def choose_pool(spec: str | None, config_path: str | None) -> Pool:
