@@ -22,7 +22,7 @@ The rule, per pool:
    ``idle_s``, is powered down, keeping ``min_nodes`` up or booting; a draining node is powered
    down as soon as it is empty. Pools below ``min_nodes`` boot up to it.
 4. Runs that need capacity first bring back draining nodes they fit on (no boot). When nothing
-   waits and the other up nodes have a whole node's GPUs to spare beyond the pending runs, the
+   waits and the other busy up nodes have a whole node's GPUs to spare beyond the pending runs, the
    up node whose runs end first is drained (no new runs), so that it empties and goes: best fit
    alone would still fill it whenever the fuller nodes are full.
 
@@ -209,8 +209,8 @@ class _PoolScaler:
         return rest
 
     def _consolidate(self, pending: list[Demand]) -> None:
-        """Nothing waits for capacity: drain the up node whose runs end first, if the other up
-        nodes have a whole node's GPUs free beyond the pending runs, so that new runs go to the
+        """Nothing waits for capacity: drain the up node whose runs end first, if the other busy
+        up nodes have a whole node's GPUs free beyond the pending runs, so that new runs go to the
         others and it empties and powers down."""
         pool = self.pool
         held, ends = self._held()
@@ -218,12 +218,10 @@ class _PoolScaler:
         if len(up) - 1 < max(pool.min_nodes, 1):
             return
         wanted = sum(d.gpus * d.nodes for d in pending)
-        free = sum(pool.gpus_per_node - held[n] for n in up)
-        cands = [
-            n
-            for n in up
-            if held[n] > 1e-9 and n not in self.inputs.reserved and n not in self.expected
-        ]
+        # spare GPUs on the other busy nodes only: empty ones are on their way out
+        busy = [n for n in up if held[n] > 1e-9]
+        free = sum(pool.gpus_per_node - held[n] for n in busy)
+        cands = [n for n in busy if n not in self.inputs.reserved and n not in self.expected]
         if not cands:
             return
         best = min(cands, key=lambda n: (ends[n], held[n], n))
@@ -233,7 +231,7 @@ class _PoolScaler:
         self.drain.append(best)
         self.reasons.append(
             f"draining node {best}: its runs end by about {minutes(ends[best] - self.now)} from "
-            f"now and the other up nodes have {slack:g} GPUs to spare"
+            f"now and the other busy nodes have {slack:g} GPUs to spare"
         )
 
     def _scale_up(self, later: list[Demand]) -> None:

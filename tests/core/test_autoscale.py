@@ -66,6 +66,8 @@ class Case:
     budget: dict[str, float] = field(default_factory=dict)
     boot: tuple[str, ...] = ()
     down: tuple[str, ...] = ()
+    drain: tuple[str, ...] = ()
+    undrain: tuple[str, ...] = ()
     reason: str = ""
 
 
@@ -169,6 +171,30 @@ CASES = [
         boot=("gpu-0", "gpu-1"),
         reason="booting node gpu-0: pool p is below min_nodes (2)",
     ),
+    Case(
+        "nothing-waits-spare-node-drains-the-one-ending-first",
+        (UP, UP, UP),
+        busy=(
+            Busy((("gpu-0", 2.0),), NOW + 9000),
+            Busy((("gpu-1", 2.0),), NOW + 600),
+            Busy((("gpu-2", 4.0),), NOW + 5000),
+        ),
+        drain=("gpu-1",),
+        reason="draining node gpu-1: its runs end by about 10 min from now",
+    ),
+    Case(
+        "no-drain-without-a-node-to-spare",
+        (UP, UP),
+        busy=(Busy((("gpu-0", 6.0),), NOW + 9000), Busy((("gpu-1", 4.0),), NOW + 600)),
+    ),
+    Case(
+        "waiting-run-brings-a-draining-node-back-before-any-boot",
+        (UP, DRAIN, DOWN),
+        pending=(run("r1", 4),),
+        busy=(FULL, Busy((("gpu-1", 2.0),), NOW + 7200)),
+        undrain=("gpu-1",),
+        reason="returning draining node gpu-1 to service for run r1",
+    ),
     Case("drained-empty-goes-at-once", (UP, DRAIN), busy=(FULL,), idle={1: NOW}, down=("gpu-1",)),
 ]
 
@@ -186,6 +212,7 @@ def test_scale_table(case: Case) -> None:
     d = decide_scale(inputs)
     assert d.boot == case.boot
     assert d.power_down == case.down
+    assert (d.drain, d.undrain) == (case.drain, case.undrain)
     if case.reason:
         assert any(r.startswith(case.reason) for r in d.reasons), d.reasons
     assert decide_scale(inputs) == d  # deterministic
