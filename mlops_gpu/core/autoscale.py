@@ -6,12 +6,13 @@ name, and the same inputs give the same decision.
 
 The rule, per pool:
 1. Horizon ``H = now + boot_s``: a new node asked for now takes runs at ``H``. The capacity the
-   pool has by ``H`` is what is free on up nodes now, what running runs free by their expected
-   end (``Busy.expected_end``, from ``max_runtime``) if that is before ``H``, and booting nodes
-   ready by then. Pending runs, in the core's queue order, are fitted onto that capacity
-   first-fit (a gang on ``nodes`` distinct nodes). A run that fits starts on the current nodes
-   no later than on a new one, so it asks for nothing (if it fits on a booting node, it is told
-   "waiting for node X to boot (ETA n min)").
+   pool gains by ``H`` is what running runs free by their expected end (``Busy.expected_end``,
+   from ``max_runtime``) if that is before ``H``, and booting nodes ready by then; GPUs free now
+   do not count (the pending runs are those the core's cycle just left waiting: those GPUs were
+   too few for them or are held for a reservation). Pending runs, in the core's queue order, are
+   fitted onto that capacity first-fit (a gang on ``nodes`` distinct nodes). A run that fits
+   starts on the current nodes no later than on a new one, so it asks for nothing (if it fits
+   on a booting node, it is told "waiting for node X to boot (ETA n min)").
 2. Runs that do not fit by ``H`` would start later on the current nodes than on a new node: they
    are packed first-fit onto powered-down nodes (in name order), which are booted, within
    ``max_nodes`` and within their project's USD budget: a run that opens a node needs the
@@ -136,17 +137,20 @@ class _PoolScaler:
         self.expected: set[str] = set()
 
     def _by_horizon(self) -> dict[str, float]:
-        """GPUs free by the horizon on up and booting nodes (node -> GPUs)."""
+        """GPUs that become free by the horizon (node -> GPUs): what running runs free by
+        their expected end, and booting nodes ready by then. GPUs free now do not count: the
+        pending runs are what the core's cycle just left waiting, so those GPUs were too few
+        or are held for a reservation."""
         free: dict[str, float] = {}
         for n in self.nodes:
-            if n.state is NodeState.UP or (
-                n.state is NodeState.BOOTING and (n.ready_at or self.now) <= self.horizon
-            ):
+            if n.state is NodeState.UP:
+                free[n.name] = 0.0
+            elif n.state is NodeState.BOOTING and (n.ready_at or self.now) <= self.horizon:
                 free[n.name] = float(self.pool.gpus_per_node)
         for b in self.inputs.busy:
             for node, gpus in b.gpus:
-                if node in free and b.expected_end > self.horizon:
-                    free[node] -= gpus
+                if node in free and b.expected_end <= self.horizon:
+                    free[node] += gpus
         return free
 
     def decide(self, pending: list[Demand]) -> None:

@@ -75,10 +75,12 @@ FULL = Busy((("gpu-0", 8.0),), NOW + 7200)  # gpu-0 busy for two more hours
 CASES = [
     Case("nothing-pending-nothing-to-do", (UP, DOWN), busy=(FULL,)),
     Case(
-        "pending-run-fits-free-gpus-no-boot",
+        # the core's cycle left r1 waiting beside 4 free GPUs: they are held (a reservation)
+        "gpus-the-core-left-free-do-not-count",
         (UP, DOWN),
         pending=(run("r1"),),
         busy=(Busy((("gpu-0", 4.0),), NOW + 7200),),
+        boot=("gpu-1",),
     ),
     Case(
         "run-waits-longer-than-a-boot-boots-one",
