@@ -97,14 +97,18 @@ def status(ctx: click.Context, as_json: bool) -> None:
     import json
 
     from mlops_gpu.cli.main import _runtime
+    from mlops_gpu.config.pools import not_acted_on
 
     rt = _runtime(ctx)
     out = status_dict(rt)
+    out["pools_note"] = not_acted_on(rt.cfg.pools)  # configured pools that nothing scales yet
     if as_json:
         click.echo(json.dumps(out, indent=2))
     else:
         for line in _status_lines(out):
             click.echo(line)
+        if out["pools_note"]:
+            click.echo(out["pools_note"])
     sys.exit(0 if out["running"] else NOT_RUNNING)
 
 

@@ -101,7 +101,24 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
     "cargo exists) where installed and able to run the policy and trace, else python; "
     "'native' insists.",
 )
+@click.option(
+    "--autoscale",
+    is_flag=True,
+    help="Replay on an elastic pool instead (the config's pool, or --pool): our scaler, a "
+    "reactive baseline (cluster-autoscaler-like) and always-on, side by side, with node-hours "
+    "and cost. Uses the Python engine.",
+)
+@click.option(
+    "--pool",
+    "pool_spec",
+    default=None,
+    metavar="NAME|KEY=VALUE,...",
+    help="--autoscale: a pool of the config, or its keys, e.g. "
+    "max_nodes=64,gpus_per_node=8,boot_s=300,price_per_node_hour=10,idle_s=600.",
+)
+@click.pass_context
 def simulate(
+    ctx: click.Context,
     trace_name: str,
     start: str | None,
     days: float | None,
@@ -112,6 +129,8 @@ def simulate(
     as_json: bool,
     plot: Path | None,
     engine: str,
+    autoscale: bool,
+    pool_spec: str | None,
 ) -> None:
     """Replay a GPU cluster trace under scheduling policies, side by side."""
     from mlops_gpu.cli.main import UserError
@@ -120,14 +139,26 @@ def simulate(
     from mlops_gpu.sim.policies import PRESETS
     from mlops_gpu.sim.trace import TraceError
 
-    chosen = policies or DEFAULT_POLICIES
+    chosen = policies or (("default",) if autoscale else DEFAULT_POLICIES)
     for p in chosen:
         if p not in PRESETS:
             raise UserError(f"--policy {p}: unknown; expected one of {', '.join(PRESETS)}")
+    if pool_spec is not None and not autoscale:
+        raise UserError("--pool: only with --autoscale")
+    if autoscale:
+        from mlops_gpu.cli.simulate_pool import choose_pool
+
+        pool = choose_pool(pool_spec, (ctx.obj or {}).get("config"))
+        if len(chosen) > 1 or trace_name == "openb":
+            raise UserError("--autoscale: one --policy at a time, on a trace without its own nodes")
+        gpus_per_node = pool.gpus_per_node
     try:
         trace = _load(trace_name, start, days, gpus_per_node, seed)
     except TraceError as e:
         raise UserError(str(e)) from None
+    if autoscale:
+        _autoscale(trace, pool, chosen[0], as_json)
+        return
     if trace.nodes:  # the trace brings its own cluster
         cluster = Cluster(len(trace.nodes), 0, node_list=trace.nodes)
         shape = f"its {len(trace.nodes)} nodes ({cluster.gpus} GPUs)"
@@ -159,6 +190,32 @@ def simulate(
         click.echo(json.dumps(out))
         return
     _table(out)
+
+
+def _autoscale(trace: Any, pool: Any, policy: str, as_json: bool) -> None:
+    from mlops_gpu.cli.simulate_pool import table
+    from mlops_gpu.sim.autoscale import compare_scalers
+
+    click.echo(
+        f"simulate --autoscale: {trace.name}: {len(trace.jobs)} jobs on up to "
+        f"{pool.max_nodes} x {pool.gpus_per_node} GPUs (boot {pool.boot_s:g} s)",
+        err=True,
+    )
+
+    def finished(r: Any) -> None:
+        click.echo(f"  {r.policy}: done in {r.wall_s:.1f}s", err=True)
+
+    try:
+        out = compare_scalers(trace, pool, policy, done=finished)
+    except ValueError as e:
+        from mlops_gpu.cli.main import UserError
+
+        raise UserError(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    table(out)
+    sys.stdout.flush()
 
 
 def _table(out: dict[str, Any]) -> None:

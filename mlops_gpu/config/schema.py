@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from mlops_gpu.config.pools import PoolConfig, pool_errors
 from mlops_gpu.config.server import ProjectRole, ServerConfig
 from mlops_gpu.model import Budget, Cohort, GpuType, Node, PolicySettings, Project, Quota
 
@@ -292,6 +293,8 @@ class Config(_Strict):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    #: Elastic node pools (``config.pools``): used by ``simulate --autoscale`` only, for now.
+    pools: dict[str, PoolConfig] = Field(default_factory=dict)
 
     _root: Path = PrivateAttr(default_factory=Path.cwd)
     _source: Path | None = PrivateAttr(default=None)
@@ -343,6 +346,7 @@ class Config(_Strict):
                 errors.append(
                     f"projects.{pname}.budget.lower_to: {lower_to!r} is not a priority class"
                 )
+        errors.extend(pool_errors(self.pools, self.backends, self.gpu_types))
         if self.default_priority not in self.priority_classes:
             errors.append(
                 f"default_priority: {self.default_priority!r} is not one of priority_classes"

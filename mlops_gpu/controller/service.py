@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mlops_gpu.config.pools import not_acted_on
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.state import heartbeat as hb
 from mlops_gpu.state import observed
@@ -136,6 +137,8 @@ class SchedulerThread:
 
         self.role = "leader"
         log.info("scheduler: leading for %s", self.rt.cfg.store_url)
+        if (note := not_acted_on(self.rt.cfg.pools)) is not None:
+            log.warning("scheduler: %s", note)  # elastic pools: simulator only (README)
         try:
             after_tick, _watch = publish_and_follow(ctl, None)
             ctl.warm()

@@ -11,6 +11,7 @@ Invariants:
 from mlops_gpu.model.cluster import BackendCapabilities, GpuType, Node, NodeSlot, Placement
 from mlops_gpu.model.phase import ACTIVE_PHASES, TERMINAL_PHASES, Phase
 from mlops_gpu.model.policy import PolicySettings
+from mlops_gpu.model.pool import NodeState, Pool, PoolNode
 from mlops_gpu.model.project import Budget, Cohort, Project, Quota
 from mlops_gpu.model.run import (
     CheckpointPolicy,
@@ -30,9 +31,12 @@ __all__ = [
     "GpuType",
     "Node",
     "NodeSlot",
+    "NodeState",
     "Phase",
     "Placement",
     "PolicySettings",
+    "Pool",
+    "PoolNode",
     "Project",
     "Quota",
     "ResourceRequest",

@@ -297,6 +297,17 @@ class Simulation:
             attained_gpu_s=self.attained[job.id],
         )
 
+    # Hooks for simulations that change the cluster (``sim.autoscale``): the next time they
+    # want a cycle, and what they do around each event time's cycles.
+    def _next_event(self) -> float:
+        return math.inf
+
+    def _before_cycles(self, now: float) -> None:
+        pass
+
+    def _after_cycles(self, now: float) -> None:
+        pass
+
     def _decay(self, now: float) -> None:
         h = max(self.preset.settings.half_life_s, 1.0)
         if now > self.history_at:
@@ -393,6 +404,7 @@ class Simulation:
             t_next = min(
                 jobs[i].submit_s if i < n else math.inf,
                 self.ends[0][0] if self.ends else math.inf,
+                self._next_event(),
             )
             if t_next == math.inf:
                 break
@@ -409,9 +421,11 @@ class Simulation:
             while i < n and jobs[i].submit_s <= now:
                 self.engine.submit(self._run_for(jobs[i], i, 1, 0.0, now))
                 i += 1
+            self._before_cycles(now)
             for _ in range(10):  # victims exit at once: cycle again for the runs they made room for
                 if not self._cycle(now):
                     break
+            self._after_cycles(now)
             waits = [
                 j.id
                 for k, j in enumerate(jobs[arrived:i], arrived)
