@@ -16,6 +16,7 @@ from fastapi import Depends, FastAPI, Request
 from mlops_gpu.server import errors
 from mlops_gpu.server.audit import AuditTrail, audit_writer
 from mlops_gpu.server.auth import IdentityCache, identity
+from mlops_gpu.server.fast_submit import FastSubmit
 from mlops_gpu.server.limits import BodyLimit, RateLimiter
 from mlops_gpu.server.routes import cluster, health, members, metrics, runs
 from mlops_gpu.server.submits import submit_writer
@@ -72,6 +73,7 @@ def create_app(
 
     for extra in extras:
         extra(app)
+    app.add_middleware(FastSubmit, api=app)  # inside the body limit and the audit trail
     app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes)
     app.add_middleware(AuditTrail, writer=app.state.audit_writer)
     return app

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 from fastapi import Request
@@ -108,15 +109,17 @@ class IdentityCache:
         self._items.clear()
 
 
-def _key(request: Request) -> tuple[str, str]:
-    """(cache key, token or proxied name) of the request's credentials; 401 without any."""
-    auth = request.app.state.rt.cfg.server.auth
-    client = request.client.host if request.client else None
-    if auth.mode == "proxy" and _trusted(client, auth.trusted_proxies):
-        name = request.headers.get(auth.proxy_header, "").strip()
+def key_of(auth: Any, client: Any, headers: Mapping[bytes, bytes]) -> tuple[str, str]:
+    """(cache key, token or proxied name) of a request's credentials; 401 without any.
+    ``client``: the ASGI scope's (host, port) or None; ``headers``: lower-case names to the
+    first value of each (as Starlette's ``Request.headers.get``)."""
+    host = client[0] if client else None
+    if auth.mode == "proxy" and _trusted(host, auth.trusted_proxies):
+        raw = headers.get(auth.proxy_header.lower().encode("latin-1"), b"")
+        name = raw.decode("latin-1").strip()
         if name and len(name) <= 200:
             return "p:" + name, name
-    header = request.headers.get("authorization", "")
+    header = headers.get(b"authorization", b"").decode("latin-1")
     scheme, _, token = header.partition(" ")
     if not header:
         raise ApiError(401, "unauthenticated", "no credentials: send Authorization: Bearer TOKEN",
@@ -126,6 +129,19 @@ def _key(request: Request) -> tuple[str, str]:
                        "Bearer TOKEN", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
     token = token.strip()
     return "t:" + users_mod.token_hash(token), token
+
+
+def first_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    """An ASGI scope's headers, the first value of each name."""
+    out: dict[bytes, bytes] = {}
+    for k, v in raw:
+        out.setdefault(k, v)
+    return out
+
+
+def _key(request: Request) -> tuple[str, str]:
+    auth = request.app.state.rt.cfg.server.auth
+    return key_of(auth, request.scope.get("client"), first_headers(request.scope["headers"]))
 
 
 def _load(request: Request, key: str, secret: str) -> Identity:
