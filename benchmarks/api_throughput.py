@@ -226,7 +226,10 @@ def bench_submits(port: int, server_pid: int, tokens: list[str], runs: int,
     clients = len(tokens)
     per_client = runs // clients
     groups = [tokens[i::procs] for i in range(procs)]
+    import resource
+
     pids = tree(server_pid)
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu0, t0 = cpu_s(pids), time.perf_counter()
     loaders = []
     for g in groups:
@@ -244,6 +247,8 @@ def bench_submits(port: int, server_pid: int, tokens: list[str], runs: int,
         spans.append(res["span"])
     wall = time.perf_counter() - t0
     cpu = cpu_s(pids) - cpu0
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = kids.ru_utime + kids.ru_stime - kids0.ru_utime - kids0.ru_stime
     done = per_client * clients
     span = max(spans)
     return {
@@ -253,6 +258,7 @@ def bench_submits(port: int, server_pid: int, tokens: list[str], runs: int,
         "submit_p99_ms": pct(lat, 0.99) * 1000,
         "server_cpu_ms_per_submit": cpu * 1000 / (done + warm * clients),
         "server_cpu_s": cpu,
+        "client_cpu_ms_per_submit": client_cpu * 1000 / (done + warm * clients),
         "load_wall_s": wall,
     }
 
@@ -291,7 +297,7 @@ def fill_pending(cfg: Path, target: int) -> int:
         store.close()
 
 
-def bench_list(port: int, token: str, page: int) -> dict[str, Any]:
+def bench_list(port: int, server_pid: int, token: str, page: int) -> dict[str, Any]:
     import httpx
 
     lat: list[float] = []
@@ -299,6 +305,8 @@ def bench_list(port: int, token: str, page: int) -> dict[str, Any]:
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
                       headers={"Authorization": f"Bearer {token}"}) as c:  # fmt: skip
         c.get("/api/v1/runs", params={"phase": "pending", "limit": page})  # warm
+        pids = tree(server_pid)
+        cpu0 = cpu_s(pids)
         cursor: str | None = None
         while True:
             params: dict[str, Any] = {"phase": "pending", "limit": page}
@@ -313,8 +321,10 @@ def bench_list(port: int, token: str, page: int) -> dict[str, Any]:
             cursor = body["next_cursor"]
             if cursor is None:
                 break
+        cpu = cpu_s(pids) - cpu0
     return {"pages": len(lat), "listed": seen, "list_p50_ms": pct(lat, 0.5) * 1000,
-            "list_p99_ms": pct(lat, 0.99) * 1000}  # fmt: skip
+            "list_p99_ms": pct(lat, 0.99) * 1000,
+            "server_cpu_ms_per_page": cpu * 1000 / max(1, len(lat))}  # fmt: skip
 
 
 def bench_failover(d: Path, url: str, runs: int) -> dict[str, Any]:
@@ -421,7 +431,7 @@ def main() -> None:
             if "list" not in args.skip:
                 res["pending"] = fill_pending(cfg, args.pending)
                 res["page"] = args.page
-                res.update(bench_list(port, tokens[-1], args.page))
+                res.update(bench_list(port, proc.pid, tokens[-1], args.page))
             else:
                 res["list_p99_ms"] = None
         except Exception:
@@ -442,7 +452,11 @@ def main() -> None:
          else f"{res['direct_submits_per_s']:.0f}"),
         ("submit p50 / p99 ms", f"{res['submit_p50_ms']:.1f} / {res['submit_p99_ms']:.1f}"),
         ("server CPU ms/submit", f"{res['server_cpu_ms_per_submit']:.2f}"),
-        ("list p99 ms", "-" if res["list_p99_ms"] is None else f"{res['list_p99_ms']:.1f}"),
+        ("client CPU ms/submit", f"{res['client_cpu_ms_per_submit']:.2f}"),
+        ("list p50 / p99 ms", "-" if res["list_p99_ms"] is None
+         else f"{res['list_p50_ms']:.1f} / {res['list_p99_ms']:.1f}"),
+        ("server CPU ms/page", "-" if res["list_p99_ms"] is None
+         else f"{res['server_cpu_ms_per_page']:.1f}"),
         ("failover s", "-" if res["failover_s"] is None else f"{res['failover_s']:.2f}"),
         ("load average 1m", f"{res['load_average_1m']}"),
     ]  # fmt: skip

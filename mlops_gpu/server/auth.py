@@ -77,7 +77,7 @@ def _trusted(client: str | None, networks: list[str]) -> bool:
 #: name) before it is read again: a revocation (``users revoke``), an expired user or a
 #: changed membership takes effect within this long in every server; a membership changed
 #: through this server's API at once in this server.
-IDENTITY_TTL_S = 5.0
+IDENTITY_TTL_S = 2.0
 
 
 class IdentityCache:

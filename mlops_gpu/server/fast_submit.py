@@ -80,7 +80,7 @@ class FastSubmit:
         try:
             obj = json.loads(data)
             sub = SubmitBody.model_validate(obj) if isinstance(obj, dict) else None
-        except (ValueError, ValidationError):
+        except (ValueError, RecursionError, ValidationError):  # (deep nesting: RecursionError)
             sub = None
         if sub is None:
             return False
