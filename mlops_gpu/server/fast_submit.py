@@ -24,9 +24,10 @@ import logging
 from typing import Any
 
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlops_gpu.server.errors import ApiError, body
+from mlops_gpu.server.errors import _CODES, ApiError, body
 
 log = logging.getLogger("mlops_gpu.server")
 PATH = "/api/v1/runs"
@@ -43,7 +44,12 @@ class FastSubmit:
             return
         chunks: list[bytes] = []
         while True:
-            msg = await receive()
+            try:
+                msg = await receive()
+            except HTTPException as e:  # the body limit's 413, past a route's handlers here
+                await _send(send, e.status_code, body(_CODES.get(e.status_code, "error"),
+                                                      str(e.detail)))  # fmt: skip
+                return
             if msg["type"] != "http.request":  # the client went away: FastAPI sees it too
                 await self.app(scope, _replay(chunks, msg, receive), send)
                 return
