@@ -35,6 +35,8 @@ def _rt(ctx: click.Context) -> Any:
 )
 @click.option("--no-scheduler", is_flag=True,
               help="Serve the API only (another process schedules).")  # fmt: skip
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="API processes (the scheduler runs in this one).")  # fmt: skip
 @click.pass_context
 def server(
     ctx: click.Context,
@@ -43,6 +45,7 @@ def server(
     certfile: str | None,
     keyfile: str | None,
     no_scheduler: bool,
+    workers: int,
 ) -> None:
     """Serve the REST API (/api/v1) for a team, with the scheduler beside it."""
     import sys
@@ -54,7 +57,7 @@ def server(
         raise UserError("--certfile and --keyfile go together")
     rt = _rt(ctx)
     sys.exit(serve(rt, host=host, port=port, certfile=certfile, keyfile=keyfile,
-                   scheduler=not no_scheduler))  # fmt: skip
+                   scheduler=not no_scheduler, workers=workers))  # fmt: skip
 
 
 @click.group()

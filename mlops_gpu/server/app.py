@@ -14,10 +14,12 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 
 from mlops_gpu.server import errors
-from mlops_gpu.server.audit import AuditTrail
-from mlops_gpu.server.auth import identity
+from mlops_gpu.server.audit import AuditTrail, audit_writer
+from mlops_gpu.server.auth import IdentityCache, identity
+from mlops_gpu.server.fast_submit import FastSubmit
 from mlops_gpu.server.limits import BodyLimit, RateLimiter
 from mlops_gpu.server.routes import cluster, health, members, metrics, runs, sdk
+from mlops_gpu.server.submits import submit_writer
 
 API = "/api/v1"
 
@@ -48,6 +50,17 @@ def create_app(
     app.state.limiter = (
         RateLimiter(srv.rate_per_s, srv.rate_burst) if srv.rate_per_s is not None else None
     )
+    # writes of concurrent requests in one transaction each (``group_commit``), and identities
+    # read from the store at most every ``IDENTITY_TTL_S`` per token
+    app.state.submits = submit_writer(rt)
+    app.state.audit_writer = audit_writer(rt.store)
+    app.state.identities = IdentityCache()
+
+    def _close_writers() -> None:  # after uvicorn drained the requests in flight
+        app.state.submits.close()
+        app.state.audit_writer.close()
+
+    app.router.on_shutdown.append(_close_writers)
     errors.install(app)
     app.include_router(health.router)
     app.include_router(metrics.router)
@@ -63,7 +76,8 @@ def create_app(
     dashboard.install(app)  # the web dashboard at /, same identities as the API
     for extra in extras:
         extra(app)
+    app.add_middleware(FastSubmit, api=app)  # inside the body limit and the audit trail
     app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes,
                        routes={API + sdk.CALL_PATH: sdk.call_body_limit(srv)})  # fmt: skip
-    app.add_middleware(AuditTrail, store=rt.store)
+    app.add_middleware(AuditTrail, writer=app.state.audit_writer)
     return app

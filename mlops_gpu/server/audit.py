@@ -5,24 +5,30 @@ project, a user; else the path), when, the client's address, and the HTTP status
 
 Routes name their target and a short detail in ``request.state.audit_target`` and
 ``request.state.audit_detail``. A row that cannot be written is logged, and the request's own
-answer stands.
+answer stands. The row is written (``group_commit``: with the rows of concurrent requests, in
+one transaction) before the request's cycle ends, after its answer was sent.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlops_gpu.server.group_commit import GroupCommit
 
 log = logging.getLogger("mlops_gpu.server")
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class AuditTrail:
-    def __init__(self, app: ASGIApp, store: Any) -> None:
-        self.app, self.store = app, store
+    """``writer``: the app's ``GroupCommit`` of audit rows (``audit_writer``): rows of
+    concurrent requests are written in one transaction."""
+
+    def __init__(self, app: ASGIApp, writer: GroupCommit[dict[str, Any], None]) -> None:
+        self.app, self.writer = app, writer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -43,22 +49,33 @@ class AuditTrail:
         try:
             await self.app(scope, receive, seen)
         finally:
-            await anyio.to_thread.run_sync(self._write, scope, state, status["code"])
+            await self._write(scope, state, status["code"])
 
-    def _write(self, scope: Scope, state: dict[str, Any], status: int) -> None:
+    async def _write(self, scope: Scope, state: dict[str, Any], status: int) -> None:
         from mlops_gpu.state import audit
 
         who = state.get("identity")
         client = scope.get("client")
+        row = audit.entry_row(
+            user=who.name if who is not None else None,
+            action=f"{scope['method']} {scope['path']}",
+            target=state.get("audit_target"),
+            client=client[0] if client else None,
+            status=status,
+            detail=state.get("audit_detail"),
+        )
         try:
-            audit.record(
-                self.store,
-                user=who.name if who is not None else None,
-                action=f"{scope['method']} {scope['path']}",
-                target=state.get("audit_target"),
-                client=client[0] if client else None,
-                status=status,
-                detail=state.get("audit_detail"),
-            )
+            await self.writer.put(row)
         except Exception:
             log.exception("could not write the audit row of %s %s", scope["method"], scope["path"])
+
+
+def audit_writer(store: Any) -> GroupCommit[dict[str, Any], None]:
+    """The group commit of audit rows into ``store``."""
+    from mlops_gpu.state import audit
+
+    def write(rows: Sequence[dict[str, Any]]) -> list[None]:
+        audit.record_many(store, rows)
+        return [None] * len(rows)
+
+    return GroupCommit(write, name="mlops-gpu-audit")

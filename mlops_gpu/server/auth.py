@@ -13,7 +13,8 @@ Without a role in a project its runs do not exist for the identity (404, never 4
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from fastapi import Request
 from mlops_gpu.config.server import ROLE_RANK
 from mlops_gpu.model import Run
 from mlops_gpu.server.errors import ApiError
+from mlops_gpu.state import users as users_mod
 
 
 @dataclass(frozen=True)
@@ -80,16 +82,15 @@ def _members(rt: Any) -> dict[str, dict[str, str]]:
 
 
 def proxy_identity(request: Request) -> Identity | None:
-    """In ``auth.mode: proxy``, the identity the trusted proxy names; else None."""
-    from mlops_gpu.state import users
-
+    """In ``auth.mode: proxy``, the identity the trusted proxy names; else None (the web
+    dashboard's sessions; read from the store on each call, not cached)."""
     rt = request.app.state.rt
     auth = rt.cfg.server.auth
     client = request.client.host if request.client else None
     if auth.mode == "proxy" and _trusted(client, auth.trusted_proxies):
         name = request.headers.get(auth.proxy_header, "").strip()
         if name and len(name) <= 200:
-            user = users.get_user(rt.store, name)
+            user = users_mod.get_user(rt.store, name)
             stored = user.projects if user else {}
             return Identity(name, bool(user and user.admin),
                             _merged_roles(_members(rt), stored, name))  # fmt: skip
@@ -97,20 +98,61 @@ def proxy_identity(request: Request) -> Identity | None:
 
 
 def token_identity(rt: Any, token: str) -> Identity | None:
-    """The identity a bearer token belongs to (None: unknown, expired or revoked)."""
-    from mlops_gpu.state import users
-
-    user = users.authenticate(rt.store, token.strip())
+    """The identity a bearer token belongs to (None: unknown, expired or revoked), read from
+    the store (the web dashboard's sessions: a revoked token ends its session at once)."""
+    user = users_mod.authenticate(rt.store, token.strip())
     if user is None:
         return None
     return Identity(user.name, user.admin, _merged_roles(_members(rt), user.projects, user.name))
 
 
-def _resolve(request: Request) -> Identity:
-    who = proxy_identity(request)
-    if who is not None:
-        return who
-    header = request.headers.get("authorization", "")
+#: Seconds an identity read from the store serves requests of the same token (or proxied
+#: name) before it is read again: a revocation (``users revoke``), an expired user or a
+#: changed membership takes effect within this long in every server; a membership changed
+#: through this server's API at once in this server.
+IDENTITY_TTL_S = 2.0
+
+
+class IdentityCache:
+    """Identities by token hash (``t:...``) or proxied name (``p:...``), each kept at most
+    ``ttl_s`` and never past its token's expiry. Bounded: cleared when it grows past
+    ``max_size``."""
+
+    def __init__(self, ttl_s: float = IDENTITY_TTL_S, max_size: int = 10_000,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self.ttl_s, self.max_size, self.clock = ttl_s, max_size, clock
+        self._items: dict[str, tuple[float, Identity]] = {}  # key -> (valid until, identity)
+
+    def get(self, key: str) -> Identity | None:
+        hit = self._items.get(key)
+        if hit is None:
+            return None
+        if hit[0] <= self.clock():
+            self._items.pop(key, None)
+            return None
+        return hit[1]
+
+    def put(self, key: str, who: Identity, expires_at: float | None = None) -> None:
+        if len(self._items) >= self.max_size:
+            self._items.clear()
+        until = self.clock() + self.ttl_s
+        self._items[key] = (until if expires_at is None else min(until, expires_at), who)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+def key_of(auth: Any, client: Any, headers: Mapping[bytes, bytes]) -> tuple[str, str]:
+    """(cache key, token or proxied name) of a request's credentials; 401 without any.
+    ``client``: the ASGI scope's (host, port) or None; ``headers``: lower-case names to the
+    first value of each (as Starlette's ``Request.headers.get``)."""
+    host = client[0] if client else None
+    if auth.mode == "proxy" and _trusted(host, auth.trusted_proxies):
+        raw = headers.get(auth.proxy_header.lower().encode("latin-1"), b"")
+        name = raw.decode("latin-1").strip()
+        if name and len(name) <= 200:
+            return "p:" + name, name
+    header = headers.get(b"authorization", b"").decode("latin-1")
     scheme, _, token = header.partition(" ")
     if not header:
         raise ApiError(401, "unauthenticated", "no credentials: send Authorization: Bearer TOKEN",
@@ -118,16 +160,51 @@ def _resolve(request: Request) -> Identity:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthenticated", "malformed Authorization header: expected "
                        "Bearer TOKEN", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-    who = token_identity(request.app.state.rt, token)
-    if who is None:
+    token = token.strip()
+    return "t:" + users_mod.token_hash(token), token
+
+
+def first_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    """An ASGI scope's headers, the first value of each name."""
+    out: dict[bytes, bytes] = {}
+    for k, v in raw:
+        out.setdefault(k, v)
+    return out
+
+
+def _key(request: Request) -> tuple[str, str]:
+    auth = request.app.state.rt.cfg.server.auth
+    return key_of(auth, request.scope.get("client"), first_headers(request.scope["headers"]))
+
+
+def _load(request: Request, key: str, secret: str) -> Identity:
+    """The identity of ``secret`` read from the store (a thread: it blocks), then cached."""
+    rt = request.app.state.rt
+    members = {p: dict(c.members) for p, c in rt.cfg.projects.items()}
+    cache: IdentityCache = request.app.state.identities
+    if key.startswith("p:"):
+        user = users_mod.get_user(rt.store, secret)
+        stored = user.projects if user else {}
+        who = Identity(secret, bool(user and user.admin), _merged_roles(members, stored, secret))
+        cache.put(key, who)
+        return who
+    found = users_mod.token_user(rt.store, secret)
+    if found is None:  # not cached: a token that becomes valid is never one (hashes are unique)
         raise ApiError(401, "unauthenticated", "invalid, expired or revoked token",
                        headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+    user, expires_at = found
+    who = Identity(user.name, user.admin, _merged_roles(members, user.projects, user.name))
+    cache.put(key, who, expires_at)
     return who
 
 
 async def identity(request: Request) -> Identity:
-    """The request's identity (401 without one), rate-limited per identity (429)."""
-    who = await anyio.to_thread.run_sync(_resolve, request)
+    """The request's identity (401 without one), rate-limited per identity (429). A cached
+    identity (``IdentityCache``) is answered without a thread or a store read."""
+    key, secret = _key(request)
+    who = request.app.state.identities.get(key)
+    if who is None:
+        who = await anyio.to_thread.run_sync(_load, request, key, secret)
     request.state.identity = who
     limiter = request.app.state.limiter
     if limiter is not None:

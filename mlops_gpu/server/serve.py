@@ -20,9 +20,12 @@ def serve(
     scheduler: bool = True,
     log_level: str = "info",
     extras: Iterable[Callable[[Any], None]] = (),
+    workers: int = 1,
 ) -> int:
     """Serve until SIGINT/SIGTERM; the exit status. ``extras``: callables given the app before
-    it serves (``create_app``), to mount more routes (e.g. ``app.mount("/metrics", ...)``)."""
+    it serves (``create_app``), to mount more routes (e.g. ``app.mount("/metrics", ...)``;
+    one process only). ``workers`` > 1: that many API processes (``worker``) on one socket,
+    the scheduler in this one."""
     import uvicorn
 
     from mlops_gpu.controller.service import SchedulerThread
@@ -40,9 +43,7 @@ def serve(
         # the same engine (``Store.twin``: not a second open of the file in this process)
         sched.__dict__["store"] = rt.store.twin()
         thread = SchedulerThread(sched)
-    app = create_app(rt, thread, extras)
-    config = uvicorn.Config(
-        app,
+    common: dict[str, Any] = dict(
         host=host,
         port=port,
         ssl_certfile=certfile,
@@ -52,6 +53,9 @@ def serve(
         server_header=False,
         proxy_headers=False,  # the client address is the connection's (trusted proxies: auth)
     )
+    if workers > 1:
+        return _serve_workers(rt, thread, workers, common)
+    config = uvicorn.Config(create_app(rt, thread, extras), **common)
     server = uvicorn.Server(config)
     try:
         # listening first: a port in use is one line and nothing started (no scheduler ran)
@@ -68,3 +72,36 @@ def serve(
             thread.stop()
         rt.close()
     return 0 if server.started else 1
+
+
+def _serve_workers(rt: Any, thread: Any, workers: int, common: dict[str, Any]) -> int:
+    import os
+
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    from mlops_gpu.server import worker
+
+    if rt.cfg.source is None:
+        print("mlops-gpu server: --workers needs a config file (--config)", file=sys.stderr)
+        rt.close()
+        return 1
+    # the workers are spawned: they read the config file this process was given
+    os.environ[worker.ENV_CONFIG] = str(rt.cfg.source)
+    os.environ[worker.ENV_SCHEDULER] = "1" if thread is not None else "0"
+    config = uvicorn.Config("mlops_gpu.server.worker:app", factory=True, workers=workers,
+                            **common)  # fmt: skip
+    try:
+        sock = config.bind_socket()
+    except SystemExit:
+        rt.close()
+        return 1
+    if thread is not None:
+        thread.start()
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        if thread is not None:
+            thread.stop()
+        rt.close()
+    return 0

@@ -4,6 +4,7 @@ when, from where, with what result). Append-only: nothing here updates or delete
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,6 +38,28 @@ def _cut(key: str, value: str | None) -> str | None:
     return value.encode("utf-8", "replace").decode("utf-8")[: _WIDTH[key]]
 
 
+def entry_row(
+    *,
+    user: str | None,
+    action: str,
+    target: str | None,
+    client: str | None,
+    status: int,
+    detail: str | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """The ``audit`` row of one request (its texts cut to their widths)."""
+    return {
+        "time": time.time() if now is None else now,
+        "user": _cut("user", user),
+        "action": _cut("action", action),
+        "target": _cut("target", target),
+        "client": _cut("client", client),
+        "status": status,
+        "detail": _cut("detail", detail),
+    }
+
+
 def record(
     store: Store,
     *,
@@ -48,18 +71,15 @@ def record(
     detail: str | None = None,
     now: float | None = None,
 ) -> None:
-    with store._tx() as conn:
-        conn.execute(
-            audit.insert().values(
-                time=time.time() if now is None else now,
-                user=_cut("user", user),
-                action=_cut("action", action),
-                target=_cut("target", target),
-                client=_cut("client", client),
-                status=status,
-                detail=_cut("detail", detail),
-            )
-        )
+    record_many(store, [entry_row(user=user, action=action, target=target, client=client,
+                                  status=status, detail=detail, now=now)])  # fmt: skip
+
+
+def record_many(store: Store, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows of ``entry_row`` in one transaction (the server's group commit of audit rows)."""
+    if rows:
+        with store._tx() as conn:
+            conn.execute(audit.insert(), list(rows))
 
 
 def read(

@@ -153,6 +153,13 @@ def get_user(store: Store, name: str) -> User | None:
 
 def authenticate(store: Store, token: str, now: float | None = None) -> User | None:
     """The user a token belongs to, or None (unknown, malformed, revoked, expired)."""
+    found = token_user(store, token, now)
+    return None if found is None else found[0]
+
+
+def token_user(store: Store, token: str, now: float | None = None) -> tuple[User, float] | None:
+    """(the user a token belongs to, when the token expires), or None (unknown, malformed,
+    revoked, expired, or its user gone). One read transaction."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
     now = time.time() if now is None else now
@@ -162,6 +169,13 @@ def authenticate(store: Store, token: str, now: float | None = None) -> User | N
                 tokens.c.hash == token_hash(token)
             )
         ).first()
-    if t is None or t.revoked_at is not None or t.expires_at <= now:
-        return None
-    return get_user(store, t.user)
+        if t is None or t.revoked_at is not None or t.expires_at <= now:
+            return None
+        row = conn.execute(select(users).where(users.c.name == t.user)).first()
+        if row is None:
+            return None
+        roles = {
+            m.project: m.role
+            for m in conn.execute(select(memberships).where(memberships.c.user == t.user))
+        }
+    return User(row.name, bool(row.admin), float(row.created_at), roles), float(t.expires_at)

@@ -12,13 +12,13 @@ from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest, Run
 from mlops_gpu.model.public import event_to_public, run_to_public
 from mlops_gpu.server.auth import Identity, identity
-from mlops_gpu.server.errors import ApiError
+from mlops_gpu.server.errors import ApiError, json_response
 from mlops_gpu.server.schemas import RUN_ID, BatchBody, SubmitBody, UpdateBody
 
 router = APIRouter(tags=["runs"])
@@ -85,12 +85,18 @@ def _submit(rt: Any, specs: list[Any]) -> list[Run]:
 
 
 @router.post("/runs", status_code=201, summary="Submit one run")
-def submit(body: SubmitBody, request: Request, who: Who) -> dict[str, Any]:
+async def submit(body: SubmitBody, request: Request, who: Who) -> Response:
+    from mlops_gpu.controller import SubmitError
+
     rt = request.app.state.rt
-    run = _submit(rt, [_spec(rt, body, who, "")])[0]
+    spec = _spec(rt, body, who, "")
+    try:  # stored with the runs of concurrent requests, answered once committed
+        run = await request.app.state.submits.put(spec)
+    except SubmitError as e:
+        raise ApiError(422, "rejected", str(e)) from None
     request.state.audit_target = run.id
     request.state.audit_detail = f"project {run.project}"
-    return run_to_public(run)
+    return json_response(run_to_public(run), 201)
 
 
 @router.post("/runs/batch", status_code=201, summary="Submit runs in one transaction (all or none)")
@@ -120,7 +126,7 @@ def list_runs(
     since: datetime | None = None,
     cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> dict[str, Any]:
+) -> Response:
     from mlops_gpu.state.pages import page_runs
 
     visible = who.visible_projects()
@@ -138,8 +144,10 @@ def list_runs(
         before_seq=int(cursor) if cursor is not None else None,
         limit=limit,
     )
-    return {"runs": [run_to_public(r) for r in runs],
-            "next_cursor": str(nxt) if nxt is not None else None}  # fmt: skip
+    # the page's dicts hold only JSON types: written as they are (FastAPI's encoder would walk
+    # every value of every run again)
+    return json_response({"runs": [run_to_public(r) for r in runs],
+                          "next_cursor": str(nxt) if nxt is not None else None})  # fmt: skip
 
 
 @router.get("/runs/{run_id}", summary="One run (with its events if asked)")
