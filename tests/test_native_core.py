@@ -34,6 +34,17 @@ from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 
 TYPES = ["a100-80gb", "h100-80gb"]
 PRIOS = ["low", "normal", "high"]
+#: A project's budget: none, or 1 GPU-hour per hour whose end makes its runs wait, lowers
+#: them to ``low`` or to a class the cluster lacks (which changes nothing).
+BUDGETS = [
+    None,
+    None,
+    Budget(3600.0, gpu_hours=1.0),
+    Budget(3600.0, gpu_hours=1.0, action="lower", lower_to="low"),
+    Budget(3600.0, usd=5.0, action="lower", lower_to="nonesuch"),
+]
+#: What a cycle is told the budgeted projects spent (None: the template's, nothing).
+SPENT = [None, None, {"p0": (2.0, 0.0)}, {"p1": (0.5, 9.0), "p2": (1.0, 0.0)}]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +77,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 for t in TYPES
             },
             weight=draw(st.sampled_from([1.0, 1.0, 2.0, 0.5])),
+            budget=draw(st.sampled_from(BUDGETS)),
         )
         for i in range(draw(st.integers(1, 4)))
     ]
@@ -118,7 +130,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             events.append(("checkpoint", draw(st.integers(0, 50))))
         else:
             history = draw(st.sampled_from([None, None, {("p0", TYPES[0]): 7200.0}]))
-            events.append(("cycle", history))
+            events.append(("cycle", history, draw(st.sampled_from(SPENT))))
     events.append(("cycle", None))
     return template, events
 
@@ -161,10 +173,15 @@ def replay(
             ref.checkpoint(rid, now)
             nat.checkpoint(rid, now)
         elif ev[0] == "cycle":
+            spent = ev[2] if len(ev) > 2 else None
             snap = ref.snapshot(now)
-            scratch = decide(snap if ev[1] is None else replace(snap, usage_history=ev[1]))
-            want = ref.cycle(now, ev[1])
-            got = nat.cycle(now, ev[1])
+            if ev[1] is not None:
+                snap = replace(snap, usage_history=ev[1])
+            if spent is not None:
+                snap = replace(snap, spent=spent)
+            scratch = decide(snap)
+            want = ref.cycle(now, ev[1], spent)
+            got = nat.cycle(now, ev[1], spent)
             assert got.admissions == want.admissions == scratch.admissions, now
             assert got.preemptions == want.preemptions == scratch.preemptions, now
             assert {p.for_run for p in got.preemptions} <= {a.run_id for a in got.admissions}
@@ -365,8 +382,6 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     bogus = replace(template, policy=replace(template.policy, order="random"))
     with pytest.raises(NotSupported, match="order 'random'"):
         NativeEngine(bogus, native)
-    budget = make_project("p0", budget=Budget(3600.0, gpu_hours=1.0))
-    assert "budget" in str(unsupported(make_snapshot(nodes, [budget])))
     shared = make_snapshot([make_node("n0", 4, TYPES[0], shared=True)], [make_project("p0")])
     assert "node n0" in str(unsupported(shared))
     eng = NativeEngine(template, native)

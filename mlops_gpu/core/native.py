@@ -10,7 +10,10 @@ It serves what the extension implements, and says what it does not (``unsupporte
 ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
 - whole GPUs, without topology or host CPU and memory, on nodes without MIG slices, shared
   devices or tracked host resources;
-- no project budgets (every ``order``: ``shortest``, ``submit``, ``las``).
+- every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
+  projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
+  cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
+  ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
 Runs with an unknown project or class wait (as ``invalid``) and runs in backoff wait here until
 their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: a cycle
 of the Python core explains the same state on demand (``explain_all``).
@@ -36,6 +39,7 @@ from dataclasses import replace
 from types import ModuleType
 
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
+from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.policy import Cycle
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.snapshot import Snapshot
@@ -76,9 +80,6 @@ def unsupported(template: Snapshot) -> str | None:
     p = template.policy
     if p.order not in ("shortest", "submit", "las"):
         return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
-    for name, proj in template.projects.items():
-        if proj.budget is not None:
-            return f"project {name} has a budget (the native engine has no budgets)"
     for n in template.nodes:
         if n.mig or n.shared or n.cpu_milli is not None or n.host_memory_mb is not None:
             return (
@@ -126,6 +127,7 @@ class NativeEngine:
         self._node_ix = {n.name: i for i, n in enumerate(nodes)}
         self._nodes = nodes
         self.projects = sorted(template.projects)
+        self._budgeted = [p for p in self.projects if template.projects[p].budget is not None]
         self._project_ix = {p: i for i, p in enumerate(self.projects)}
         roots = cohort_roots(template)
         root_names = sorted({r for r in roots.values() if r is not None})
@@ -341,6 +343,31 @@ class NativeEngine:
                 out[p * len(self.types) + ti] += gpu_s
         return out
 
+    def _spent(
+        self, spent: Mapping[str, tuple[float, float]] | None
+    ) -> list[_engine.BudgetSpent] | None:
+        """The projects whose budget is spent, and what that does (``Cycle._level_of``): their
+        runs wait, or are served at the ``lower_to`` class (one the cluster does not define
+        changes nothing, as in ``Cycle``)."""
+        t = self.template
+        if not self._budgeted:
+            return None
+        snap = replace(t, spent=t.spent if spent is None else spent)
+        out = []
+        for name in self._budgeted:
+            budget = t.projects[name].budget
+            assert budget is not None
+            if budget_exceeded(snap, name) is None:
+                continue
+            if budget.action == "wait":
+                lower_to = None
+            else:
+                lower_to = t.priority_classes.get(budget.lower_to or "")
+                if lower_to is None:
+                    continue
+            out.append(_engine.BudgetSpent(project=self._project_ix[name], lower_to=lower_to))
+        return out
+
     def cycle(
         self,
         now: float,
@@ -349,15 +376,17 @@ class NativeEngine:
     ) -> Decision:
         """One cycle; its decision is applied (admitted runs become active, victims are
         flagged and hold nothing from then on; each victim's preemptor is among the
-        admissions). ``spent`` is accepted for ``Incremental``'s signature: without budgets
-        (``unsupported``) nothing reads it."""
+        admissions). ``spent``: GPU-hours and USD spent per budgeted project in its current
+        window (default: the template's), as ``Incremental.cycle`` takes it."""
         self._now = now
         while self._backoff and self._backoff[0][0] <= now:
             _, _, rid = heapq.heappop(self._backoff)
             run = self.pending.get(rid)
             if run is not None and rid not in self._queued:
                 self._enqueue(run)
-        admitted, preempted = self._engine.cycle(now, self._history(usage_history))
+        admitted, preempted = self._engine.cycle(
+            now, self._history(usage_history), self._spent(spent)
+        )
         admissions = []
         for a in admitted:
             rid, slots = a.run_id, a.slots

@@ -9,6 +9,7 @@
 //! before then, or if what the anchor needs is still there then (known ends only). A cycle
 //! with no anchor, or that admitted it, keeps the oldest run it overtook (`overtaken`).
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
 
 use crate::cycle::Cycle;
@@ -133,16 +134,21 @@ fn types_of(m: &Model, r: &Run) -> Vec<usize> {
 /// The run the reservation is for, with its types (`parking.anchor`).
 pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
     let (m, st) = (c.m, &*c.st);
+    // (the level a spent budget serves a run at, not its class; None: it waits)
+    let level = |i: usize| c.level(st.runs[i].project, st.runs[i].class);
     let better = |i: usize, b: &Option<(usize, Vec<usize>)>| match b {
         None => true,
         Some((j, _)) => {
             let (r, o) = (&st.runs[i], &st.runs[*j]);
-            (-r.class).cmp(&-o.class).then(age_cmp(r, o)).is_lt()
+            Reverse(level(i))
+                .cmp(&Reverse(level(*j)))
+                .then(age_cmp(r, o))
+                .is_lt()
         }
     };
     let mut best: Option<(usize, Vec<usize>)> = None;
     if let Some(k) = st.anchor {
-        if st.runs[k].queued {
+        if st.runs[k].queued && level(k).is_some() {
             let types = types_of(m, &st.runs[k]);
             if !types.is_empty() {
                 best = Some((k, types));
@@ -152,7 +158,7 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
     for qs in &st.queues {
         for q in qs {
             let i = q.oldest;
-            if !better(i, &best) {
+            if level(i).is_none() || !better(i, &best) {
                 continue;
             }
             // (a type that a node set takes now fits an empty cluster: `types_of` only when
@@ -181,9 +187,14 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
 pub fn overtaken(c: &Cycle) -> Option<usize> {
     let (m, st) = (c.m, &*c.st);
     let admitted = |i: usize| c.admissions.iter().any(|(a, _)| *a == i);
-    let mut youngest: HashMap<i64, usize> = HashMap::new(); // class -> its latest admitted run
+    let level = |i: usize| c.level(st.runs[i].project, st.runs[i].class);
+    // level (a spent budget's, else the class) -> its latest admitted run
+    let mut youngest: HashMap<i64, usize> = HashMap::new();
     for &(i, _) in &c.admissions {
-        let y = youngest.entry(st.runs[i].class).or_insert(i);
+        let Some(at) = level(i) else {
+            continue; // (never: a run whose budget makes it wait is not served)
+        };
+        let y = youngest.entry(at).or_insert(i);
         if age_cmp(&st.runs[i], &st.runs[*y]).is_gt() {
             *y = i;
         }
@@ -192,13 +203,16 @@ pub fn overtaken(c: &Cycle) -> Option<usize> {
         None => true,
         Some(j) => {
             let (r, o) = (&st.runs[i], &st.runs[j]);
-            (-r.class).cmp(&-o.class).then(age_cmp(r, o)).is_lt()
+            Reverse(level(i))
+                .cmp(&Reverse(level(j)))
+                .then(age_cmp(r, o))
+                .is_lt()
         }
     };
     let mut best: Option<usize> = None;
-    for qs in &st.queues {
+    for (p, qs) in st.queues.iter().enumerate() {
         for q in qs {
-            let Some(&y) = youngest.get(&q.key.class) else {
+            let Some(&y) = c.level(p, q.key.class).and_then(|at| youngest.get(&at)) else {
                 continue;
             };
             let before = |i: usize| age_cmp(&st.runs[i], &st.runs[y]).is_lt();

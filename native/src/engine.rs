@@ -5,6 +5,7 @@
 //! (an unknown type, backend, node, device or project is an error, never a panic later);
 //! times are checked not NaN; an `Engine` owns its state and is changed only by its methods.
 
+use crate::budget::{self, BudgetSpent};
 use crate::capacity;
 use crate::cycle;
 use crate::model::{Model, Node, Order, Policy, Project, Term};
@@ -294,16 +295,24 @@ impl Engine {
 
     /// One cycle at `now`, applied to the state; `history`: decayed GPU-seconds per
     /// (project, type), project-major. Each preemption's `for_run_id` is among the admissions.
+    /// `spent`: the projects whose budget for the current window is spent, and what that does
+    /// (`budget`).
     pub fn cycle(
         &mut self,
         now: f64,
         history: Option<&[f64]>,
+        spent: &[BudgetSpent],
     ) -> Result<(Vec<Admitted>, Vec<Preempted>), String> {
         if history.is_some_and(|h| h.len() != self.st.cap.used.len()) {
             return Err("history: one value per (project, GPU type)".into());
         }
+        let n = self.m.projects.len();
+        if let Some(b) = spent.iter().find(|b| b.project >= n) {
+            return Err(format!("spent: unknown project {}", b.project));
+        }
         let m = &self.m;
-        let mut c = cycle::Cycle::new(m, &mut self.st, now, history);
+        let limits = budget::limits(n, spent);
+        let mut c = cycle::Cycle::new(m, &mut self.st, now, history, limits);
         c.run();
         let (admissions, preemptions) = (
             std::mem::take(&mut c.admissions),

@@ -4,6 +4,7 @@
 //! guaranteed minimum and (under `shortest`) have a known end far enough away. The Python
 //! core is the specification; `tests/test_native_core.py` compares the two engines at large.
 
+mod budget;
 mod reclaim;
 
 use crate::capacity::Placement;
@@ -105,7 +106,17 @@ fn busy(
 
 /// One cycle at `now`, applied: (admitted run ids, (victim, preemptor, lost GPU-s)).
 fn cycle(m: &Model, st: &mut State, now: f64) -> (Vec<String>, Vec<(String, String, f64)>) {
-    let mut c = Cycle::new(m, st, now, None);
+    cycle_with(m, st, now, Vec::new())
+}
+
+/// `cycle`, with per-project budget limits.
+fn cycle_with(
+    m: &Model,
+    st: &mut State,
+    now: f64,
+    limits: Vec<crate::budget::Limit>,
+) -> (Vec<String>, Vec<(String, String, f64)>) {
+    let mut c = Cycle::new(m, st, now, None, limits);
     c.run();
     let admissions = std::mem::take(&mut c.admissions);
     let preemptions = std::mem::take(&mut c.preemptions);
@@ -268,7 +279,7 @@ fn runs_without_max_runtime_make_a_reservation_of_unknown_time_that_nothing_take
     queued(&mut st, "big", 10, 8, None, 0.0);
     queued(&mut st, "open", 11, 1, None, 1.0);
     queued(&mut st, "short", 12, 1, Some(5.0), 2.0);
-    let mut c = Cycle::new(&m, &mut st, 10.0, None);
+    let mut c = Cycle::new(&m, &mut st, 10.0, None, Vec::new());
     assert!(c.reservation.as_ref().is_some_and(|r| r.at.is_infinite()));
     c.run();
     assert!(c.admissions.is_empty());

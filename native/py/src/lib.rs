@@ -271,6 +271,25 @@ struct Preempted {
     lost_gpu_s: f64,
 }
 
+/// A project whose budget for the current window is spent: its runs are served at class
+/// value `lower_to`, or wait (None).
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct BudgetSpent(lib::BudgetSpent);
+
+#[pymethods]
+impl BudgetSpent {
+    #[new]
+    #[pyo3(signature = (*, project, lower_to))]
+    fn new(project: usize, lower_to: Option<i64>) -> Self {
+        BudgetSpent(lib::BudgetSpent { project, lower_to })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
 /// The incremental engine (`lib::Engine`).
 #[pyclass(module = "mlops_gpu._engine")]
 struct Engine(lib::Engine);
@@ -315,13 +334,16 @@ impl Engine {
         self.0.anchor()
     }
 
-    #[pyo3(signature = (now, history=None))]
+    #[pyo3(signature = (now, history=None, spent=None))]
     fn cycle(
         &mut self,
         now: f64,
         history: Option<Vec<f64>>,
+        spent: Option<Vec<BudgetSpent>>,
     ) -> PyResult<(Vec<Admitted>, Vec<Preempted>)> {
-        let (admitted, preempted) = self.0.cycle(now, history.as_deref()).map_err(err)?;
+        let spent: Vec<lib::BudgetSpent> =
+            spent.unwrap_or_default().into_iter().map(|b| b.0).collect();
+        let (admitted, preempted) = self.0.cycle(now, history.as_deref(), &spent).map_err(err)?;
         let admitted = admitted
             .into_iter()
             .map(|a| Admitted {
@@ -354,6 +376,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Held>()?;
     m.add_class::<Admitted>()?;
     m.add_class::<Preempted>()?;
+    m.add_class::<BudgetSpent>()?;
     m.add_class::<Engine>()?;
     Ok(())
 }
