@@ -13,7 +13,15 @@ Slot = tuple[int, list[int]]
 
 @final
 class NodeSpec:
-    def __init__(self, *, gpu_type: int, backend: int, devices: int, schedulable: bool) -> None: ...
+    def __init__(
+        self,
+        *,
+        gpu_type: int,
+        backend: int,
+        devices: int,
+        schedulable: bool,
+        labels: list[int | None],
+    ) -> None: ...
 
 @final
 class QuotaSpec:
@@ -70,6 +78,8 @@ class RunSpec:
         nodes: int,
         gpu_types: list[int],
         backend: int | None,
+        topology_key: int | None,
+        topology_required: bool,
         max_runtime_s: float | None,
         preemptible: bool,
         grace_s: float,

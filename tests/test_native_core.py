@@ -43,6 +43,24 @@ BUDGETS = [
     Budget(3600.0, gpu_hours=1.0, action="lower", lower_to="low"),
     Budget(3600.0, usd=5.0, action="lower", lower_to="nonesuch"),
 ]
+#: A node's labels: a rack (two of them), a zone as well, or none.
+LABELS = [
+    {},
+    {"rack": "r0"},
+    {"rack": "r1"},
+    {"rack": "r1", "zone": "z0"},
+    {"rack": "r0", "zone": "z1"},
+]
+#: A run's topology: none, or a rack or zone (or a key no node has), required or preferred.
+TOPOLOGY: list[dict[str, Any]] = [
+    {},
+    {},
+    {"topology_key": "rack"},
+    {"topology_key": "rack", "topology_required": True},
+    {"topology_key": "zone", "topology_required": True},
+    {"topology_key": "zone"},
+    {"topology_key": "row", "topology_required": True},
+]
 #: What a cycle is told the budgeted projects spent (None: the template's, nothing).
 SPENT = [None, None, {"p0": (2.0, 0.0)}, {"p1": (0.5, 9.0), "p2": (1.0, 0.0)}]
 
@@ -61,6 +79,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             draw(st.sampled_from(TYPES)),
             backend=draw(st.sampled_from(["b1", "b2"])),
             schedulable=draw(st.sampled_from([True, True, True, False])),
+            labels=draw(st.sampled_from(LABELS)),
         )
         for i in range(draw(st.integers(2, 6)))
     ]
@@ -122,6 +141,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 backend=draw(st.sampled_from([None, None, "b1", "b2", "gone"])),
                 grace_s=draw(st.sampled_from([0.0, 1.5, 30.0])),
                 attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 5000.0, 50000.0])),
+                **draw(st.sampled_from(TOPOLOGY)),
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -205,7 +225,8 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     """A full cluster under ``order: shortest`` (or ``las``) with preemption and backfill: the
     cascades of victims, reservations and borrowing the throughput benchmark is made of."""
     nodes = [
-        make_node(f"n{i}", 8, TYPES[i % 2], backend="b1") for i in range(draw(st.integers(2, 6)))
+        make_node(f"n{i}", 8, TYPES[i % 2], backend="b1", labels=draw(st.sampled_from(LABELS)))
+        for i in range(draw(st.integers(2, 6)))
     ]
     projects = [
         make_project(
@@ -238,6 +259,7 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 gpu_types=[draw(st.sampled_from(TYPES))],
                 max_runtime_s=draw(st.sampled_from([2.0, 5.0, 50.0, 400.0, None])),
                 attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 4000.0, 40000.0])),
+                **draw(st.sampled_from(TOPOLOGY)),
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -388,7 +410,6 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     for run, what in (
         (make_run("f", "p0", gpu_fraction=0.5), "shared"),
         (make_run("m", "p0", mig="1g.10gb"), "mig"),
-        (make_run("t", "p0", nodes=2, topology_key="rack"), "topology"),
         (make_run("c", "p0", cpu_milli=1000), "host CPU"),
     ):
         assert run_unsupported(run) is not None

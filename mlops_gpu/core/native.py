@@ -8,8 +8,9 @@ random workloads, and ``benchmarks/core_throughput.py --core native`` on the ful
 
 It serves what the extension implements, and says what it does not (``unsupported``,
 ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
-- whole GPUs, without topology or host CPU and memory, on nodes without MIG slices, shared
-  devices or tracked host resources;
+- whole GPUs, without host CPU and memory, on nodes without MIG slices, shared devices or
+  tracked host resources; with a topology (``topology_key``, required or preferred: nodes'
+  labels cross as numbers, each key's values in name order);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
   projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
@@ -94,8 +95,6 @@ def run_unsupported(run: Run) -> str | None:
     r = run.request
     if r.shape != "whole":
         return f"run {run.id} asks for a {r.shape} GPU share (the native engine: whole GPUs)"
-    if r.topology_key is not None:
-        return f"run {run.id} asks for topology {r.topology_key!r}"
     if r.cpu_milli or r.host_memory_mb:
         return f"run {run.id} asks for host CPU or memory"
     return None
@@ -126,6 +125,11 @@ class NativeEngine:
         nodes = sorted(template.nodes, key=lambda n: n.name)
         self._node_ix = {n.name: i for i, n in enumerate(nodes)}
         self._nodes = nodes
+        # topology keys, and each key's values, numbered in name order
+        self._keys = sorted({k for n in nodes for k in n.labels})
+        self._key_ix = {k: i for i, k in enumerate(self._keys)}
+        values = [sorted({n.labels[k] for n in nodes if k in n.labels}) for k in self._keys]
+        value_ix = [{v: i for i, v in enumerate(vs)} for vs in values]
         self.projects = sorted(template.projects)
         self._budgeted = [p for p in self.projects if template.projects[p].budget is not None]
         self._project_ix = {p: i for i, p in enumerate(self.projects)}
@@ -176,6 +180,10 @@ class NativeEngine:
                         backend=backend_ix[n.backend],
                         devices=n.capacity,
                         schedulable=n.schedulable,
+                        labels=[
+                            value_ix[i].get(n.labels[k]) if k in n.labels else None
+                            for i, k in enumerate(self._keys)
+                        ],
                     )
                     for n in nodes
                 ],
@@ -233,6 +241,11 @@ class NativeEngine:
             nodes=req.nodes,
             gpu_types=[i for i, t in enumerate(self.types) if req.accepts(t)],
             backend=pinned,
+            # a key no node has gets a number no node's labels reach
+            topology_key=None
+            if req.topology_key is None
+            else self._key_ix.get(req.topology_key, len(self._keys)),
+            topology_required=req.topology_required,
             max_runtime_s=spec.max_runtime_s,
             preemptible=spec.preemptible,
             grace_s=float(spec.checkpoint.grace_s),

@@ -14,9 +14,10 @@ use std::collections::HashMap;
 
 use crate::cycle::Cycle;
 use crate::model::Model;
-use crate::placement::{eligible, node_sets};
+use crate::placement::{eligible, node_sets, place};
 use crate::quota::{admits, within_nominal};
 use crate::state::{age_cmp, Run, State};
+use crate::topology::ever_fits_required;
 
 const EPS: f64 = 1e-9;
 
@@ -103,7 +104,10 @@ fn quota_terms(m: &Model, r: &Run, t: usize) -> (bool, Option<f64>) {
 
 /// Whether an empty cluster could host the run on `t` (`State.ever_fits`): `nodes` nodes of
 /// one backend serving it, with enough devices, schedulable now or not.
-fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
+pub(crate) fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
+    if let (Some(key), true) = (r.topology, r.topology_required) {
+        return ever_fits_required(m, r, t, key);
+    }
     let mut count: HashMap<usize, usize> = HashMap::new();
     for &n in &m.of_type[t] {
         let node = &m.nodes[n];
@@ -167,7 +171,11 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
             let open = r.types.iter().any(|&t| {
                 quota_terms(m, r, t).0
                     && admits(m, &st.cap.used, r.project, t, r.amount(), r.preemptible)
-                    && node_sets(m, &st.cap, r, t)
+                    && if r.topology.is_some() {
+                        place(m, &st.cap, r, t, None).is_some()
+                    } else {
+                        node_sets(m, &st.cap, r, t)
+                    }
             });
             if open {
                 continue;

@@ -369,7 +369,8 @@ impl<'a> Cycle<'a> {
         let r = &self.st.runs[i];
         for &t in &r.types {
             let open = r.amount() <= self.room(r.project, t) + EPS;
-            if open && node_sets(m, &self.st.cap, r, t) {
+            // (a topology run: the free-count index cannot tell, it might fit)
+            if open && (r.topology.is_some() || node_sets(m, &self.st.cap, r, t)) {
                 return false;
             }
         }

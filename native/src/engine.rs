@@ -19,6 +19,9 @@ pub struct NodeSpec {
     /// Whole devices, numbered in the node's own device order.
     pub devices: usize,
     pub schedulable: bool,
+    /// Per topology key: the number of the node's value (values numbered in name order per
+    /// key), None where it lacks the key.
+    pub labels: Vec<Option<u32>>,
 }
 
 /// A project's quota on one GPU type (`mlops_gpu.model.Quota`).
@@ -86,6 +89,10 @@ pub struct RunSpec {
     pub gpu_types: Vec<usize>,
     /// The backend it is pinned to (a number no node has: nothing can host it).
     pub backend: Option<usize>,
+    /// The topology key (a number no node's labels reach: no node has it), and whether it is
+    /// required (else preferred).
+    pub topology_key: Option<usize>,
+    pub topology_required: bool,
     pub max_runtime_s: Option<f64>,
     pub preemptible: bool,
     pub grace_s: f64,
@@ -147,6 +154,7 @@ impl Engine {
                 backend: n.backend,
                 ndev: n.devices,
                 schedulable: n.schedulable,
+                labels: n.labels,
             })
             .collect();
         if nodes
@@ -380,6 +388,8 @@ impl Engine {
             nodes: r.nodes,
             types: r.gpu_types,
             pinned: r.backend,
+            topology: r.topology_key,
+            topology_required: r.topology_required,
             max_runtime: r.max_runtime_s,
             preemptible: r.preemptible,
             last_checkpoint_at: r.last_checkpoint_at,

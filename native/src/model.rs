@@ -14,6 +14,9 @@ pub struct Node {
     pub backend: usize,
     pub ndev: usize,
     pub schedulable: bool,
+    /// Per topology key: the number of the node's value for it (values numbered in name
+    /// order per key), None where the node lacks the key.
+    pub labels: Vec<Option<u32>>,
 }
 
 /// A project's quota on one GPU type (`mlops_gpu.model.Quota`).

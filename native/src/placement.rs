@@ -1,12 +1,14 @@
 //! Best-fit placement of whole-GPU runs over the free-count buckets
 //! (`mlops_gpu.core.placement._place_whole_indexed`): per backend, the first `nodes` nodes
 //! that fit, fewest free devices first, then by name; the backend whose choice leaves the
-//! fewest free devices (then the names) wins; each node gives its first free devices.
+//! fewest free devices (then the names) wins; each node gives its first free devices. A run
+//! with a topology key is placed by `topology`.
 
 use crate::backfill::Reservation;
 use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
 use crate::state::Run;
+use crate::topology::place_topology;
 
 /// A reservation a placement must respect, with the run's expected end (None: unknown).
 pub type Filter<'a> = Option<(&'a Reservation, Option<f64>)>;
@@ -18,6 +20,9 @@ pub fn group_serves(m: &Model, g: usize, t: usize, r: &Run) -> bool {
 }
 
 pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> Option<Placement> {
+    if r.topology.is_some() {
+        return place_topology(m, cap, r, t, flt);
+    }
     let mut best: Option<(usize, Vec<usize>, usize)> = None;
     for g in 0..m.groups.len() {
         if !group_serves(m, g, t, r) {

@@ -29,6 +29,10 @@ pub struct Run {
     /// The cluster's types the run accepts, ascending (`State.types_of`).
     pub types: Vec<usize>,
     pub pinned: Option<usize>,
+    /// The topology key its nodes must share a value of (`topology_key`), and whether they
+    /// must (else it is preferred).
+    pub topology: Option<usize>,
+    pub topology_required: bool,
     pub max_runtime: Option<f64>,
     pub preemptible: bool,
     pub last_checkpoint_at: Option<f64>,
@@ -63,6 +67,8 @@ pub struct QueueKey {
     pub nodes: usize,
     pub types: Vec<usize>,
     pub pinned: Option<usize>,
+    pub topology: Option<usize>,
+    pub topology_required: bool,
     pub preemptible: bool,
 }
 
@@ -452,6 +458,8 @@ fn queue_key(r: &Run) -> QueueKey {
         nodes: r.nodes,
         types: r.types.clone(),
         pinned: r.pinned,
+        topology: r.topology,
+        topology_required: r.topology_required,
         preemptible: r.preemptible,
     }
 }

@@ -6,6 +6,7 @@
 
 mod budget;
 mod reclaim;
+mod topology;
 
 use crate::capacity::Placement;
 use crate::cycle::Cycle;
@@ -28,6 +29,7 @@ fn model(min_runtime_s: f64, preempt_uncheckpointed: bool) -> Model {
             backend: 0,
             ndev: 8,
             schedulable: true,
+            labels: Vec::new(),
         }],
         multi_node: vec![true],
         projects: vec![Project {
@@ -63,6 +65,8 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         nodes: 1,
         types: vec![0],
         pinned: None,
+        topology: None,
+        topology_required: false,
         max_runtime,
         preemptible: true,
         last_checkpoint_at: None,

@@ -19,13 +19,20 @@ struct NodeSpec(lib::NodeSpec);
 #[pymethods]
 impl NodeSpec {
     #[new]
-    #[pyo3(signature = (*, gpu_type, backend, devices, schedulable))]
-    fn new(gpu_type: usize, backend: usize, devices: usize, schedulable: bool) -> Self {
+    #[pyo3(signature = (*, gpu_type, backend, devices, schedulable, labels))]
+    fn new(
+        gpu_type: usize,
+        backend: usize,
+        devices: usize,
+        schedulable: bool,
+        labels: Vec<Option<u32>>,
+    ) -> Self {
         NodeSpec(lib::NodeSpec {
             gpu_type,
             backend,
             devices,
             schedulable,
+            labels,
         })
     }
 
@@ -171,8 +178,9 @@ struct RunSpec(lib::RunSpec);
 impl RunSpec {
     #[new]
     #[pyo3(signature = (
-        *, id, seq, project, priority, gpus, nodes, gpu_types, backend, max_runtime_s,
-        preemptible, grace_s, submitted_at, last_checkpoint_at, attained_gpu_s
+        *, id, seq, project, priority, gpus, nodes, gpu_types, backend, topology_key,
+        topology_required, max_runtime_s, preemptible, grace_s, submitted_at,
+        last_checkpoint_at, attained_gpu_s
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -184,6 +192,8 @@ impl RunSpec {
         nodes: usize,
         gpu_types: Vec<usize>,
         backend: Option<usize>,
+        topology_key: Option<usize>,
+        topology_required: bool,
         max_runtime_s: Option<f64>,
         preemptible: bool,
         grace_s: f64,
@@ -200,6 +210,8 @@ impl RunSpec {
             nodes,
             gpu_types,
             backend,
+            topology_key,
+            topology_required,
             max_runtime_s,
             preemptible,
             grace_s,

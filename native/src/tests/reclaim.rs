@@ -32,6 +32,7 @@ fn cohort() -> Model {
         backend: 0,
         ndev: 4,
         schedulable: true,
+        labels: Vec::new(),
     }];
     m.capacity_by_type = vec![4.0];
     m
