@@ -21,6 +21,8 @@ class NodeSpec:
         devices: int,
         schedulable: bool,
         labels: list[int | None],
+        cpu_milli: int | None,
+        host_memory_mb: int | None,
     ) -> None: ...
 
 @final
@@ -80,6 +82,8 @@ class RunSpec:
         backend: int | None,
         topology_key: int | None,
         topology_required: bool,
+        cpu_milli: int,
+        host_memory_mb: int,
         max_runtime_s: float | None,
         preemptible: bool,
         grace_s: float,

@@ -72,6 +72,9 @@ def native(native_module: Any) -> Any:
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
+    # nodes tracking host CPU and memory: under best-fit placement (the native engine has no
+    # fragmentation-aware placement)
+    host = draw(st.booleans())
     nodes = [
         make_node(
             f"n{i}",
@@ -80,6 +83,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             backend=draw(st.sampled_from(["b1", "b2"])),
             schedulable=draw(st.sampled_from([True, True, True, False])),
             labels=draw(st.sampled_from(LABELS)),
+            cpu_milli=draw(st.sampled_from([None, 8000, 16000])) if host else None,
+            host_memory_mb=draw(st.sampled_from([None, 64000])) if host else None,
         )
         for i in range(draw(st.integers(2, 6)))
     ]
@@ -118,6 +123,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         half_life_s=draw(st.sampled_from([60.0, 3600.0])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
+        placement="best-fit" if host else draw(st.sampled_from(["fragmentation", "best-fit"])),
     )
     # a cohort tree: team lends and borrows within org
     template = replace(template, cohorts={"org": Cohort("org"), "team": Cohort("team", "org")})
@@ -142,6 +148,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 grace_s=draw(st.sampled_from([0.0, 1.5, 30.0])),
                 attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 5000.0, 50000.0])),
                 **draw(st.sampled_from(TOPOLOGY)),
+                cpu_milli=draw(st.sampled_from([0, 0, 1000, 4000, 8000])),
+                host_memory_mb=draw(st.sampled_from([0, 0, 16000, 48000])),
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -406,11 +414,14 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
         NativeEngine(bogus, native)
     shared = make_snapshot([make_node("n0", 4, TYPES[0], shared=True)], [make_project("p0")])
     assert "node n0" in str(unsupported(shared))
+    # host CPU tracked: best-fit placement only (no fragmentation-aware placement here)
+    host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
+    assert "tracks host CPU" in str(unsupported(host))
+    assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
     eng = NativeEngine(template, native)
     for run, what in (
         (make_run("f", "p0", gpu_fraction=0.5), "shared"),
         (make_run("m", "p0", mig="1g.10gb"), "mig"),
-        (make_run("c", "p0", cpu_milli=1000), "host CPU"),
     ):
         assert run_unsupported(run) is not None
         with pytest.raises(NotSupported, match=what):
@@ -453,11 +464,11 @@ def test_the_simulator_falls_back_to_python_where_native_cannot(
 ) -> None:
     trace = synthetic(seed=3, jobs=50, days=0.1)
     cluster = Cluster(2, 8)
-    # a job asking for host CPU: the native engine does not implement host resources
-    cpu = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], cpu_milli=500)))
-    assert simulate(cpu, cluster, "default").engine == "python"
-    with pytest.raises(NotSupported, match=r"policy default: run \S+ asks for host CPU"):
-        simulate(cpu, cluster, "default", engine="native")
+    # a job asking for half a GPU: the native engine does not implement shared GPUs
+    half = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], gpu_fraction=0.5)))
+    assert simulate(half, cluster, "default").engine == "python"
+    with pytest.raises(NotSupported, match=r"policy default: run \S+ asks for a shared GPU"):
+        simulate(half, cluster, "default", engine="native")
     monkeypatch.setattr(native_mod, "_engine", None)  # as installed without cargo
     assert simulate(trace, cluster, "default").engine == "python"
     with pytest.raises(NotSupported, match="not installed"):

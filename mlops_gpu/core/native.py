@@ -8,9 +8,11 @@ random workloads, and ``benchmarks/core_throughput.py --core native`` on the ful
 
 It serves what the extension implements, and says what it does not (``unsupported``,
 ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
-- whole GPUs, without host CPU and memory, on nodes without MIG slices, shared devices or
-  tracked host resources; with a topology (``topology_key``, required or preferred: nodes'
-  labels cross as numbers, each key's values in name order);
+- whole GPUs on nodes without MIG slices or shared devices; with a topology
+  (``topology_key``, required or preferred: nodes' labels cross as numbers, each key's values
+  in name order); with host CPU and memory (runs' requests per node, nodes' capacities),
+  but nodes that track host resources only under ``policy.placement: best-fit`` (there is no
+  fragmentation-aware placement here);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
   projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
@@ -82,10 +84,15 @@ def unsupported(template: Snapshot) -> str | None:
     if p.order not in ("shortest", "submit", "las"):
         return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
     for n in template.nodes:
-        if n.mig or n.shared or n.cpu_milli is not None or n.host_memory_mb is not None:
+        if n.mig or n.shared:
             return (
-                f"node {n.name} has MIG slices, shared devices or tracked host resources "
+                f"node {n.name} has MIG slices or shared devices "
                 "(the native engine places whole GPUs only)"
+            )
+        if (n.cpu_milli is not None or n.host_memory_mb is not None) and p.placement != "best-fit":
+            return (
+                f"node {n.name} tracks host CPU or memory under policy.placement {p.placement!r} "
+                "(the native engine has no fragmentation-aware placement: best-fit only there)"
             )
     return None
 
@@ -95,8 +102,6 @@ def run_unsupported(run: Run) -> str | None:
     r = run.request
     if r.shape != "whole":
         return f"run {run.id} asks for a {r.shape} GPU share (the native engine: whole GPUs)"
-    if r.cpu_milli or r.host_memory_mb:
-        return f"run {run.id} asks for host CPU or memory"
     return None
 
 
@@ -180,6 +185,8 @@ class NativeEngine:
                         backend=backend_ix[n.backend],
                         devices=n.capacity,
                         schedulable=n.schedulable,
+                        cpu_milli=n.cpu_milli,
+                        host_memory_mb=n.host_memory_mb,
                         labels=[
                             value_ix[i].get(n.labels[k]) if k in n.labels else None
                             for i, k in enumerate(self._keys)
@@ -246,6 +253,8 @@ class NativeEngine:
             if req.topology_key is None
             else self._key_ix.get(req.topology_key, len(self._keys)),
             topology_required=req.topology_required,
+            cpu_milli=req.cpu_milli,
+            host_memory_mb=req.host_memory_mb,
             max_runtime_s=spec.max_runtime_s,
             preemptible=spec.preemptible,
             grace_s=float(spec.checkpoint.grace_s),
@@ -302,6 +311,11 @@ class NativeEngine:
             whole = s.fraction == 1.0 and s.memory_mb is None
             if not whole or len(set(s.devices)) != len(s.devices):
                 return f"run {run.id} holds part of a GPU (the native engine: whole GPUs)"
+            if (s.cpu_milli, s.host_memory_mb) != (
+                run.request.cpu_milli,
+                run.request.host_memory_mb,
+            ):
+                return f"run {run.id} holds host CPU or memory on node {s.node} it did not ask for"
             node = self._node_ix.get(s.node)
             if node is not None and not set(s.devices) <= set(self._nodes[node].devices):
                 return f"run {run.id} holds devices that node {s.node} does not have"

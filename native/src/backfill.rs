@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use std::collections::HashMap;
 
 use crate::cycle::Cycle;
-use crate::model::Model;
+use crate::model::{Model, Node};
 use crate::placement::{eligible, node_sets, place};
 use crate::quota::{admits, within_nominal};
 use crate::state::{age_cmp, Run, State};
@@ -114,6 +114,7 @@ pub(crate) fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
         if node.ndev < r.gpus
             || r.pinned.is_some_and(|p| p != node.backend)
             || (r.nodes > 1 && !m.multi_node[node.backend])
+            || !host_could_fit(node, r)
         {
             continue;
         }
@@ -124,6 +125,14 @@ pub(crate) fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
         }
     }
     false
+}
+
+/// Whether the node, empty, has the run's host resources (`Capacity.host_fits` on an empty
+/// cluster).
+pub(crate) fn host_could_fit(node: &Node, r: &Run) -> bool {
+    let (cpu, mem) = r.host();
+    (cpu == 0 && mem == 0)
+        || (node.cpu_milli.is_none_or(|c| cpu <= c) && node.host_memory_mb.is_none_or(|x| mem <= x))
 }
 
 /// The types the run could ever be admitted on (`parking._types`).
@@ -280,7 +289,7 @@ pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Op
     for &t in types {
         // per backend, in the order their nodes first fit: (GPUs from unknown ends, time, node)
         let mut by_backend: Vec<(usize, Vec<Candidate>)> = Vec::new();
-        for n in eligible(m, r, t) {
+        for n in eligible(m, &st.cap, r, t) {
             if m.nodes[n].ndev < r.gpus {
                 continue;
             }

@@ -22,6 +22,9 @@ pub struct NodeSpec {
     /// Per topology key: the number of the node's value (values numbered in name order per
     /// key), None where it lacks the key.
     pub labels: Vec<Option<u32>>,
+    /// Host CPU (millicores) and memory (MB) it offers runs; None: not tracked.
+    pub cpu_milli: Option<i64>,
+    pub host_memory_mb: Option<i64>,
 }
 
 /// A project's quota on one GPU type (`mlops_gpu.model.Quota`).
@@ -93,6 +96,9 @@ pub struct RunSpec {
     /// required (else preferred).
     pub topology_key: Option<usize>,
     pub topology_required: bool,
+    /// Host CPU (millicores) and memory (MB) on each of its nodes (0: none asked).
+    pub cpu_milli: i64,
+    pub host_memory_mb: i64,
     pub max_runtime_s: Option<f64>,
     pub preemptible: bool,
     pub grace_s: f64,
@@ -155,6 +161,8 @@ impl Engine {
                 ndev: n.devices,
                 schedulable: n.schedulable,
                 labels: n.labels,
+                cpu_milli: n.cpu_milli,
+                host_memory_mb: n.host_memory_mb,
             })
             .collect();
         if nodes
@@ -259,6 +267,7 @@ impl Engine {
             backend: held.backend,
             slots: held.slots,
             gpus: held.gpus,
+            host: run.host(),
         };
         self.st.hold(&self.m, run, p, held.going)
     }
@@ -390,6 +399,8 @@ impl Engine {
             pinned: r.backend,
             topology: r.topology_key,
             topology_required: r.topology_required,
+            cpu_milli: r.cpu_milli,
+            host_memory_mb: r.host_memory_mb,
             max_runtime: r.max_runtime_s,
             preemptible: r.preemptible,
             last_checkpoint_at: r.last_checkpoint_at,

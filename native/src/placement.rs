@@ -38,6 +38,9 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
                         continue;
                     }
                 }
+                if !cap.host_fits(n, r.host()) {
+                    continue;
+                }
                 chosen.push(n);
                 total += k;
                 if chosen.len() == r.nodes {
@@ -61,6 +64,7 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
         ty: t,
         backend,
         gpus: r.gpus * r.nodes,
+        host: r.host(),
         slots: chosen
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))
@@ -74,13 +78,19 @@ pub fn node_sets(m: &Model, cap: &Capacity, r: &Run, t: usize) -> bool {
         .any(|g| group_serves(m, g, t, r) && cap.count_at_least(g, r.gpus) >= r.nodes)
 }
 
-/// Schedulable nodes of `t` the run may use, in the snapshot's node order
-/// (`placement.eligible_nodes`).
-pub fn eligible<'a>(m: &'a Model, r: &'a Run, t: usize) -> impl Iterator<Item = usize> + 'a {
+/// Schedulable nodes of `t` the run may use, with its host resources free now, in the
+/// snapshot's node order (`placement.eligible_nodes`).
+pub fn eligible<'a>(
+    m: &'a Model,
+    cap: &'a Capacity,
+    r: &'a Run,
+    t: usize,
+) -> impl Iterator<Item = usize> + 'a {
     m.of_type[t].iter().copied().filter(move |&n| {
         let node = &m.nodes[n];
         node.schedulable
             && r.pinned.is_none_or(|p| p == node.backend)
             && (r.nodes <= 1 || m.multi_node[node.backend])
+            && cap.host_fits(n, r.host())
     })
 }

@@ -346,7 +346,7 @@ impl Cycle<'_> {
                     .map(|&v| runs[v].placement.as_ref().expect("an active run").gpus)
                     .sum::<usize>()
         };
-        let mut nodes: Vec<(usize, usize)> = eligible(m, &runs[i], t)
+        let mut nodes: Vec<(usize, usize)> = eligible(m, cap, &runs[i], t)
             .filter(|n| on_node.contains_key(n))
             .map(|n| (room(n), n))
             .collect();

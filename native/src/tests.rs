@@ -5,6 +5,7 @@
 //! core is the specification; `tests/test_native_core.py` compares the two engines at large.
 
 mod budget;
+mod host;
 mod reclaim;
 mod topology;
 
@@ -30,6 +31,8 @@ fn model(min_runtime_s: f64, preempt_uncheckpointed: bool) -> Model {
             ndev: 8,
             schedulable: true,
             labels: Vec::new(),
+            cpu_milli: None,
+            host_memory_mb: None,
         }],
         multi_node: vec![true],
         projects: vec![Project {
@@ -67,6 +70,8 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         pinned: None,
         topology: None,
         topology_required: false,
+        cpu_milli: 0,
+        host_memory_mb: 0,
         max_runtime,
         preemptible: true,
         last_checkpoint_at: None,
@@ -101,6 +106,7 @@ fn busy(
         backend: 0,
         slots: vec![(0, (0..8).collect())],
         gpus: 8,
+        host: (0, 0),
     };
     st.hold(m, v, p, false).expect("hold");
     st.enqueue(run("r", 1, NORMAL, 4, Some(100.0)))
@@ -217,6 +223,7 @@ fn a_run_loaded_as_being_preempted_holds_nothing() {
         backend: 0,
         slots: vec![(0, (0..8).collect())],
         gpus: 8,
+        host: (0, 0),
     };
     st.hold(&m, v, p, true).expect("hold");
     assert_eq!(st.cap.used, vec![0.0]);
@@ -252,6 +259,7 @@ fn holders(m: &Model, n: usize, max_runtime: Option<f64>) -> State {
             backend: 0,
             slots: vec![(0, vec![d as u16])],
             gpus: 1,
+            host: (0, 0),
         };
         st.hold(m, h, p, false).expect("hold");
     }

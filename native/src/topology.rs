@@ -11,6 +11,7 @@
 //! (`Node::labels`), so comparing numbers compares values; a key no node has is a number no
 //! node's `labels` reaches.
 
+use crate::backfill::host_could_fit;
 use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
 use crate::placement::{eligible, Filter};
@@ -27,7 +28,7 @@ pub fn place_topology(
     let (key, required) = (r.topology.expect("a topology run"), r.topology_required);
     // (left, node): best fit first; node index order is name order
     let mut cands: Vec<(usize, usize)> = Vec::new();
-    for n in eligible(m, r, t) {
+    for n in eligible(m, cap, r, t) {
         let free = cap.free[n].len();
         if free < r.gpus {
             continue;
@@ -66,6 +67,7 @@ pub fn place_topology(
         ty: t,
         backend: m.nodes[chosen[0]].backend,
         gpus: r.gpus * r.nodes,
+        host: r.host(),
         slots: chosen
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))
@@ -124,6 +126,9 @@ pub fn ever_fits_required(m: &Model, r: &Run, t: usize, key: usize) -> bool {
             || r.pinned.is_some_and(|p| p != node.backend)
             || (r.nodes > 1 && !m.multi_node[node.backend])
         {
+            continue;
+        }
+        if !host_could_fit(node, r) {
             continue;
         }
         let Some(Some(v)) = node.labels.get(key) else {

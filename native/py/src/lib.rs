@@ -19,13 +19,17 @@ struct NodeSpec(lib::NodeSpec);
 #[pymethods]
 impl NodeSpec {
     #[new]
-    #[pyo3(signature = (*, gpu_type, backend, devices, schedulable, labels))]
+    #[pyo3(signature = (
+        *, gpu_type, backend, devices, schedulable, labels, cpu_milli, host_memory_mb
+    ))]
     fn new(
         gpu_type: usize,
         backend: usize,
         devices: usize,
         schedulable: bool,
         labels: Vec<Option<u32>>,
+        cpu_milli: Option<i64>,
+        host_memory_mb: Option<i64>,
     ) -> Self {
         NodeSpec(lib::NodeSpec {
             gpu_type,
@@ -33,6 +37,8 @@ impl NodeSpec {
             devices,
             schedulable,
             labels,
+            cpu_milli,
+            host_memory_mb,
         })
     }
 
@@ -179,8 +185,8 @@ impl RunSpec {
     #[new]
     #[pyo3(signature = (
         *, id, seq, project, priority, gpus, nodes, gpu_types, backend, topology_key,
-        topology_required, max_runtime_s, preemptible, grace_s, submitted_at,
-        last_checkpoint_at, attained_gpu_s
+        topology_required, cpu_milli, host_memory_mb, max_runtime_s, preemptible, grace_s,
+        submitted_at, last_checkpoint_at, attained_gpu_s
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -194,6 +200,8 @@ impl RunSpec {
         backend: Option<usize>,
         topology_key: Option<usize>,
         topology_required: bool,
+        cpu_milli: i64,
+        host_memory_mb: i64,
         max_runtime_s: Option<f64>,
         preemptible: bool,
         grace_s: f64,
@@ -212,6 +220,8 @@ impl RunSpec {
             backend,
             topology_key,
             topology_required,
+            cpu_milli,
+            host_memory_mb,
             max_runtime_s,
             preemptible,
             grace_s,

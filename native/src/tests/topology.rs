@@ -23,6 +23,8 @@ fn racks() -> Model {
         ndev: 4,
         schedulable: true,
         labels: vec![rack, None],
+        cpu_milli: None,
+        host_memory_mb: None,
     };
     m.nodes = vec![node(Some(0)), node(Some(1)), node(Some(1)), node(None)];
     m.of_type = vec![vec![0, 1, 2, 3]];
@@ -83,6 +85,7 @@ fn a_single_node_run_preferring_a_rack_takes_the_best_fit_a_required_one_a_racke
         backend: 0,
         slots: vec![(3, vec![0, 1, 2])],
         gpus: 3,
+        host: (0, 0),
     };
     cap.take(&m, 0, &holder);
     assert_eq!(
