@@ -13,7 +13,17 @@ Slot = tuple[int, list[int]]
 
 @final
 class NodeSpec:
-    def __init__(self, *, gpu_type: int, backend: int, devices: int, schedulable: bool) -> None: ...
+    def __init__(
+        self,
+        *,
+        gpu_type: int,
+        backend: int,
+        devices: int,
+        schedulable: bool,
+        labels: list[int | None],
+        cpu_milli: int | None,
+        host_memory_mb: int | None,
+    ) -> None: ...
 
 @final
 class QuotaSpec:
@@ -70,6 +80,10 @@ class RunSpec:
         nodes: int,
         gpu_types: list[int],
         backend: int | None,
+        topology_key: int | None,
+        topology_required: bool,
+        cpu_milli: int,
+        host_memory_mb: int,
         max_runtime_s: float | None,
         preemptible: bool,
         grace_s: float,
@@ -115,6 +129,10 @@ class Preempted:
     def lost_gpu_s(self) -> float: ...
 
 @final
+class BudgetSpent:
+    def __init__(self, *, project: int, lower_to: int | None) -> None: ...
+
+@final
 class Engine:
     def __init__(self, settings: Settings) -> None: ...
     def submit(self, run: RunSpec) -> None: ...
@@ -125,5 +143,8 @@ class Engine:
     def finish(self, id: str) -> None: ...
     def anchor(self) -> str | None: ...
     def cycle(
-        self, now: float, history: list[float] | None = None
+        self,
+        now: float,
+        history: list[float] | None = None,
+        spent: list[BudgetSpent] | None = None,
     ) -> tuple[list[Admitted], list[Preempted]]: ...

@@ -131,8 +131,8 @@ def test_a_run_the_native_engine_cannot_take_moves_the_mirror_to_python(
     rt.submit(whole)
     ctl.tick()
     assert isinstance(ctl.mirror.engine, native.NativeEngine)
-    # host CPU: the native engine does not implement host resources
-    cpu = rt.spec(("train",), project="p", request=ResourceRequest(gpus=1, cpu_milli=500))
+    # a CPU-only run: the native engine places GPUs only
+    cpu = rt.spec(("train",), project="p", request=ResourceRequest(gpus=0, cpu_milli=500))
     rt.submit(cpu)
     clock.now += 5
     ctl.tick()  # that run cannot go native: the engine is rebuilt in Python

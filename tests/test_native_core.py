@@ -34,6 +34,35 @@ from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 
 TYPES = ["a100-80gb", "h100-80gb"]
 PRIOS = ["low", "normal", "high"]
+#: A project's budget: none, or 1 GPU-hour per hour whose end makes its runs wait, lowers
+#: them to ``low`` or to a class the cluster lacks (which changes nothing).
+BUDGETS = [
+    None,
+    None,
+    Budget(3600.0, gpu_hours=1.0),
+    Budget(3600.0, gpu_hours=1.0, action="lower", lower_to="low"),
+    Budget(3600.0, usd=5.0, action="lower", lower_to="nonesuch"),
+]
+#: A node's labels: a rack (two of them), a zone as well, or none.
+LABELS = [
+    {},
+    {"rack": "r0"},
+    {"rack": "r1"},
+    {"rack": "r1", "zone": "z0"},
+    {"rack": "r0", "zone": "z1"},
+]
+#: A run's topology: none, or a rack or zone (or a key no node has), required or preferred.
+TOPOLOGY: list[dict[str, Any]] = [
+    {},
+    {},
+    {"topology_key": "rack"},
+    {"topology_key": "rack", "topology_required": True},
+    {"topology_key": "zone", "topology_required": True},
+    {"topology_key": "zone"},
+    {"topology_key": "row", "topology_required": True},
+]
+#: What a cycle is told the budgeted projects spent (None: the template's, nothing).
+SPENT = [None, None, {"p0": (2.0, 0.0)}, {"p1": (0.5, 9.0), "p2": (1.0, 0.0)}]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +72,9 @@ def native(native_module: Any) -> Any:
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
+    # nodes tracking host CPU and memory: under best-fit placement (the native engine has no
+    # fragmentation-aware placement)
+    host = draw(st.booleans())
     nodes = [
         make_node(
             f"n{i}",
@@ -50,6 +82,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             draw(st.sampled_from(TYPES)),
             backend=draw(st.sampled_from(["b1", "b2"])),
             schedulable=draw(st.sampled_from([True, True, True, False])),
+            labels=draw(st.sampled_from(LABELS)),
+            cpu_milli=draw(st.sampled_from([None, 8000, 16000])) if host else None,
+            host_memory_mb=draw(st.sampled_from([None, 64000])) if host else None,
         )
         for i in range(draw(st.integers(2, 6)))
     ]
@@ -66,6 +101,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 for t in TYPES
             },
             weight=draw(st.sampled_from([1.0, 1.0, 2.0, 0.5])),
+            budget=draw(st.sampled_from(BUDGETS)),
         )
         for i in range(draw(st.integers(1, 4)))
     ]
@@ -87,6 +123,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         half_life_s=draw(st.sampled_from([60.0, 3600.0])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
+        placement="best-fit" if host else draw(st.sampled_from(["fragmentation", "best-fit"])),
     )
     # a cohort tree: team lends and borrows within org
     template = replace(template, cohorts={"org": Cohort("org"), "team": Cohort("team", "org")})
@@ -110,6 +147,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 backend=draw(st.sampled_from([None, None, "b1", "b2", "gone"])),
                 grace_s=draw(st.sampled_from([0.0, 1.5, 30.0])),
                 attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 5000.0, 50000.0])),
+                **draw(st.sampled_from(TOPOLOGY)),
+                cpu_milli=draw(st.sampled_from([0, 0, 1000, 4000, 8000])),
+                host_memory_mb=draw(st.sampled_from([0, 0, 16000, 48000])),
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -118,7 +158,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             events.append(("checkpoint", draw(st.integers(0, 50))))
         else:
             history = draw(st.sampled_from([None, None, {("p0", TYPES[0]): 7200.0}]))
-            events.append(("cycle", history))
+            events.append(("cycle", history, draw(st.sampled_from(SPENT))))
     events.append(("cycle", None))
     return template, events
 
@@ -161,10 +201,15 @@ def replay(
             ref.checkpoint(rid, now)
             nat.checkpoint(rid, now)
         elif ev[0] == "cycle":
+            spent = ev[2] if len(ev) > 2 else None
             snap = ref.snapshot(now)
-            scratch = decide(snap if ev[1] is None else replace(snap, usage_history=ev[1]))
-            want = ref.cycle(now, ev[1])
-            got = nat.cycle(now, ev[1])
+            if ev[1] is not None:
+                snap = replace(snap, usage_history=ev[1])
+            if spent is not None:
+                snap = replace(snap, spent=spent)
+            scratch = decide(snap)
+            want = ref.cycle(now, ev[1], spent)
+            got = nat.cycle(now, ev[1], spent)
             assert got.admissions == want.admissions == scratch.admissions, now
             assert got.preemptions == want.preemptions == scratch.preemptions, now
             assert {p.for_run for p in got.preemptions} <= {a.run_id for a in got.admissions}
@@ -188,7 +233,8 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     """A full cluster under ``order: shortest`` (or ``las``) with preemption and backfill: the
     cascades of victims, reservations and borrowing the throughput benchmark is made of."""
     nodes = [
-        make_node(f"n{i}", 8, TYPES[i % 2], backend="b1") for i in range(draw(st.integers(2, 6)))
+        make_node(f"n{i}", 8, TYPES[i % 2], backend="b1", labels=draw(st.sampled_from(LABELS)))
+        for i in range(draw(st.integers(2, 6)))
     ]
     projects = [
         make_project(
@@ -221,6 +267,7 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 gpu_types=[draw(st.sampled_from(TYPES))],
                 max_runtime_s=draw(st.sampled_from([2.0, 5.0, 50.0, 400.0, None])),
                 attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 4000.0, 40000.0])),
+                **draw(st.sampled_from(TOPOLOGY)),
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -365,16 +412,16 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     bogus = replace(template, policy=replace(template.policy, order="random"))
     with pytest.raises(NotSupported, match="order 'random'"):
         NativeEngine(bogus, native)
-    budget = make_project("p0", budget=Budget(3600.0, gpu_hours=1.0))
-    assert "budget" in str(unsupported(make_snapshot(nodes, [budget])))
     shared = make_snapshot([make_node("n0", 4, TYPES[0], shared=True)], [make_project("p0")])
     assert "node n0" in str(unsupported(shared))
+    # host CPU tracked: best-fit placement only (no fragmentation-aware placement here)
+    host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
+    assert "tracks host CPU" in str(unsupported(host))
+    assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
     eng = NativeEngine(template, native)
     for run, what in (
         (make_run("f", "p0", gpu_fraction=0.5), "shared"),
         (make_run("m", "p0", mig="1g.10gb"), "mig"),
-        (make_run("t", "p0", nodes=2, topology_key="rack"), "topology"),
-        (make_run("c", "p0", cpu_milli=1000), "host CPU"),
     ):
         assert run_unsupported(run) is not None
         with pytest.raises(NotSupported, match=what):
@@ -417,11 +464,11 @@ def test_the_simulator_falls_back_to_python_where_native_cannot(
 ) -> None:
     trace = synthetic(seed=3, jobs=50, days=0.1)
     cluster = Cluster(2, 8)
-    # a job asking for host CPU: the native engine does not implement host resources
-    cpu = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], cpu_milli=500)))
-    assert simulate(cpu, cluster, "default").engine == "python"
-    with pytest.raises(NotSupported, match=r"policy default: run \S+ asks for host CPU"):
-        simulate(cpu, cluster, "default", engine="native")
+    # a job asking for half a GPU: the native engine does not implement shared GPUs
+    half = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], gpu_fraction=0.5)))
+    assert simulate(half, cluster, "default").engine == "python"
+    with pytest.raises(NotSupported, match=r"policy default: run \S+ asks for a shared GPU"):
+        simulate(half, cluster, "default", engine="native")
     monkeypatch.setattr(native_mod, "_engine", None)  # as installed without cargo
     assert simulate(trace, cluster, "default").engine == "python"
     with pytest.raises(NotSupported, match="not installed"):

@@ -8,9 +8,15 @@ random workloads, and ``benchmarks/core_throughput.py --core native`` on the ful
 
 It serves what the extension implements, and says what it does not (``unsupported``,
 ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
-- whole GPUs, without topology or host CPU and memory, on nodes without MIG slices, shared
-  devices or tracked host resources;
-- no project budgets (every ``order``: ``shortest``, ``submit``, ``las``).
+- whole GPUs on nodes without MIG slices or shared devices; with a topology
+  (``topology_key``, required or preferred: nodes' labels cross as numbers, each key's values
+  in name order); with host CPU and memory (runs' requests per node, nodes' capacities),
+  but nodes that track host resources only under ``policy.placement: best-fit`` (there is no
+  fragmentation-aware placement here);
+- every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
+  projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
+  cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
+  ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
 Runs with an unknown project or class wait (as ``invalid``) and runs in backoff wait here until
 their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: a cycle
 of the Python core explains the same state on demand (``explain_all``).
@@ -36,6 +42,7 @@ from dataclasses import replace
 from types import ModuleType
 
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
+from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.policy import Cycle
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.snapshot import Snapshot
@@ -76,14 +83,16 @@ def unsupported(template: Snapshot) -> str | None:
     p = template.policy
     if p.order not in ("shortest", "submit", "las"):
         return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
-    for name, proj in template.projects.items():
-        if proj.budget is not None:
-            return f"project {name} has a budget (the native engine has no budgets)"
     for n in template.nodes:
-        if n.mig or n.shared or n.cpu_milli is not None or n.host_memory_mb is not None:
+        if n.mig or n.shared:
             return (
-                f"node {n.name} has MIG slices, shared devices or tracked host resources "
+                f"node {n.name} has MIG slices or shared devices "
                 "(the native engine places whole GPUs only)"
+            )
+        if (n.cpu_milli is not None or n.host_memory_mb is not None) and p.placement != "best-fit":
+            return (
+                f"node {n.name} tracks host CPU or memory under policy.placement {p.placement!r} "
+                "(the native engine has no fragmentation-aware placement: best-fit only there)"
             )
     return None
 
@@ -93,10 +102,6 @@ def run_unsupported(run: Run) -> str | None:
     r = run.request
     if r.shape != "whole":
         return f"run {run.id} asks for a {r.shape} GPU share (the native engine: whole GPUs)"
-    if r.topology_key is not None:
-        return f"run {run.id} asks for topology {r.topology_key!r}"
-    if r.cpu_milli or r.host_memory_mb:
-        return f"run {run.id} asks for host CPU or memory"
     return None
 
 
@@ -125,7 +130,13 @@ class NativeEngine:
         nodes = sorted(template.nodes, key=lambda n: n.name)
         self._node_ix = {n.name: i for i, n in enumerate(nodes)}
         self._nodes = nodes
+        # topology keys, and each key's values, numbered in name order
+        self._keys = sorted({k for n in nodes for k in n.labels})
+        self._key_ix = {k: i for i, k in enumerate(self._keys)}
+        values = [sorted({n.labels[k] for n in nodes if k in n.labels}) for k in self._keys]
+        value_ix = [{v: i for i, v in enumerate(vs)} for vs in values]
         self.projects = sorted(template.projects)
+        self._budgeted = [p for p in self.projects if template.projects[p].budget is not None]
         self._project_ix = {p: i for i, p in enumerate(self.projects)}
         roots = cohort_roots(template)
         root_names = sorted({r for r in roots.values() if r is not None})
@@ -174,6 +185,12 @@ class NativeEngine:
                         backend=backend_ix[n.backend],
                         devices=n.capacity,
                         schedulable=n.schedulable,
+                        cpu_milli=n.cpu_milli,
+                        host_memory_mb=n.host_memory_mb,
+                        labels=[
+                            value_ix[i].get(n.labels[k]) if k in n.labels else None
+                            for i, k in enumerate(self._keys)
+                        ],
                     )
                     for n in nodes
                 ],
@@ -231,6 +248,13 @@ class NativeEngine:
             nodes=req.nodes,
             gpu_types=[i for i, t in enumerate(self.types) if req.accepts(t)],
             backend=pinned,
+            # a key no node has gets a number no node's labels reach
+            topology_key=None
+            if req.topology_key is None
+            else self._key_ix.get(req.topology_key, len(self._keys)),
+            topology_required=req.topology_required,
+            cpu_milli=req.cpu_milli,
+            host_memory_mb=req.host_memory_mb,
             max_runtime_s=spec.max_runtime_s,
             preemptible=spec.preemptible,
             grace_s=float(spec.checkpoint.grace_s),
@@ -287,6 +311,11 @@ class NativeEngine:
             whole = s.fraction == 1.0 and s.memory_mb is None
             if not whole or len(set(s.devices)) != len(s.devices):
                 return f"run {run.id} holds part of a GPU (the native engine: whole GPUs)"
+            if (s.cpu_milli, s.host_memory_mb) != (
+                run.request.cpu_milli,
+                run.request.host_memory_mb,
+            ):
+                return f"run {run.id} holds host CPU or memory on node {s.node} it did not ask for"
             node = self._node_ix.get(s.node)
             if node is not None and not set(s.devices) <= set(self._nodes[node].devices):
                 return f"run {run.id} holds devices that node {s.node} does not have"
@@ -341,6 +370,31 @@ class NativeEngine:
                 out[p * len(self.types) + ti] += gpu_s
         return out
 
+    def _spent(
+        self, spent: Mapping[str, tuple[float, float]] | None
+    ) -> list[_engine.BudgetSpent] | None:
+        """The projects whose budget is spent, and what that does (``Cycle._level_of``): their
+        runs wait, or are served at the ``lower_to`` class (one the cluster does not define
+        changes nothing, as in ``Cycle``)."""
+        t = self.template
+        if not self._budgeted:
+            return None
+        snap = replace(t, spent=t.spent if spent is None else spent)
+        out = []
+        for name in self._budgeted:
+            budget = t.projects[name].budget
+            assert budget is not None
+            if budget_exceeded(snap, name) is None:
+                continue
+            if budget.action == "wait":
+                lower_to = None
+            else:
+                lower_to = t.priority_classes.get(budget.lower_to or "")
+                if lower_to is None:
+                    continue
+            out.append(_engine.BudgetSpent(project=self._project_ix[name], lower_to=lower_to))
+        return out
+
     def cycle(
         self,
         now: float,
@@ -349,15 +403,17 @@ class NativeEngine:
     ) -> Decision:
         """One cycle; its decision is applied (admitted runs become active, victims are
         flagged and hold nothing from then on; each victim's preemptor is among the
-        admissions). ``spent`` is accepted for ``Incremental``'s signature: without budgets
-        (``unsupported``) nothing reads it."""
+        admissions). ``spent``: GPU-hours and USD spent per budgeted project in its current
+        window (default: the template's), as ``Incremental.cycle`` takes it."""
         self._now = now
         while self._backoff and self._backoff[0][0] <= now:
             _, _, rid = heapq.heappop(self._backoff)
             run = self.pending.get(rid)
             if run is not None and rid not in self._queued:
                 self._enqueue(run)
-        admitted, preempted = self._engine.cycle(now, self._history(usage_history))
+        admitted, preempted = self._engine.cycle(
+            now, self._history(usage_history), self._spent(spent)
+        )
         admissions = []
         for a in admitted:
             rid, slots = a.run_id, a.slots

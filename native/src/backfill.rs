@@ -9,13 +9,15 @@
 //! before then, or if what the anchor needs is still there then (known ends only). A cycle
 //! with no anchor, or that admitted it, keeps the oldest run it overtook (`overtaken`).
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
 
 use crate::cycle::Cycle;
-use crate::model::Model;
-use crate::placement::{eligible, node_sets};
+use crate::model::{Model, Node};
+use crate::placement::{eligible, node_sets, place};
 use crate::quota::{admits, within_nominal};
 use crate::state::{age_cmp, Run, State};
+use crate::topology::ever_fits_required;
 
 const EPS: f64 = 1e-9;
 
@@ -102,13 +104,17 @@ fn quota_terms(m: &Model, r: &Run, t: usize) -> (bool, Option<f64>) {
 
 /// Whether an empty cluster could host the run on `t` (`State.ever_fits`): `nodes` nodes of
 /// one backend serving it, with enough devices, schedulable now or not.
-fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
+pub(crate) fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
+    if let (Some(key), true) = (r.topology, r.topology_required) {
+        return ever_fits_required(m, r, t, key);
+    }
     let mut count: HashMap<usize, usize> = HashMap::new();
     for &n in &m.of_type[t] {
         let node = &m.nodes[n];
         if node.ndev < r.gpus
             || r.pinned.is_some_and(|p| p != node.backend)
             || (r.nodes > 1 && !m.multi_node[node.backend])
+            || !host_could_fit(node, r)
         {
             continue;
         }
@@ -119,6 +125,14 @@ fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
         }
     }
     false
+}
+
+/// Whether the node, empty, has the run's host resources (`Capacity.host_fits` on an empty
+/// cluster).
+pub(crate) fn host_could_fit(node: &Node, r: &Run) -> bool {
+    let (cpu, mem) = r.host();
+    (cpu == 0 && mem == 0)
+        || (node.cpu_milli.is_none_or(|c| cpu <= c) && node.host_memory_mb.is_none_or(|x| mem <= x))
 }
 
 /// The types the run could ever be admitted on (`parking._types`).
@@ -133,16 +147,21 @@ fn types_of(m: &Model, r: &Run) -> Vec<usize> {
 /// The run the reservation is for, with its types (`parking.anchor`).
 pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
     let (m, st) = (c.m, &*c.st);
+    // (the level a spent budget serves a run at, not its class; None: it waits)
+    let level = |i: usize| c.level(st.runs[i].project, st.runs[i].class);
     let better = |i: usize, b: &Option<(usize, Vec<usize>)>| match b {
         None => true,
         Some((j, _)) => {
             let (r, o) = (&st.runs[i], &st.runs[*j]);
-            (-r.class).cmp(&-o.class).then(age_cmp(r, o)).is_lt()
+            Reverse(level(i))
+                .cmp(&Reverse(level(*j)))
+                .then(age_cmp(r, o))
+                .is_lt()
         }
     };
     let mut best: Option<(usize, Vec<usize>)> = None;
     if let Some(k) = st.anchor {
-        if st.runs[k].queued {
+        if st.runs[k].queued && level(k).is_some() {
             let types = types_of(m, &st.runs[k]);
             if !types.is_empty() {
                 best = Some((k, types));
@@ -152,7 +171,7 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
     for qs in &st.queues {
         for q in qs {
             let i = q.oldest;
-            if !better(i, &best) {
+            if level(i).is_none() || !better(i, &best) {
                 continue;
             }
             // (a type that a node set takes now fits an empty cluster: `types_of` only when
@@ -161,7 +180,11 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
             let open = r.types.iter().any(|&t| {
                 quota_terms(m, r, t).0
                     && admits(m, &st.cap.used, r.project, t, r.amount(), r.preemptible)
-                    && node_sets(m, &st.cap, r, t)
+                    && if r.topology.is_some() {
+                        place(m, &st.cap, r, t, None).is_some()
+                    } else {
+                        node_sets(m, &st.cap, r, t)
+                    }
             });
             if open {
                 continue;
@@ -181,9 +204,14 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
 pub fn overtaken(c: &Cycle) -> Option<usize> {
     let (m, st) = (c.m, &*c.st);
     let admitted = |i: usize| c.admissions.iter().any(|(a, _)| *a == i);
-    let mut youngest: HashMap<i64, usize> = HashMap::new(); // class -> its latest admitted run
+    let level = |i: usize| c.level(st.runs[i].project, st.runs[i].class);
+    // level (a spent budget's, else the class) -> its latest admitted run
+    let mut youngest: HashMap<i64, usize> = HashMap::new();
     for &(i, _) in &c.admissions {
-        let y = youngest.entry(st.runs[i].class).or_insert(i);
+        let Some(at) = level(i) else {
+            continue; // (never: a run whose budget makes it wait is not served)
+        };
+        let y = youngest.entry(at).or_insert(i);
         if age_cmp(&st.runs[i], &st.runs[*y]).is_gt() {
             *y = i;
         }
@@ -192,13 +220,16 @@ pub fn overtaken(c: &Cycle) -> Option<usize> {
         None => true,
         Some(j) => {
             let (r, o) = (&st.runs[i], &st.runs[j]);
-            (-r.class).cmp(&-o.class).then(age_cmp(r, o)).is_lt()
+            Reverse(level(i))
+                .cmp(&Reverse(level(j)))
+                .then(age_cmp(r, o))
+                .is_lt()
         }
     };
     let mut best: Option<usize> = None;
-    for qs in &st.queues {
+    for (p, qs) in st.queues.iter().enumerate() {
         for q in qs {
-            let Some(&y) = youngest.get(&q.key.class) else {
+            let Some(&y) = c.level(p, q.key.class).and_then(|at| youngest.get(&at)) else {
                 continue;
             };
             let before = |i: usize| age_cmp(&st.runs[i], &st.runs[y]).is_lt();
@@ -258,7 +289,7 @@ pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Op
     for &t in types {
         // per backend, in the order their nodes first fit: (GPUs from unknown ends, time, node)
         let mut by_backend: Vec<(usize, Vec<Candidate>)> = Vec::new();
-        for n in eligible(m, r, t) {
+        for n in eligible(m, &st.cap, r, t) {
             if m.nodes[n].ndev < r.gpus {
                 continue;
             }

@@ -6,6 +6,7 @@
 //!   pair of `Model::groups`) with exactly `k` free devices: best fit is the first node of the
 //!   first non-empty bucket at or above the need;
 //! - `used[pt(p, t)]` is the GPUs project `p` holds of type `t`;
+//! - `cpu_free[node]` / `mem_free[node]`: host resources not held (None: not tracked);
 //! - `take` and `release` are exact inverses (a preemption trial undoes itself).
 
 use crate::model::Model;
@@ -19,6 +20,8 @@ pub struct Placement {
     pub backend: usize,
     pub slots: Vec<(usize, Vec<u16>)>,
     pub gpus: usize,
+    /// Host CPU (millicores) and memory (MB) it holds on each slot's node.
+    pub host: (i64, i64),
 }
 
 impl Placement {
@@ -32,6 +35,10 @@ pub struct Capacity {
     pub buckets: Vec<Vec<Vec<usize>>>,
     pub group_of: Vec<Option<usize>>,
     pub used: Vec<f64>,
+    /// Per node: host CPU (millicores) and memory (MB) not held by active runs (None: not
+    /// tracked).
+    pub cpu_free: Vec<Option<i64>>,
+    pub mem_free: Vec<Option<i64>>,
 }
 
 impl Capacity {
@@ -62,6 +69,8 @@ impl Capacity {
             buckets,
             group_of,
             used: vec![0.0; m.projects.len() * m.n_types],
+            cpu_free: m.nodes.iter().map(|n| n.cpu_milli).collect(),
+            mem_free: m.nodes.iter().map(|n| n.host_memory_mb).collect(),
         }
     }
 
@@ -84,6 +93,7 @@ impl Capacity {
             if after != before {
                 self.rebucket(*node, before, after);
             }
+            self.book_host(*node, p.host, -1);
         }
         self.used[m.pt(project, p.ty)] += p.amount();
     }
@@ -101,8 +111,27 @@ impl Capacity {
             if after != before {
                 self.rebucket(*node, before, after);
             }
+            self.book_host(*node, p.host, 1);
         }
         self.used[m.pt(project, p.ty)] -= p.amount();
+    }
+
+    /// Book (`sign` -1) or give back (+1) a slot's host resources where the node tracks them.
+    fn book_host(&mut self, node: usize, (cpu, mem): (i64, i64), sign: i64) {
+        if let Some(c) = self.cpu_free[node].as_mut() {
+            *c += sign * cpu;
+        }
+        if let Some(x) = self.mem_free[node].as_mut() {
+            *x += sign * mem;
+        }
+    }
+
+    /// Whether the node has the run's host CPU and memory free (`Capacity.host_fits`).
+    pub fn host_fits(&self, node: usize, (cpu, mem): (i64, i64)) -> bool {
+        if cpu == 0 && mem == 0 {
+            return true;
+        }
+        self.cpu_free[node].is_none_or(|c| cpu <= c) && self.mem_free[node].is_none_or(|x| mem <= x)
     }
 
     /// How many schedulable nodes of group `g` have `gpus` or more free devices.

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use rustc_hash::FxHashSet as HashSet;
 
 use crate::backfill::{anchor, overtaken, reserve, Reservation};
+use crate::budget::{level, Limit};
 use crate::capacity::Placement;
 use crate::model::Model;
 use crate::placement::{node_sets, place};
@@ -82,6 +83,8 @@ pub struct Cycle<'a> {
     blocked: Vec<bool>,
     /// Strict FIFO: the projects whose head had to borrow (the borrowing passes serve them).
     deferred: Vec<bool>,
+    /// Per project: what its spent budget does this cycle (`budget`).
+    limits: Vec<Limit>,
     /// Scratch: GPUs per node (`preempt`), all zero between uses.
     pub freed: RefCell<Vec<usize>>,
     pub touched: RefCell<Vec<usize>>,
@@ -90,7 +93,14 @@ pub struct Cycle<'a> {
 }
 
 impl<'a> Cycle<'a> {
-    pub fn new(m: &'a Model, st: &'a mut State, now: f64, history: Option<&[f64]>) -> Self {
+    /// `limits`: per project, what its spent budget does (empty: no budget is spent).
+    pub fn new(
+        m: &'a Model,
+        st: &'a mut State,
+        now: f64,
+        history: Option<&[f64]>,
+        limits: Vec<Limit>,
+    ) -> Self {
         let h = m.policy.half_life_s.max(1.0);
         let load = st
             .cap
@@ -115,6 +125,7 @@ impl<'a> Cycle<'a> {
             anchor: None,
             blocked: vec![false; n],
             deferred: vec![false; n],
+            limits,
             freed: RefCell::new(vec![0; m.nodes.len()]),
             touched: RefCell::new(Vec::new()),
             rooms: RefCell::new(vec![(0, 0.0); n * m.n_types]),
@@ -133,9 +144,10 @@ impl<'a> Cycle<'a> {
         let mut levels: BTreeMap<i64, Vec<Vec<Range>>> = BTreeMap::new();
         for (p, qs) in self.st.queues.iter().enumerate() {
             for (j, q) in qs.iter().enumerate() {
-                let level = levels
-                    .entry(q.key.class)
-                    .or_insert_with(|| vec![Vec::new(); n]);
+                let Some(at) = self.level(p, q.key.class) else {
+                    continue; // its budget is spent: it waits
+                };
+                let level = levels.entry(at).or_insert_with(|| vec![Vec::new(); n]);
                 level[p].push(Range {
                     queue: j,
                     lo: 0,
@@ -161,6 +173,18 @@ impl<'a> Cycle<'a> {
         if self.st.anchor.is_none() && self.m.policy.backfill {
             self.st.anchor = overtaken(self);
         }
+    }
+
+    /// The class value project `p`'s runs of `class` are served at, or None when its spent
+    /// budget makes them wait (`Cycle._level_of`).
+    pub fn level(&self, p: usize, class: i64) -> Option<i64> {
+        level(self.limits.get(p).copied().unwrap_or(Limit::Free), class)
+    }
+
+    /// `level` of run `i`, 0 when it waits (`Cycle._level`).
+    pub fn level_of_run(&self, i: usize) -> i64 {
+        let r = &self.st.runs[i];
+        self.level(r.project, r.class).unwrap_or(0)
     }
 
     fn share(&mut self, p: usize) -> f64 {
@@ -345,7 +369,8 @@ impl<'a> Cycle<'a> {
         let r = &self.st.runs[i];
         for &t in &r.types {
             let open = r.amount() <= self.room(r.project, t) + EPS;
-            if open && node_sets(m, &self.st.cap, r, t) {
+            // (a topology run: the free-count index cannot tell, it might fit)
+            if open && (r.topology.is_some() || node_sets(m, &self.st.cap, r, t)) {
                 return false;
             }
         }

@@ -5,6 +5,7 @@
 //! (an unknown type, backend, node, device or project is an error, never a panic later);
 //! times are checked not NaN; an `Engine` owns its state and is changed only by its methods.
 
+use crate::budget::{self, BudgetSpent};
 use crate::capacity;
 use crate::cycle;
 use crate::model::{Model, Node, Order, Policy, Project, Term};
@@ -18,6 +19,12 @@ pub struct NodeSpec {
     /// Whole devices, numbered in the node's own device order.
     pub devices: usize,
     pub schedulable: bool,
+    /// Per topology key: the number of the node's value (values numbered in name order per
+    /// key), None where it lacks the key.
+    pub labels: Vec<Option<u32>>,
+    /// Host CPU (millicores) and memory (MB) it offers runs; None: not tracked.
+    pub cpu_milli: Option<i64>,
+    pub host_memory_mb: Option<i64>,
 }
 
 /// A project's quota on one GPU type (`mlops_gpu.model.Quota`).
@@ -85,6 +92,13 @@ pub struct RunSpec {
     pub gpu_types: Vec<usize>,
     /// The backend it is pinned to (a number no node has: nothing can host it).
     pub backend: Option<usize>,
+    /// The topology key (a number no node's labels reach: no node has it), and whether it is
+    /// required (else preferred).
+    pub topology_key: Option<usize>,
+    pub topology_required: bool,
+    /// Host CPU (millicores) and memory (MB) on each of its nodes (0: none asked).
+    pub cpu_milli: i64,
+    pub host_memory_mb: i64,
     pub max_runtime_s: Option<f64>,
     pub preemptible: bool,
     pub grace_s: f64,
@@ -146,6 +160,9 @@ impl Engine {
                 backend: n.backend,
                 ndev: n.devices,
                 schedulable: n.schedulable,
+                labels: n.labels,
+                cpu_milli: n.cpu_milli,
+                host_memory_mb: n.host_memory_mb,
             })
             .collect();
         if nodes
@@ -250,6 +267,7 @@ impl Engine {
             backend: held.backend,
             slots: held.slots,
             gpus: held.gpus,
+            host: run.host(),
         };
         self.st.hold(&self.m, run, p, held.going)
     }
@@ -294,16 +312,24 @@ impl Engine {
 
     /// One cycle at `now`, applied to the state; `history`: decayed GPU-seconds per
     /// (project, type), project-major. Each preemption's `for_run_id` is among the admissions.
+    /// `spent`: the projects whose budget for the current window is spent, and what that does
+    /// (`budget`).
     pub fn cycle(
         &mut self,
         now: f64,
         history: Option<&[f64]>,
+        spent: &[BudgetSpent],
     ) -> Result<(Vec<Admitted>, Vec<Preempted>), String> {
         if history.is_some_and(|h| h.len() != self.st.cap.used.len()) {
             return Err("history: one value per (project, GPU type)".into());
         }
+        let n = self.m.projects.len();
+        if let Some(b) = spent.iter().find(|b| b.project >= n) {
+            return Err(format!("spent: unknown project {}", b.project));
+        }
         let m = &self.m;
-        let mut c = cycle::Cycle::new(m, &mut self.st, now, history);
+        let limits = budget::limits(n, spent);
+        let mut c = cycle::Cycle::new(m, &mut self.st, now, history, limits);
         c.run();
         let (admissions, preemptions) = (
             std::mem::take(&mut c.admissions),
@@ -371,6 +397,10 @@ impl Engine {
             nodes: r.nodes,
             types: r.gpu_types,
             pinned: r.backend,
+            topology: r.topology_key,
+            topology_required: r.topology_required,
+            cpu_milli: r.cpu_milli,
+            host_memory_mb: r.host_memory_mb,
             max_runtime: r.max_runtime_s,
             preemptible: r.preemptible,
             last_checkpoint_at: r.last_checkpoint_at,

@@ -3,12 +3,13 @@
 //! built by `pip install` as the module `mlops_gpu._engine`.
 //!
 //! The same decisions as `mlops_gpu.core.engine.Incremental` for the requests and policies it
-//! serves (whole GPUs without topology or host resources, no budgets, nodes without MIG or
-//! shared devices); `mlops_gpu/core/native.py` checks that, turns names into indices and
+//! serves (whole GPUs, nodes without MIG or shared devices; host CPU and memory under
+//! best-fit placement: `capacity`; budgets: `budget`; topology: `topology`); `mlops_gpu/core/native.py` checks that, turns names into indices and
 //! builds the `Decision`. Pure: the clock comes in each call. `engine` is the whole public
 //! API (`Engine`, `Settings`, `RunSpec`, ...).
 
 mod backfill;
+pub mod budget;
 mod capacity;
 mod cycle;
 pub mod engine;
@@ -19,7 +20,9 @@ mod quota;
 mod state;
 #[cfg(test)]
 mod tests;
+mod topology;
 
+pub use budget::BudgetSpent;
 pub use engine::{
     Admitted, Engine, Held, NodeSpec, PolicySpec, Preempted, ProjectSpec, QuotaSpec, RunSpec,
     Settings, Slot,

@@ -14,6 +14,12 @@ pub struct Node {
     pub backend: usize,
     pub ndev: usize,
     pub schedulable: bool,
+    /// Per topology key: the number of the node's value for it (values numbered in name
+    /// order per key), None where the node lacks the key.
+    pub labels: Vec<Option<u32>>,
+    /// Host CPU (millicores) and memory (MB) the node offers runs; None: not tracked.
+    pub cpu_milli: Option<i64>,
+    pub host_memory_mb: Option<i64>,
 }
 
 /// A project's quota on one GPU type (`mlops_gpu.model.Quota`).

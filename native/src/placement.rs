@@ -1,12 +1,14 @@
 //! Best-fit placement of whole-GPU runs over the free-count buckets
 //! (`mlops_gpu.core.placement._place_whole_indexed`): per backend, the first `nodes` nodes
 //! that fit, fewest free devices first, then by name; the backend whose choice leaves the
-//! fewest free devices (then the names) wins; each node gives its first free devices.
+//! fewest free devices (then the names) wins; each node gives its first free devices. A run
+//! with a topology key is placed by `topology`.
 
 use crate::backfill::Reservation;
 use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
 use crate::state::Run;
+use crate::topology::place_topology;
 
 /// A reservation a placement must respect, with the run's expected end (None: unknown).
 pub type Filter<'a> = Option<(&'a Reservation, Option<f64>)>;
@@ -18,6 +20,9 @@ pub fn group_serves(m: &Model, g: usize, t: usize, r: &Run) -> bool {
 }
 
 pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> Option<Placement> {
+    if r.topology.is_some() {
+        return place_topology(m, cap, r, t, flt);
+    }
     let mut best: Option<(usize, Vec<usize>, usize)> = None;
     for g in 0..m.groups.len() {
         if !group_serves(m, g, t, r) {
@@ -32,6 +37,9 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
                     if !res.allows(n, k - r.gpus, ends) {
                         continue;
                     }
+                }
+                if !cap.host_fits(n, r.host()) {
+                    continue;
                 }
                 chosen.push(n);
                 total += k;
@@ -56,6 +64,7 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
         ty: t,
         backend,
         gpus: r.gpus * r.nodes,
+        host: r.host(),
         slots: chosen
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))
@@ -69,13 +78,19 @@ pub fn node_sets(m: &Model, cap: &Capacity, r: &Run, t: usize) -> bool {
         .any(|g| group_serves(m, g, t, r) && cap.count_at_least(g, r.gpus) >= r.nodes)
 }
 
-/// Schedulable nodes of `t` the run may use, in the snapshot's node order
-/// (`placement.eligible_nodes`).
-pub fn eligible<'a>(m: &'a Model, r: &'a Run, t: usize) -> impl Iterator<Item = usize> + 'a {
+/// Schedulable nodes of `t` the run may use, with its host resources free now, in the
+/// snapshot's node order (`placement.eligible_nodes`).
+pub fn eligible<'a>(
+    m: &'a Model,
+    cap: &'a Capacity,
+    r: &'a Run,
+    t: usize,
+) -> impl Iterator<Item = usize> + 'a {
     m.of_type[t].iter().copied().filter(move |&n| {
         let node = &m.nodes[n];
         node.schedulable
             && r.pinned.is_none_or(|p| p == node.backend)
             && (r.nodes <= 1 || m.multi_node[node.backend])
+            && cap.host_fits(n, r.host())
     })
 }

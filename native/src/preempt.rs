@@ -234,10 +234,10 @@ impl Cycle<'_> {
     /// own nominal quota), unless it is the anchor or of a higher class (priority wins).
     fn hold(&self, i: usize, t: usize) -> Filter<'_> {
         let res = self.reservation.as_ref().filter(|res| res.run != i)?;
-        let (r, anchor) = (&self.st.runs[i], &self.st.runs[res.run]);
-        if r.class > anchor.class {
-            return None;
+        if self.level_of_run(i) > self.level_of_run(res.run) {
+            return None; // (the levels its budgets serve them at)
         }
+        let r = &self.st.runs[i];
         if res.exempts(self.m, self.st, r, t) {
             return None;
         }
@@ -346,7 +346,7 @@ impl Cycle<'_> {
                     .map(|&v| runs[v].placement.as_ref().expect("an active run").gpus)
                     .sum::<usize>()
         };
-        let mut nodes: Vec<(usize, usize)> = eligible(m, &runs[i], t)
+        let mut nodes: Vec<(usize, usize)> = eligible(m, cap, &runs[i], t)
             .filter(|n| on_node.contains_key(n))
             .map(|n| (room(n), n))
             .collect();

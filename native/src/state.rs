@@ -29,6 +29,13 @@ pub struct Run {
     /// The cluster's types the run accepts, ascending (`State.types_of`).
     pub types: Vec<usize>,
     pub pinned: Option<usize>,
+    /// The topology key its nodes must share a value of (`topology_key`), and whether they
+    /// must (else it is preferred).
+    pub topology: Option<usize>,
+    pub topology_required: bool,
+    /// Host CPU (millicores) and memory (MB) it asks for on each of its nodes.
+    pub cpu_milli: i64,
+    pub host_memory_mb: i64,
     pub max_runtime: Option<f64>,
     pub preemptible: bool,
     pub last_checkpoint_at: Option<f64>,
@@ -50,6 +57,11 @@ impl Run {
         (self.gpus * self.nodes) as f64
     }
 
+    /// (host CPU, host memory) it asks for on each node.
+    pub fn host(&self) -> (i64, i64) {
+        (self.cpu_milli, self.host_memory_mb)
+    }
+
     pub fn start(&self) -> Option<f64> {
         self.started_at.or(self.admitted_at)
     }
@@ -63,6 +75,9 @@ pub struct QueueKey {
     pub nodes: usize,
     pub types: Vec<usize>,
     pub pinned: Option<usize>,
+    pub topology: Option<usize>,
+    pub topology_required: bool,
+    pub host: (i64, i64),
     pub preemptible: bool,
 }
 
@@ -452,6 +467,9 @@ fn queue_key(r: &Run) -> QueueKey {
         nodes: r.nodes,
         types: r.types.clone(),
         pinned: r.pinned,
+        topology: r.topology,
+        topology_required: r.topology_required,
+        host: (r.cpu_milli, r.host_memory_mb),
         preemptible: r.preemptible,
     }
 }

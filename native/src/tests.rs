@@ -4,7 +4,10 @@
 //! guaranteed minimum and (under `shortest`) have a known end far enough away. The Python
 //! core is the specification; `tests/test_native_core.py` compares the two engines at large.
 
+mod budget;
+mod host;
 mod reclaim;
+mod topology;
 
 use crate::capacity::Placement;
 use crate::cycle::Cycle;
@@ -27,6 +30,9 @@ fn model(min_runtime_s: f64, preempt_uncheckpointed: bool) -> Model {
             backend: 0,
             ndev: 8,
             schedulable: true,
+            labels: Vec::new(),
+            cpu_milli: None,
+            host_memory_mb: None,
         }],
         multi_node: vec![true],
         projects: vec![Project {
@@ -62,6 +68,10 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         nodes: 1,
         types: vec![0],
         pinned: None,
+        topology: None,
+        topology_required: false,
+        cpu_milli: 0,
+        host_memory_mb: 0,
         max_runtime,
         preemptible: true,
         last_checkpoint_at: None,
@@ -96,6 +106,7 @@ fn busy(
         backend: 0,
         slots: vec![(0, (0..8).collect())],
         gpus: 8,
+        host: (0, 0),
     };
     st.hold(m, v, p, false).expect("hold");
     st.enqueue(run("r", 1, NORMAL, 4, Some(100.0)))
@@ -105,7 +116,17 @@ fn busy(
 
 /// One cycle at `now`, applied: (admitted run ids, (victim, preemptor, lost GPU-s)).
 fn cycle(m: &Model, st: &mut State, now: f64) -> (Vec<String>, Vec<(String, String, f64)>) {
-    let mut c = Cycle::new(m, st, now, None);
+    cycle_with(m, st, now, Vec::new())
+}
+
+/// `cycle`, with per-project budget limits.
+fn cycle_with(
+    m: &Model,
+    st: &mut State,
+    now: f64,
+    limits: Vec<crate::budget::Limit>,
+) -> (Vec<String>, Vec<(String, String, f64)>) {
+    let mut c = Cycle::new(m, st, now, None, limits);
     c.run();
     let admissions = std::mem::take(&mut c.admissions);
     let preemptions = std::mem::take(&mut c.preemptions);
@@ -202,6 +223,7 @@ fn a_run_loaded_as_being_preempted_holds_nothing() {
         backend: 0,
         slots: vec![(0, (0..8).collect())],
         gpus: 8,
+        host: (0, 0),
     };
     st.hold(&m, v, p, true).expect("hold");
     assert_eq!(st.cap.used, vec![0.0]);
@@ -237,6 +259,7 @@ fn holders(m: &Model, n: usize, max_runtime: Option<f64>) -> State {
             backend: 0,
             slots: vec![(0, vec![d as u16])],
             gpus: 1,
+            host: (0, 0),
         };
         st.hold(m, h, p, false).expect("hold");
     }
@@ -268,7 +291,7 @@ fn runs_without_max_runtime_make_a_reservation_of_unknown_time_that_nothing_take
     queued(&mut st, "big", 10, 8, None, 0.0);
     queued(&mut st, "open", 11, 1, None, 1.0);
     queued(&mut st, "short", 12, 1, Some(5.0), 2.0);
-    let mut c = Cycle::new(&m, &mut st, 10.0, None);
+    let mut c = Cycle::new(&m, &mut st, 10.0, None, Vec::new());
     assert!(c.reservation.as_ref().is_some_and(|r| r.at.is_infinite()));
     c.run();
     assert!(c.admissions.is_empty());

@@ -19,13 +19,26 @@ struct NodeSpec(lib::NodeSpec);
 #[pymethods]
 impl NodeSpec {
     #[new]
-    #[pyo3(signature = (*, gpu_type, backend, devices, schedulable))]
-    fn new(gpu_type: usize, backend: usize, devices: usize, schedulable: bool) -> Self {
+    #[pyo3(signature = (
+        *, gpu_type, backend, devices, schedulable, labels, cpu_milli, host_memory_mb
+    ))]
+    fn new(
+        gpu_type: usize,
+        backend: usize,
+        devices: usize,
+        schedulable: bool,
+        labels: Vec<Option<u32>>,
+        cpu_milli: Option<i64>,
+        host_memory_mb: Option<i64>,
+    ) -> Self {
         NodeSpec(lib::NodeSpec {
             gpu_type,
             backend,
             devices,
             schedulable,
+            labels,
+            cpu_milli,
+            host_memory_mb,
         })
     }
 
@@ -171,8 +184,9 @@ struct RunSpec(lib::RunSpec);
 impl RunSpec {
     #[new]
     #[pyo3(signature = (
-        *, id, seq, project, priority, gpus, nodes, gpu_types, backend, max_runtime_s,
-        preemptible, grace_s, submitted_at, last_checkpoint_at, attained_gpu_s
+        *, id, seq, project, priority, gpus, nodes, gpu_types, backend, topology_key,
+        topology_required, cpu_milli, host_memory_mb, max_runtime_s, preemptible, grace_s,
+        submitted_at, last_checkpoint_at, attained_gpu_s
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -184,6 +198,10 @@ impl RunSpec {
         nodes: usize,
         gpu_types: Vec<usize>,
         backend: Option<usize>,
+        topology_key: Option<usize>,
+        topology_required: bool,
+        cpu_milli: i64,
+        host_memory_mb: i64,
         max_runtime_s: Option<f64>,
         preemptible: bool,
         grace_s: f64,
@@ -200,6 +218,10 @@ impl RunSpec {
             nodes,
             gpu_types,
             backend,
+            topology_key,
+            topology_required,
+            cpu_milli,
+            host_memory_mb,
             max_runtime_s,
             preemptible,
             grace_s,
@@ -271,6 +293,25 @@ struct Preempted {
     lost_gpu_s: f64,
 }
 
+/// A project whose budget for the current window is spent: its runs are served at class
+/// value `lower_to`, or wait (None).
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct BudgetSpent(lib::BudgetSpent);
+
+#[pymethods]
+impl BudgetSpent {
+    #[new]
+    #[pyo3(signature = (*, project, lower_to))]
+    fn new(project: usize, lower_to: Option<i64>) -> Self {
+        BudgetSpent(lib::BudgetSpent { project, lower_to })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
 /// The incremental engine (`lib::Engine`).
 #[pyclass(module = "mlops_gpu._engine")]
 struct Engine(lib::Engine);
@@ -315,13 +356,16 @@ impl Engine {
         self.0.anchor()
     }
 
-    #[pyo3(signature = (now, history=None))]
+    #[pyo3(signature = (now, history=None, spent=None))]
     fn cycle(
         &mut self,
         now: f64,
         history: Option<Vec<f64>>,
+        spent: Option<Vec<BudgetSpent>>,
     ) -> PyResult<(Vec<Admitted>, Vec<Preempted>)> {
-        let (admitted, preempted) = self.0.cycle(now, history.as_deref()).map_err(err)?;
+        let spent: Vec<lib::BudgetSpent> =
+            spent.unwrap_or_default().into_iter().map(|b| b.0).collect();
+        let (admitted, preempted) = self.0.cycle(now, history.as_deref(), &spent).map_err(err)?;
         let admitted = admitted
             .into_iter()
             .map(|a| Admitted {
@@ -354,6 +398,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Held>()?;
     m.add_class::<Admitted>()?;
     m.add_class::<Preempted>()?;
+    m.add_class::<BudgetSpent>()?;
     m.add_class::<Engine>()?;
     Ok(())
 }

@@ -32,6 +32,9 @@ fn cohort() -> Model {
         backend: 0,
         ndev: 4,
         schedulable: true,
+        labels: Vec::new(),
+        cpu_milli: None,
+        host_memory_mb: None,
     }];
     m.capacity_by_type = vec![4.0];
     m
@@ -48,6 +51,7 @@ fn hold(m: &Model, st: &mut State, id: &str, project: usize, class: i64, dev: u1
         backend: 0,
         slots: vec![(0, vec![dev])],
         gpus: 1,
+        host: (0, 0),
     };
     st.hold(m, r, p, false).expect("hold");
 }
