@@ -62,7 +62,18 @@ def submit(t: Any, body: dict[str, Any], as_json: bool) -> None:
             run = c.submit(body)
     except RemoteError as e:
         raise failing(e) from None
-    click.echo(json.dumps(run) if as_json else run["id"])
+    click.echo(json.dumps(run) if as_json else run.get("array_id") or run["id"])
+
+
+def hold(t: Any, run_ids: tuple[str, ...], held: bool) -> None:
+    from mlops_gpu.remote import RemoteError
+
+    try:
+        with client(t) as c:
+            for rid in run_ids:
+                click.echo(f"{rid}: {c.hold(rid, held)['result']}")
+    except RemoteError as e:
+        raise failing(e) from None
 
 
 def _warn_if_none(c: Any) -> None:

@@ -23,12 +23,13 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
 from mlops_gpu.core import eligibility as el
 from mlops_gpu.core.decision import Decision, PendingReason, ReasonCode
+from mlops_gpu.core.native import NativeEngine, NotSupported, run_unsupported
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Phase, Run
 
@@ -44,6 +45,10 @@ class Engine(Protocol):
     def kept_anchor(self) -> str | None: ...
 
 
+def _nowhere(rid: object) -> bool:
+    return False
+
+
 class _Live:
     """The ids a dependency may wait on: pending here, or active in the inner engine."""
 
@@ -51,7 +56,8 @@ class _Live:
         self.g = g
 
     def __contains__(self, rid: object) -> bool:
-        return rid in self.g.pending or rid in self.g.inner.active
+        g = self.g
+        return rid in g.pending or rid in g.inner.active or g.live_elsewhere(rid)
 
     def __len__(self) -> int:  # pragma: no cover - Collection's protocol
         return len(self.g.pending) + len(self.g.inner.active)
@@ -67,6 +73,9 @@ class Gated:
         self.pending: dict[str, Run] = {}  # every pending run, in the inner engine or not
         self.ended_phase: dict[str, Phase | None] = {}
         self._live = _Live(self)
+        #: Whether a run this engine does not hold is live (the controller's runs admitted
+        #: without a placement); a dependency on one waits.
+        self.live_elsewhere: Callable[[object], bool] = _nowhere
         self._now: float = getattr(getattr(inner, "template", None), "now", 0.0)
         #: dependency id -> pending runs that wait for it
         self._dependents: dict[str, set[str]] = defaultdict(set)
@@ -87,6 +96,8 @@ class Gated:
 
     # -- events -------------------------------------------------------------------------
     def submit(self, run: Run) -> None:
+        if isinstance(self.inner, NativeEngine) and (why := run_unsupported(run)):
+            raise NotSupported(why)  # now, not when the run becomes eligible
         self.pending[run.id] = run
         if not el.controlled(run):
             self.inner.submit(run)
@@ -152,8 +163,18 @@ class Gated:
 
     def ended(self, run_id: str, phase: Phase | None) -> None:
         """``run_id`` ended in ``phase`` (None: no such run): its dependents are judged again."""
-        self.ended_phase[run_id] = phase
-        for rid in sorted(self._dependents.pop(run_id, ())):
+        self.ended_many([(run_id, phase)])
+
+    def ended_many(self, items: Iterable[tuple[str, Phase | None]]) -> None:
+        """``ended`` for several runs: all are recorded before any dependent is judged (one
+        that waits for two of them must not find the second gone and not yet ended)."""
+        items = list(items)
+        for run_id, phase in items:
+            self.ended_phase[run_id] = phase
+        again: set[str] = set()
+        for run_id, _ in items:
+            again.update(self._dependents.pop(run_id, ()))
+        for rid in sorted(again):
             run = self.pending.get(rid)
             if run is not None and rid not in self.inner.pending and rid not in self._doomed:
                 self._restage(run)

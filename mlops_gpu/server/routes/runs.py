@@ -84,18 +84,39 @@ def _submit(rt: Any, specs: list[Any]) -> list[Run]:
     return out
 
 
-@router.post("/runs", status_code=201, summary="Submit one run")
+@router.post("/runs", status_code=201, summary="Submit one run (or an array)")
 def submit(body: SubmitBody, request: Request, who: Who) -> dict[str, Any]:
+    from mlops_gpu.controller import SubmitError
+    from mlops_gpu.controller.jobs import request_of, submit_job
+
     rt = request.app.state.rt
-    run = _submit(rt, [_spec(rt, body, who, "")])[0]
-    request.state.audit_target = run.id
+    spec = _spec(rt, body, who, "")
+    job = body.job_fields()
+    if not job:
+        run = _submit(rt, [spec])[0]
+    else:
+        try:
+            runs = submit_job(rt, spec, request_of(job))
+        except SubmitError as e:
+            raise ApiError(422, "rejected", str(e)) from None
+        run = runs[0]
+    request.state.audit_target = run.spec.array_id or run.id
     request.state.audit_detail = f"project {run.project}"
-    return run_to_public(run)
+    if run.spec.array_id is None:
+        return run_to_public(run)
+    # an array: its first element, with the array's id and every element
+    return {**run_to_public(run), "array_id": run.spec.array_id,
+            "runs": [run_to_public(r) for r in runs]}  # fmt: skip
 
 
 @router.post("/runs/batch", status_code=201, summary="Submit runs in one transaction (all or none)")
 def submit_batch(body: BatchBody, request: Request, who: Who) -> dict[str, Any]:
     rt = request.app.state.rt
+    for i, b in enumerate(body.runs):
+        if job := b.job_fields():
+            raise ApiError(422, "invalid", f"runs.{i}.{next(iter(job))}: job control "
+                           "(arrays, dependencies, holds, begin times) is for POST /runs",
+                           f"runs.{i}.{next(iter(job))}")  # fmt: skip
     specs = [_spec(rt, b, who, f"runs.{i}.") for i, b in enumerate(body.runs)]
     runs = _submit(rt, specs)
     request.state.audit_target = ",".join(r.id for r in runs)[:300]
@@ -163,6 +184,41 @@ def cancel(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
     phase, what = cancel_run(request.app.state.rt, run_id)
     request.state.audit_detail = what
     return {"id": run_id, "phase": phase.value, "result": what}
+
+
+def _hold(run_id: str, request: Request, who: Who, held: bool) -> dict[str, Any]:
+    from mlops_gpu.state.jobs import expand_ids, set_held
+
+    request.state.audit_target = run_id
+    store = request.app.state.rt.store
+    try:
+        ids = expand_ids(store, [run_id])
+    except KeyError:
+        raise ApiError(404, "not_found", f"no run with id {run_id!r}", "run_id") from None
+    verb = "hold" if held else "release"
+    for rid in ids:
+        run = _visible_run(request, who, rid)
+        if not who.can_cancel(run):
+            raise ApiError(403, "forbidden", f"you cannot {verb} run {rid} (a member "
+                           f"{verb}s its own runs; a maintainer any of the project)")  # fmt: skip
+    done = set_held(store, ids, held, by=who.name)
+    what = (
+        done[run_id]
+        if ids == [run_id]
+        else f"{len(ids)} elements: " + ", ".join(sorted({v for v in done.values()}))
+    )
+    request.state.audit_detail = what
+    return {"id": run_id, "result": what, "runs": done}
+
+
+@router.post("/runs/{run_id}/hold", summary="Hold a pending run, or an array's elements")
+def hold(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
+    return _hold(run_id, request, who, True)
+
+
+@router.post("/runs/{run_id}/release", summary="Release a held run, or an array's elements")
+def release(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
+    return _hold(run_id, request, who, False)
 
 
 @router.get("/runs/{run_id}/logs", summary="A run's stdout then stderr (text)",
