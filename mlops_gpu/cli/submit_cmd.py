@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from mlops_gpu.cli import remote_cmds as remote
-from mlops_gpu.cli.main import UserError, _ids_of, _runtime
 from mlops_gpu.cli.parse import parse_duration, parse_env
 
 _IDS = "ID[,ID]"
@@ -152,6 +151,7 @@ def submit(
     import os
     import signal as signal_mod
 
+    from mlops_gpu.cli.main import UserError, _runtime
     from mlops_gpu.controller import SubmitError
     from mlops_gpu.controller.jobs import JobRequest, ids_text, submit_job
     from mlops_gpu.model import CheckpointPolicy, ResourceRequest
@@ -244,6 +244,7 @@ def _hold_verb(held: bool) -> Any:
     @click.argument("run_ids", nargs=-1, required=True)
     @click.pass_context
     def cmd(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
+        from mlops_gpu.cli.main import _ids_of, _runtime
         from mlops_gpu.state.jobs import set_held
 
         if (target := remote.remote_target(ctx)) is not None:
