@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import run_cli
 
 from mlops_gpu.config import load_config
