@@ -358,3 +358,44 @@ def test_gated_engine_decides_as_decide_and_keeps_the_rules(
                 eng.ended(p.run_id, Phase.CANCELLED)
     reasons = {p.run_id for p in eng.explain_all(now)}
     assert reasons == set(eng.pending)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_native_engine_behind_the_gate_decides_as_the_python_one(
+    native_module: Any, scenario: tuple[Any, list[tuple[Any, ...]]]
+) -> None:
+    from mlops_gpu.core.native import NativeEngine
+
+    template, events = scenario
+    py, rs = Gated(Incremental(template)), Gated(NativeEngine(template, native_module))
+    now = 0.0
+    for ev in events:
+        now += 1.0
+        if ev[0] == "submit":
+            run = replace(ev[1], submitted_at=now)
+            py.submit(run)
+            rs.submit(run)
+        elif ev[0] == "finish" and py.active:
+            rid = sorted(py.active)[ev[1] % len(py.active)]
+            for eng in (py, rs):
+                eng.finish(rid)
+                eng.ended(rid, ev[2])
+        elif ev[0] == "release":
+            held = sorted(r for r, run in py.pending.items() if run.held)
+            if held:
+                rid = held[ev[1] % len(held)]
+                run = replace(py.pending[rid], held=False)
+                for eng in (py, rs):
+                    eng.remove_pending(rid)
+                    eng.submit(run)
+        elif ev[0] == "cycle":
+            a, b = py.cycle(now), rs.cycle(now)
+            assert [(x.run_id, x.placement) for x in a.admissions] == [
+                (x.run_id, x.placement) for x in b.admissions
+            ]
+            assert a.doomed == b.doomed
+            for p in a.doomed:
+                for eng in (py, rs):
+                    eng.remove_pending(p.run_id)
+                    eng.ended(p.run_id, Phase.CANCELLED)
