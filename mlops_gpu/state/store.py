@@ -363,7 +363,8 @@ class Store:
             rows = locked_rows(conn, [run_id for run_id, _ in items])
             for run_id, placement in items:
                 row = rows[run_id]
-                ok = row.phase == Phase.PENDING.value and not row.cancel_requested
+                # (held or cancelled meanwhile: the change comes back through the feed)
+                ok = row.phase == Phase.PENDING.value and not row.cancel_requested and not row.held
                 out.append(ok)
                 if not ok:
                     continue
