@@ -159,8 +159,15 @@ def cancel(t: Any, run_ids: tuple[str, ...]) -> None:
     try:
         with client(t) as c:
             for rid in run_ids:
-                _get(c, rid, False)
-                click.echo(f"{rid}: {c.cancel(rid)['result']}")
+                try:
+                    got = c.cancel(rid)
+                except RemoteError as e:
+                    if e.status in (404, 422):  # as ``_get`` says it, and local mode
+                        _get(c, rid, False)
+                    raise
+                # an array id: a line per element, as local mode prints
+                for eid, what in (got.get("runs") or {rid: got["result"]}).items():
+                    click.echo(f"{eid}: {what}")
     except RemoteError as e:
         raise failing(e) from None
 

@@ -51,4 +51,8 @@ def test_submit_with_job_control_and_hold_release_roles(
     aid2 = out.stdout.strip()
     rel = run_cli("release", aid2, cwd=home, env=env)
     assert rel.returncode == 0 and rel.stdout.strip() == f"{aid2}: 2 elements: released"
+    gone = run_cli("cancel", aid2, cwd=home, env=env)
+    assert gone.stdout.splitlines() == [f"{aid2}_1: cancelled", f"{aid2}_2: cancelled"]
+    nope = run_cli("cancel", "rdeadbeef00", cwd=home, env=env)
+    assert nope.returncode == 2 and "no run with id 'rdeadbeef00'" in nope.stderr
     no_5xx(srv)

@@ -177,6 +177,8 @@ def cancel(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
     from mlops_gpu.controller.views import cancel_run
 
     request.state.audit_target = run_id
+    if request.app.state.rt.store.get(run_id) is None:  # an array id: every element
+        return _cancel_array(run_id, request, who)
     run = _visible_run(request, who, run_id)
     if not who.can_cancel(run):
         raise ApiError(403, "forbidden", f"you cannot cancel run {run_id} (a member cancels "
@@ -184,6 +186,25 @@ def cancel(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
     phase, what = cancel_run(request.app.state.rt, run_id)
     request.state.audit_detail = what
     return {"id": run_id, "phase": phase.value, "result": what}
+
+
+def _cancel_array(run_id: str, request: Request, who: Identity) -> dict[str, Any]:
+    from mlops_gpu.controller.views import cancel_run
+    from mlops_gpu.state.jobs import expand_ids
+
+    rt = request.app.state.rt
+    try:
+        ids = expand_ids(rt.store, [run_id])
+    except KeyError:
+        raise ApiError(404, "not_found", f"no run with id {run_id!r}", "run_id") from None
+    for rid in ids:
+        if not who.can_cancel(_visible_run(request, who, rid)):
+            raise ApiError(403, "forbidden", f"you cannot cancel run {rid} (a member cancels "
+                           "its own runs; a maintainer any run of the project)")  # fmt: skip
+    done = {rid: cancel_run(rt, rid)[1] for rid in ids}
+    what = f"{len(ids)} elements: " + ", ".join(sorted(set(done.values())))
+    request.state.audit_detail = what
+    return {"id": run_id, "phase": None, "result": what, "runs": done}
 
 
 def _hold(run_id: str, request: Request, who: Who, held: bool) -> dict[str, Any]:
