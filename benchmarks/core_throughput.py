@@ -8,7 +8,12 @@ reason and ETA for every pending run) at the longest queue, peak RSS, and, in th
 naive FIFO first-fit baseline on the same workload. The last line printed is one JSON object.
 
     python benchmarks/core_throughput.py [--nodes 1000] [--runs 50000] [--seed 1]
-                                         [--core auto|native|python]
+                                         [--core auto|native|python] [--arrays]
+
+``--arrays`` (job control): the runs come in job arrays of 100 (one project, type and shape
+each) limited to 8 running at once (``%8``), and 10% of runs depend (``afterok``) on a run of
+an earlier array; the engine runs behind the job control gate (``core.gated``). In the same run
+the same engine schedules the same runs without job control (``plain_admissions_per_s``).
 
 The engine is the incremental one (``--engine from-scratch``: a snapshot per cycle). Its
 core: ``native`` is the engine in Rust (``mlops_gpu.core.native`` over ``mlops_gpu._engine``,
@@ -35,10 +40,12 @@ from types import MappingProxyType
 
 from mlops_gpu.core import PolicySettings, Snapshot
 from mlops_gpu.core.engine import FromScratch
+from mlops_gpu.core.gated import Gated
 from mlops_gpu.core.native import PYTHON_ENGINE_WARNING, NativeEngine, installed
 from mlops_gpu.model import (
     BackendCapabilities,
     Cohort,
+    Dependency,
     GpuType,
     Node,
     Phase,
@@ -51,6 +58,33 @@ from mlops_gpu.model import (
 
 TYPES = {"a100-80gb": 0.4, "h100-80gb": 0.4, "l40s-48gb": 0.2}
 SHAPES = [((1, 1), 0.40), ((2, 1), 0.20), ((4, 1), 0.15), ((8, 1), 0.15), ((4, 2), 0.10)]
+
+
+ARRAY_SIZE, ARRAY_LIMIT, DEPENDENT = 100, 8, 0.10
+
+
+def with_job_control(runs: list[Run], seed: int) -> list[Run]:
+    """``--arrays``: consecutive runs of ``ARRAY_SIZE`` become one array (its first run's
+    request and project for all, ``%ARRAY_LIMIT``); ``DEPENDENT`` of the runs depend on a run
+    of an earlier array (``afterok``)."""
+    rng = random.Random(seed + 1)
+    out = []
+    for k, run in enumerate(runs):
+        g, first = k // ARRAY_SIZE, runs[k - k % ARRAY_SIZE]
+        deps: tuple[Dependency, ...] = ()
+        if g > 0 and rng.random() < DEPENDENT:
+            deps = (Dependency("afterok", runs[rng.randrange(g * ARRAY_SIZE)].id),)
+        spec = replace(
+            run.spec,
+            project=first.spec.project,
+            request=first.spec.request,
+            array_id=f"a{g:04d}",
+            array_index=k % ARRAY_SIZE,
+            array_limit=ARRAY_LIMIT,
+            dependencies=deps,
+        )
+        out.append(replace(run, spec=spec))
+    return out
 
 
 def workload(
@@ -130,7 +164,7 @@ def simulate(
             heapq.heappush(ends, (now + durations[a.run_id], a.run_id))
         for p in d.preemptions:  # the simulated job stops at once and queues again
             preempted += 1
-            victim = engine.finish(p.run_id)  # type: ignore[attr-defined]
+            victim = engine.finish(p.run_id)  # type: ignore[attr-defined]  # (no end: requeued)
             engine.submit(
                 replace(
                     victim,
@@ -143,12 +177,14 @@ def simulate(
         if not ends:
             break
         now, rid = heapq.heappop(ends)
-        if rid in engine.active:  # type: ignore[attr-defined]
-            engine.finish(rid)  # type: ignore[attr-defined]
+        done = [rid]
         while ends and ends[0][0] <= now:
-            _, rid = heapq.heappop(ends)
-            if rid in engine.active:  # type: ignore[attr-defined]
-                engine.finish(rid)  # type: ignore[attr-defined]
+            done.append(heapq.heappop(ends)[1])
+        done = [r for r in done if r in engine.active]  # type: ignore[attr-defined]
+        for rid in done:
+            engine.finish(rid)  # type: ignore[attr-defined]
+        if isinstance(engine, Gated):  # their dependents may start
+            engine.ended_many((rid, Phase.SUCCEEDED) for rid in done)
     cycle_s.sort()
     total = sum(cycle_s)
     return {
@@ -228,8 +264,14 @@ def main() -> int:
         "exists); python (or its former name, installed): the Python core; auto (default): "
         "native where installed, else python",
     )
+    ap.add_argument(
+        "--arrays", action="store_true", help="arrays of 100 with %%8; 10%% of runs depend"
+    )
     args = ap.parse_args()
     template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order)
+    plain_runs = runs
+    if args.arrays:
+        runs = with_job_control(runs, args.seed)
     module = None
     if args.core in ("auto", "native") and args.engine == "incremental":
         module = installed()
@@ -241,16 +283,21 @@ def main() -> int:
     elif args.core == "native":
         raise SystemExit("core_throughput: --core native serves --engine incremental only")
     core = "native" if module is not None else "python"
-    engine = (
-        NativeEngine(template, module) if module is not None else make_engine(args.engine, template)
-    )
+
+    def new_engine() -> object:
+        if module is not None:
+            return NativeEngine(template, module)
+        return make_engine(args.engine, template)
+
+    engine = Gated(new_engine()) if args.arrays else new_engine()
     print(
         f"core_throughput: {len(template.nodes)} nodes, {args.runs} runs, engine {args.engine}, "
         f"core {core} ...",
         file=sys.stderr,
     )
     ours = simulate(engine, runs, durations, explain_at_longest=True)
-    base = simulate(NaiveFifo(template), runs, durations, explain_at_longest=False)
+    plain = simulate(new_engine(), plain_runs, durations, False) if args.arrays else None
+    base = simulate(NaiveFifo(template), plain_runs, durations, explain_at_longest=False)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = {
         "bench": "core_throughput",
@@ -271,6 +318,12 @@ def main() -> int:
         "baseline_cycle_wall_s": round(base["cycle_wall_s"], 2),
         "decisions_sha256": ours["decisions_sha256"],
     }
+    if plain is not None:
+        out["arrays"] = {"size": ARRAY_SIZE, "limit": ARRAY_LIMIT, "dependent": DEPENDENT}
+        out["plain_admissions_per_s"] = round(plain["admissions_per_s"], 1)
+        out["plain_cycle_wall_s"] = round(plain["cycle_wall_s"], 2)
+        print(f"{'plain (no job control)':24}{out['plain_admissions_per_s']:>12} admissions/s",
+              file=sys.stderr)  # fmt: skip
     print(f"{'':24}{'ours':>12}{'naive FIFO':>14}", file=sys.stderr)
     print(
         f"{'admissions/s':24}{out['admissions_per_s']:>12}{out['baseline_admissions_per_s']:>14}",

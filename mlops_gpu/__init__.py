@@ -1,8 +1,9 @@
 """mlops_gpu: a GPU scheduler for ML teams.
 
-``import mlops_gpu as mg`` stays light: the SDK (``mg.submit``, ``mg.Run``, ``mg.get_run``,
-``mg.checkpoint_saved``, ``mg.gpus``, ``mg.sweep``, ``mg.tracking_uri``) is loaded on first
-use, and nothing here imports prefect, mlflow, kubernetes, optuna or pandas.
+``import mlops_gpu as mg`` stays light: the SDK (``mg.submit``, ``mg.submit_many``,
+``mg.map``, ``mg.Run``, ``mg.get_run``, ``mg.checkpoint_saved``, ``mg.gpus``, ``mg.sweep``,
+``mg.tracking_uri``) is loaded on first use, and nothing here imports prefect, mlflow,
+kubernetes, optuna or pandas.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ __version__ = "0.1.0"
 
 _SDK = (
     "submit",
+    "submit_many",
+    "map",
     "Run",
     "get_run",
     "checkpoint_saved",

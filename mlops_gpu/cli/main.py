@@ -21,7 +21,6 @@ import click
 from mlops_gpu.cli import remote_cmds as remote
 from mlops_gpu.cli.errors import SetupErrorsAsOneLine
 from mlops_gpu.cli.jobs import local_me, user_options, whose
-from mlops_gpu.cli.parse import parse_duration, parse_env
 from mlops_gpu.cli.safe_text import visible
 
 CONFIG_HELP = "Config file (default: $MLOPS_GPU_CONFIG, ./mlops-gpu.yaml, ~/.config/mlops-gpu/)."
@@ -106,184 +105,19 @@ def demo(directory: str, scale: int) -> None:
     sys.exit(run_demo(directory, scale=scale))
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--project", "-p", required=True, help="Project (tenant) to charge.")
-@click.option("--gpus", "-g", type=int, default=1, show_default=True, help="GPUs per node.")
-@click.option("--nodes", "-N", type=int, default=1, show_default=True, help="Nodes (a gang).")
-@click.option(
-    "--gpu-type",
-    "-t",
-    "gpu_types",
-    multiple=True,
-    help="Acceptable GPU type (repeat for any of several).",
-)
-@click.option(
-    "--gpu-fraction",
-    type=float,
-    default=None,
-    help="Share of one GPU (0..1) on a node that shares GPUs.",
-)
-@click.option(
-    "--gpu-memory",
-    "gpu_memory_mb",
-    type=int,
-    default=None,
-    help="Memory cap in MB on a shared GPU.",
-)
-@click.option("--mig", default=None, help="MIG profile, e.g. 1g.10gb (--gpus slices of it).")
-@click.option(
-    "--cpu",
-    "cpu_milli",
-    type=int,
-    default=0,
-    help="Host CPU per node in millicores (4000 = 4 cores); with --gpus 0, a CPU-only run.",
-)
-@click.option(
-    "--memory",
-    "host_memory_mb",
-    type=int,
-    default=0,
-    help="Host memory per node in MB.",
-)
-@click.option(
-    "--topology",
-    "topology_key",
-    default=None,
-    help="Node label the gang's nodes share, e.g. rack (preferred).",
-)
-@click.option("--topology-required", is_flag=True, help="Make --topology a requirement.")
-@click.option("--priority", default=None, help="Priority class (default from config).")
-@click.option("--name", "-n", default=None, help="Run name (default: the command).")
-@click.option("--max-runtime", default=None, help="Stop after this long, e.g. 2h.")
-@click.option("--experiment", default=None, help="MLflow experiment name.")
-@click.option("--backend", default=None, help="Pin to one configured backend.")
-@click.option("--non-preemptible", is_flag=True, help="Never preempt this run.")
-@click.option(
-    "--signal",
-    "stop_signal",
-    default="SIGTERM",
-    show_default=True,
-    help="Checkpoint signal sent on cancel or preemption.",
-)
-@click.option(
-    "--grace",
-    default="30s",
-    show_default=True,
-    help="Time between the checkpoint signal and SIGKILL.",
-)
-@click.option("--env", "-e", "env", multiple=True, metavar="KEY=VALUE", help="Extra env var.")
-@click.option("--workdir", default=None, help="Working directory (default: the current one).")
-@click.option(
-    "--max-attempts",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Attempts before a preempted or lost run fails (default from config).",
-)
-@click.option("--no-start", is_flag=True, help="Do not start a background scheduler.")
-@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
-@click.argument("command", nargs=-1, required=True)
-@click.pass_context
-def submit(
-    ctx: click.Context,
-    project: str,
-    gpus: int,
-    nodes: int,
-    gpu_types: tuple[str, ...],
-    gpu_fraction: float | None,
-    gpu_memory_mb: int | None,
-    mig: str | None,
-    cpu_milli: int,
-    host_memory_mb: int,
-    topology_key: str | None,
-    topology_required: bool,
-    priority: str | None,
-    name: str | None,
-    max_runtime: str | None,
-    experiment: str | None,
-    backend: str | None,
-    non_preemptible: bool,
-    stop_signal: str,
-    grace: str,
-    env: tuple[str, ...],
-    workdir: str | None,
-    max_attempts: int | None,
-    no_start: bool,
-    as_json: bool,
-    command: tuple[str, ...],
-) -> None:
-    """Queue COMMAND (after --) as a run; prints the run id."""
-    import os
-    import signal as signal_mod
-
-    from mlops_gpu.controller import SubmitError
-    from mlops_gpu.model import CheckpointPolicy, ResourceRequest
-    from mlops_gpu.model.public import run_to_public
-    from mlops_gpu.model.text import spec_text_problems
-
-    sig = stop_signal.upper() if stop_signal.upper().startswith("SIG") else "SIG" + stop_signal
-    if not isinstance(getattr(signal_mod, sig, None), signal_mod.Signals):
-        raise UserError(f"--signal: unknown signal {stop_signal!r}")
-    try:
-        grace_s = 0.0 if grace.strip() in ("0", "0s") else parse_duration(grace, "--grace")
-        runtime_s = parse_duration(max_runtime, "--max-runtime") if max_runtime else None
-        env_map = parse_env(env)
-    except click.BadParameter as e:
-        raise UserError(e.format_message()) from None
-    if (target := remote.remote_target(ctx)) is not None:
-        body = {"command": list(command), "project": project, "name": name, "gpus": gpus,
-                "nodes": nodes, "gpu_types": list(gpu_types), "gpu_fraction": gpu_fraction,
-                "gpu_memory_mb": gpu_memory_mb, "mig": mig, "cpu_milli": cpu_milli,
-                "host_memory_mb": host_memory_mb, "topology_key": topology_key,
-                "topology_required": topology_required, "priority": priority,
-                "max_runtime_s": runtime_s, "experiment": experiment, "backend": backend,
-                "preemptible": not non_preemptible, "signal": sig, "grace_s": grace_s,
-                "env": env_map, "workdir": workdir, "max_attempts": max_attempts}  # fmt: skip
-        remote.submit(target, body, as_json)
-        return
-    rt = _runtime(ctx)
-    spec = rt.spec(
-        tuple(command),
-        project=project,
-        name=name,
-        priority=priority,
-        request=ResourceRequest(
-            gpus=gpus,
-            nodes=nodes,
-            gpu_types=gpu_types,
-            gpu_fraction=gpu_fraction,
-            gpu_memory_mb=gpu_memory_mb,
-            mig=mig,
-            topology_key=topology_key,
-            topology_required=topology_required,
-            cpu_milli=cpu_milli,
-            host_memory_mb=host_memory_mb,
-        ),
-        max_runtime_s=runtime_s,
-        preemptible=not non_preemptible,
-        checkpoint=CheckpointPolicy(sig, grace_s),
-        experiment=experiment,
-        env=env_map,
-        workdir=os.path.abspath(workdir or os.getcwd()),
-        backend=backend,
-        max_attempts=max_attempts,
-    )
-    try:
-        # argv is checked by ArgsGroup; the working directory and user name are not argv
-        if problems := spec_text_problems(spec):
-            raise SubmitError("; ".join(problems))
-        run = rt.submit(spec, start_scheduler=not no_start)
-    except SubmitError as e:
-        raise UserError(str(e)) from None
-    click.echo(json.dumps(run_to_public(run)) if as_json else run.id)
-
-
 @cli.command()
 @click.option("--project", "-p", default=None, help="Only this project.")
 @user_options
 @click.option("--json", "as_json", is_flag=True, help="Print runs as a JSON list.")
+@click.option("--expand", is_flag=True, help="One line per array element (JSON always is).")
 @click.pass_context
 def queue(
-    ctx: click.Context, project: str | None, user: str | None, mine: bool, as_json: bool
+    ctx: click.Context,
+    project: str | None,
+    user: str | None,
+    mine: bool,
+    as_json: bool,
+    expand: bool,
 ) -> None:
     """Pending runs (highest class, then oldest first) with the reason each waits and its ETA."""
     from mlops_gpu.cli.render import runs_table
@@ -299,7 +133,7 @@ def queue(
     if as_json:
         _dump([run_to_public(r) for r in runs])
     else:
-        runs_table(runs, title=f"Queue: {len(runs)} pending", with_reason=True)
+        runs_table(runs, title=f"Queue: {len(runs)} pending", with_reason=True, expand=expand)
     warn_if_none(rt)
 
 
@@ -311,6 +145,7 @@ def queue(
 @click.option("--events", is_flag=True, help="Add each run's event history (why it moved).")
 @user_options
 @click.option("--json", "as_json", is_flag=True, help="Print runs as a JSON list.")
+@click.option("--expand", is_flag=True, help="One line per array element (JSON always is).")
 @click.pass_context
 def status(
     ctx: click.Context,
@@ -322,6 +157,7 @@ def status(
     user: str | None,
     mine: bool,
     as_json: bool,
+    expand: bool,
 ) -> None:
     """Runs and their phases (the newest first), or the runs named."""
     from mlops_gpu.cli.render import events_table, runs_table
@@ -336,7 +172,8 @@ def status(
     rt = _runtime(ctx)
     who = whose(user, mine, local_me)
     if run_ids:
-        runs = [r for r in (_get_run(rt, rid) for rid in run_ids) if who in (None, r.spec.user)]
+        ids = [i for rid in run_ids for i in _ids_of(rt, rid)]
+        runs = [r for r in (rt.store.get(i) for i in ids) if who in (None, r.spec.user)]
     else:
         runs = user_runs(rt.store, project, who, None if show_all else limit)
     history = {r.id: rt.store.events(r.id) for r in runs} if events else {}
@@ -347,10 +184,20 @@ def status(
         _dump(out)
         warn_if_none(rt)
         return
-    runs_table(runs, title="Runs", with_reason=True)
+    runs_table(runs, title="Runs", with_reason=True, expand=expand or events)
     for r in runs if events else ():
         events_table(r.id, history[r.id])
     warn_if_none(rt)  # (after the output: an error above is the only line then)
+
+
+def _ids_of(rt: Any, run_or_array: str) -> list[str]:
+    """The run, or an array's elements (``status``, ``cancel``, ``hold``, ``release``)."""
+    from mlops_gpu.state.jobs import expand_ids
+
+    try:
+        return expand_ids(rt.store, [run_or_array])
+    except KeyError:
+        raise UserError(f"no run with id {run_or_array!r}") from None
 
 
 def _get_run(rt: Any, run_id: str) -> Any:
@@ -386,8 +233,7 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
         remote.cancel(target, run_ids)
         return
     rt = _runtime(ctx)
-    for rid in run_ids:
-        _get_run(rt, rid)
+    for rid in [i for given in run_ids for i in _ids_of(rt, given)]:
         _phase, what = cancel_run(rt, rid)
         click.echo(f"{rid}: {what}")
 
@@ -417,9 +263,13 @@ def _register() -> None:
     from mlops_gpu.cli.report import report
     from mlops_gpu.cli.scheduler_cmd import scheduler
     from mlops_gpu.cli.simulate import simulate
+    from mlops_gpu.cli.submit_cmd import hold, release, submit
     from mlops_gpu.cli.team import audit, server, users
     from mlops_gpu.cli.top import top
 
+    cli.add_command(submit)
+    cli.add_command(hold)
+    cli.add_command(release)
     cli.add_command(simulate)
     cli.add_command(server)
     cli.add_command(remote.login)

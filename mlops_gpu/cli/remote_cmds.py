@@ -63,7 +63,18 @@ def submit(t: Any, body: dict[str, Any], as_json: bool) -> None:
             run = c.submit(body)
     except RemoteError as e:
         raise failing(e) from None
-    click.echo(json.dumps(run) if as_json else run["id"])
+    click.echo(json.dumps(run) if as_json else run.get("array_id") or run["id"])
+
+
+def hold(t: Any, run_ids: tuple[str, ...], held: bool) -> None:
+    from mlops_gpu.remote import RemoteError
+
+    try:
+        with client(t) as c:
+            for rid in run_ids:
+                click.echo(f"{rid}: {c.hold(rid, held)['result']}")
+    except RemoteError as e:
+        raise failing(e) from None
 
 
 def _warn_if_none(c: Any) -> None:
@@ -159,8 +170,15 @@ def cancel(t: Any, run_ids: tuple[str, ...]) -> None:
     try:
         with client(t) as c:
             for rid in run_ids:
-                _get(c, rid, False)
-                click.echo(f"{rid}: {c.cancel(rid)['result']}")
+                try:
+                    got = c.cancel(rid)
+                except RemoteError as e:
+                    if e.status in (404, 422):  # as ``_get`` says it, and local mode
+                        _get(c, rid, False)
+                    raise
+                # an array id: a line per element, as local mode prints
+                for eid, what in (got.get("runs") or {rid: got["result"]}).items():
+                    click.echo(f"{eid}: {what}")
     except RemoteError as e:
         raise failing(e) from None
 

@@ -69,8 +69,43 @@ def _gpus(run: Run) -> str:
     return f"{shape} {types}"
 
 
-def runs_table(runs: Sequence[Run], *, title: str, with_reason: bool) -> None:
-    _runs_rows([(run_to_public(r), _gpus(r), r.submitted_at) for r in runs], title, with_reason)
+def runs_table(runs: Sequence[Run], *, title: str, with_reason: bool, expand: bool = True) -> None:
+    """``expand`` False: an array's elements fold into one line (``_fold``)."""
+    rows = [(run_to_public(r), _gpus(r), r.submitted_at) for r in runs] if expand else _fold(runs)
+    _runs_rows(rows, title, with_reason)
+
+
+def _fold(runs: Sequence[Run]) -> list[tuple[dict[str, Any], str, float | None]]:
+    """One line per array where its first element would be: the array id, its elements'
+    phases counted, the reason and ETA of its first pending element."""
+    from collections import Counter
+
+    groups: dict[str, list[Run]] = {}
+    order: list[Run | str] = []
+    for r in runs:
+        aid = r.spec.array_id
+        if aid is None:
+            order.append(r)
+            continue
+        if aid not in groups:
+            groups[aid] = []
+            order.append(aid)
+        groups[aid].append(r)
+    out = []
+    for item in order:
+        if isinstance(item, Run) or len(groups[item]) == 1:
+            r = item if isinstance(item, Run) else groups[item][0]
+            out.append((run_to_public(r), _gpus(r), r.submitted_at))
+            continue
+        elements = groups[item]
+        counts = Counter(e.phase.value for e in elements)
+        waiting = [e for e in elements if e.phase.value == "pending"]
+        pub = {**run_to_public(waiting[0] if waiting else elements[0]), "id": item,
+               "phase": ", ".join(f"{n} {p}" for p, n in sorted(counts.items())),
+               "node_names": [], "devices": []}  # fmt: skip
+        pub["name"] = f"{pub['name']} [{len(elements)} elements]"
+        out.append((pub, _gpus(elements[0]), elements[0].submitted_at))
+    return out
 
 
 def public_runs_table(runs: Sequence[dict[str, Any]], *, title: str, with_reason: bool) -> None:

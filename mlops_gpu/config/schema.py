@@ -289,6 +289,8 @@ class Config(_Strict):
         default_factory=lambda: {"low": 0, "normal": 100, "high": 1000}, min_length=1
     )
     default_priority: str = "normal"
+    #: The most elements one ``submit --array`` may create.
+    max_array_size: int = Field(10_000, ge=1)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)

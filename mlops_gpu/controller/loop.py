@@ -52,6 +52,7 @@ from mlops_gpu.core import Snapshot
 from mlops_gpu.core.decision import ReasonCode
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
 from mlops_gpu.state import ConflictError, LeaderLock, LeadershipLost, UsageRow, observed
+from mlops_gpu.state.jobs import cancel_doomed
 
 log = logging.getLogger("mlops_gpu.controller")
 
@@ -335,6 +336,8 @@ class Controller:
             store.mark_preempting(run.id, pre.reason, now=self.clock(), lost_gpu_s=lost)
             self._signal(run, pre.signal, pre.grace_s)
             self._emit("preempting", run, f"{pre.reason}; loses {lost:.0f} GPU-s of work")
+        if decision.doomed:  # dependencies that can never be met: cancelled with the reason
+            cancel_doomed(store, [(p.run_id, p.reason) for p in decision.doomed], self.clock())
         launched: dict[str, dict[str, str]] = defaultdict(dict)  # backend -> handle -> run id
         fresh: list[Run] = []
         adms = decision.admissions  # 6. admit (one transaction), then launch

@@ -18,6 +18,10 @@ the store through its change feed, so that a tick costs what changed, not the qu
 - The node inventory, the config's projects and policy are compared each tick; a change
   rebuilds the engine around the same runs.
 
+Job control (holds, begin times, dependencies, array limits) sits in front of either engine
+(``core.gated.Gated``): the mirror tells it how each run ended, and, for a dependency on a run
+that ended before the scheduler saw it, reads its final phase from the store.
+
 Invariant: after ``refresh``, ``runs`` holds exactly the store's non-terminal runs as of the
 revision read, and the engine holds the same runs in the same phases.
 """
@@ -30,9 +34,11 @@ from collections.abc import Mapping
 from mlops_gpu.core import native
 from mlops_gpu.core.decision import Decision, PendingReason
 from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.gated import Gated
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Run
 from mlops_gpu.state import Store
+from mlops_gpu.state.jobs import final_phases
 
 log = logging.getLogger("mlops_gpu.controller")
 _warned = False  # PYTHON_ENGINE_WARNING was logged (once per process: it is about the install)
@@ -50,14 +56,20 @@ class Mirror:
         self.store = store
         self.runs: dict[str, Run] = {}
         self.rev: int | None = None
-        self.engine: Incremental | native.NativeEngine | None = None
+        #: the engine behind the job control gate (``engine``: the engine itself)
+        self.gate: Gated | None = None
         self._template: Snapshot | None = None
         #: the native engine could not take the config or a run: Python until the config changes
         self._python_only = False
 
+    @property
+    def engine(self) -> Incremental | native.NativeEngine | None:
+        """The engine the gate feeds (native or Python)."""
+        return self.gate.inner if self.gate is not None else None
+
     def reset(self) -> None:
         """Forget everything: the next refresh reloads the live runs from the store."""
-        self.rev, self.engine, self._template, self.runs = None, None, None, {}
+        self.rev, self.gate, self._template, self.runs = None, None, None, {}
         self._python_only = False
 
     def refresh(self, template: Snapshot) -> None:
@@ -76,7 +88,14 @@ class Mirror:
         for run in changed:
             self._forget(run.id)
             self._note(run)
-            self._learn(run)
+        gated = self.gate
+        assert gated is not None
+        # before the runs that depend on them are judged
+        gated.ended_many((r.id, r.phase) for r in changed if r.phase in TERMINAL_PHASES)
+        self._resolve(changed)
+        for run in sorted(changed, key=_seq):  # a dependency before its dependents
+            if run.phase not in TERMINAL_PHASES and not self._learn(run):
+                return  # rebuilt in Python around every run noted
 
     def pending(self) -> list[Run]:
         return sorted((r for r in self.runs.values() if r.phase is Phase.PENDING), key=_seq)
@@ -86,7 +105,7 @@ class Mirror:
 
     def kept_anchor(self) -> str | None:
         """The run the engine keeps the reservation for next cycle (``Snapshot.anchor``)."""
-        return self.engine.kept_anchor() if self.engine is not None else None
+        return self.gate.kept_anchor() if self.gate is not None else None
 
     def cycle(
         self,
@@ -94,8 +113,8 @@ class Mirror:
         usage_history: Mapping[tuple[str, str], float],
         spent: Mapping[str, tuple[float, float]],
     ) -> Decision:
-        assert self.engine is not None, "refresh first"
-        return self.engine.cycle(now, usage_history, spent)
+        assert self.gate is not None, "refresh first"
+        return self.gate.cycle(now, usage_history, spent)
 
     def explain(
         self,
@@ -103,8 +122,8 @@ class Mirror:
         usage_history: Mapping[tuple[str, str], float],
         spent: Mapping[str, tuple[float, float]],
     ) -> list[PendingReason]:
-        assert self.engine is not None, "refresh first"
-        return self.engine.explain_all(now, usage_history, spent)
+        assert self.gate is not None, "refresh first"
+        return self.gate.explain_all(now, usage_history, spent)
 
     # -- keeping the engine in step ----------------------------------------------------
     def _note(self, run: Run) -> None:
@@ -114,20 +133,38 @@ class Mirror:
             self.runs[run.id] = run
 
     def _forget(self, run_id: str) -> None:
-        engine = self.engine
+        engine = self.gate
         assert engine is not None
         if run_id in engine.pending:
             engine.remove_pending(run_id)
         elif run_id in engine.active:
             engine.finish(run_id)
 
-    def _learn(self, run: Run) -> None:
-        assert self.engine is not None and self._template is not None
+    def _learn(self, run: Run) -> bool:
+        """Load ``run`` into the engine; False when that rebuilt the engine instead."""
+        assert self.gate is not None and self._template is not None
         try:
-            _load(self.engine, run)
+            _load(self.gate, run)
+            return True
         except native.NotSupported:  # the runs noted so far, this one included, in Python
             self._python_only = True
             self._rebuild(self._template)
+            return False
+
+    def _resolve(self, runs: list[Run]) -> None:
+        """Tell the engine how the dependencies of ``runs`` that are not live ended."""
+        engine = self.gate
+        assert engine is not None
+        missing = sorted(
+            {
+                d.run_id
+                for r in runs
+                if r.phase is Phase.PENDING
+                for d in r.spec.dependencies
+                if d.run_id not in self.runs and d.run_id not in engine.ended_phase
+            }
+        )
+        engine.ended_many(final_phases(self.store, missing).items())
 
     def _differs(self, template: Snapshot) -> bool:
         t = self._template
@@ -147,20 +184,25 @@ class Mirror:
             _warn_python_engine()
         if module is not None:
             try:
-                engine: Incremental | native.NativeEngine = native.NativeEngine(template, module)
+                self.gate = self._gated(native.NativeEngine(template, module))
                 for r in runs:
-                    _load(engine, r)
-                self.engine = engine
+                    _load(self.gate, r)
                 return
             except native.NotSupported:
                 self._python_only = True
-        engine = Incremental(template)
+        self.gate = self._gated(Incremental(template))
         for r in runs:
-            _load(engine, r)
-        self.engine = engine
+            _load(self.gate, r)
+
+    def _gated(self, inner: Incremental | native.NativeEngine) -> Gated:
+        engine = Gated(inner)
+        engine.live_elsewhere = self.runs.__contains__  # (live runs the engine does not hold)
+        self.gate = engine
+        self._resolve(list(self.runs.values()))
+        return engine
 
 
-def _load(engine: Incremental | native.NativeEngine, run: Run) -> None:
+def _load(engine: Gated, run: Run) -> None:
     """Put a live run where the engine keeps it: queued, or holding its placement."""
     if run.phase is Phase.PENDING:
         engine.submit(run)

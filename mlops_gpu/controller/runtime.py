@@ -23,6 +23,8 @@ from mlops_gpu.config import (
 from mlops_gpu.core import request_problems
 from mlops_gpu.model import Node, ResourceRequest, Run, RunSpec
 from mlops_gpu.state import Store
+from mlops_gpu.state.errors import DependencyError
+from mlops_gpu.state.jobs import JobControl
 
 
 class SubmitError(ValueError):
@@ -146,22 +148,30 @@ class Runtime:
             raise SubmitError("; ".join(problems))
         return self._store([spec], start_scheduler)[0]
 
-    def submit_many(self, specs: list[RunSpec], *, start_scheduler: bool = False) -> list[Run]:
+    def submit_many(
+        self, specs: list[RunSpec], *, start_scheduler: bool = False, job: JobControl | None = None
+    ) -> list[Run]:
         """Validate every spec, then queue them all in one store transaction, or none: the
-        SubmitError names each bad spec by its position and name."""
+        SubmitError names each bad spec by its position and name. ``job``: an array, a hold,
+        dependencies by name (``controller.jobs``)."""
         nodes = self.nodes()
         bad = []
-        for i, spec in enumerate(specs):
+        # an array's elements differ only in their index: one stands for all
+        for i, spec in enumerate(specs[:1] if job is not None and job.array else specs):
             problems = self.problems(spec, nodes)
             if problems:
                 bad.append(f"run {i} ({spec.name}): " + "; ".join(problems))
         if bad:
+            if job is not None and job.array:  # the elements differ only in their index
+                raise SubmitError(bad[0].split(": ", 1)[1])
             raise SubmitError(
                 f"{len(bad)} of {len(specs)} runs rejected, none queued: " + " | ".join(bad)
             )
-        return self._store(specs, start_scheduler)
+        return self._store(specs, start_scheduler, job)
 
-    def _store(self, specs: list[RunSpec], start_scheduler: bool) -> list[Run]:
+    def _store(
+        self, specs: list[RunSpec], start_scheduler: bool, job: JobControl | None = None
+    ) -> list[Run]:
         """Store the runs last, so that a failing submit stores none (``prepare``): the store
         opened, the runs' folders proven writable, a background scheduler started if asked
         (one started for nothing exits when idle), then the runs' rows written."""
@@ -172,7 +182,10 @@ class Runtime:
         prepare_folders(self.cfg, specs)
         if start_scheduler:
             ensure_scheduler(self)
-        return store.submit_many(specs)
+        try:
+            return store.submit_many(specs, job=job)
+        except DependencyError as e:
+            raise SubmitError(str(e)) from None
 
     def close(self) -> None:
         if "store" in self.__dict__:

@@ -32,6 +32,15 @@ class ReasonCode(str, Enum):
     QUEUED_BEHIND = "queued_behind"
     #: The run's project or priority class is not (or no longer) in the config.
     INVALID = "invalid"
+    #: Held by a user (``submit --hold``, ``hold``) until ``release``.
+    HELD = "held"
+    #: Its begin time (``--begin``) is still to come; the ETA is that time.
+    BEGIN_TIME = "begin_time"
+    #: It waits for runs it depends on (``--after...``) to end as it asked; the reason names
+    #: them. One whose dependency can never be met is cancelled (``Decision.doomed``).
+    DEPENDENCY = "dependency"
+    #: Its array has as many elements running as its ``%N`` limit allows.
+    ARRAY_LIMIT = "array_limit"
 
     def __str__(self) -> str:
         return self.value
@@ -69,3 +78,6 @@ class Decision:
     admissions: tuple[Admission, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     pending: tuple[PendingReason, ...] = ()
+    #: Pending runs whose dependencies can never be met (code ``dependency``): the controller
+    #: cancels them with the reason. Reported by every decision while they are still pending.
+    doomed: tuple[PendingReason, ...] = ()

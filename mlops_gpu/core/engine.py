@@ -26,9 +26,17 @@ class FromScratch:
         self.pending: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
         self.anchor: str | None = None  # kept between cycles (``Snapshot.anchor``)
+        self.ended_phase: dict[str, Phase | None] = {}  # ``Snapshot.ended``
 
     def submit(self, run: Run) -> None:
         self.pending[run.id] = run
+
+    def ended(self, run_id: str, phase: Phase | None) -> None:
+        """``run_id`` ended in ``phase`` (None: unknown), for the dependencies on it."""
+        self.ended_phase[run_id] = phase
+
+    def remove_pending(self, run_id: str) -> Run:
+        return self.pending.pop(run_id)
 
     def finish(self, run_id: str) -> Run:
         return self.active.pop(run_id)
@@ -54,6 +62,7 @@ class FromScratch:
             active=tuple(self.active.values()),
             usage_history=dict(usage_history or self.template.usage_history),
             anchor=self.anchor if self.anchor in self.pending else None,
+            ended=dict(self.ended_phase) if self.ended_phase else self.template.ended,
         )
 
     def cycle(

@@ -72,7 +72,7 @@ from enum import Enum
 from itertools import accumulate
 from typing import Any
 
-from mlops_gpu.core import parking, search_memo
+from mlops_gpu.core import eligibility, parking, search_memo
 from mlops_gpu.core.backfill import (
     EtaBook,
     Reservation,
@@ -1016,7 +1016,18 @@ def decide_default(snap: Snapshot, explain: bool = True) -> Decision:
 
 def decide_keeping(snap: Snapshot, explain: bool = True) -> tuple[Decision, str | None]:
     """``decide_default``, and the anchor an engine applying the decision keeps for the next
-    cycle (``Snapshot.anchor``; ``Cycle.kept_anchor``)."""
+    cycle (``Snapshot.anchor``; ``Cycle.kept_anchor``). The policy sees only the runs
+    ``eligibility.gate`` passes; the others get its reasons (in the snapshot's order)."""
+    g = eligibility.gate(snap)
+    if g.waiting:
+        full = snap
+        anchor = snap.anchor if snap.anchor not in g.waiting else None
+        d, kept = decide_keeping(replace(snap, pending=g.eligible, anchor=anchor), explain)
+        if explain:
+            mine = {p.run_id: p for p in d.pending}
+            mine.update(g.waiting)
+            d = replace(d, pending=tuple(mine[r.id] for r in full.pending if r.id in mine))
+        return replace(d, doomed=g.doomed), kept
     cycle = Cycle(State.from_snapshot(snap), snap.now, snap.usage_history, snap.spent)
     d = cycle.run()
     kept = cycle.kept_anchor()

@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from mlops_gpu.core.fragmentation import Shape
-from mlops_gpu.model import BackendCapabilities, Cohort, GpuType, Node, PolicySettings, Project, Run
+from mlops_gpu.model import (
+    BackendCapabilities,
+    Cohort,
+    GpuType,
+    Node,
+    Phase,
+    PolicySettings,
+    Project,
+    Run,
+)
 
 _EMPTY_COHORTS: Mapping[str, Cohort] = MappingProxyType({})
 _NO_CAPS: Mapping[str, BackendCapabilities] = MappingProxyType({})
@@ -19,6 +28,7 @@ _DEFAULT_CAPS = BackendCapabilities()
 _NO_USAGE: Mapping[tuple[str, str], float] = MappingProxyType({})
 _NO_SPENT: Mapping[str, tuple[float, float]] = MappingProxyType({})
 _NO_PRIOR: Mapping[Shape, float] = MappingProxyType({})
+_NO_ENDED: Mapping[str, Phase | None] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +58,10 @@ class Snapshot:
     #: given the workload's distribution of pod shapes). Empty: the active runs alone. The
     #: openb benchmark fills it with its pod file's shapes; the controller leaves it empty.
     shape_prior: Mapping[Shape, float] = field(default_factory=lambda: _NO_PRIOR)
+    #: How the runs that pending runs depend on ended (``model.jobs``): run id -> its final
+    #: phase, or None for an id the store does not know. A dependency that is neither here nor
+    #: pending nor active is unknown too (``eligibility``).
+    ended: Mapping[str, Phase | None] = field(default_factory=lambda: _NO_ENDED)
 
     def priority_of(self, run: Run) -> int:
         return self.priority_classes.get(run.spec.priority, 0)

@@ -9,6 +9,7 @@ Invariants:
 """
 
 from mlops_gpu.model.cluster import BackendCapabilities, GpuType, Node, NodeSlot, Placement
+from mlops_gpu.model.jobs import DEPENDENCY_KINDS, Dependency
 from mlops_gpu.model.phase import ACTIVE_PHASES, TERMINAL_PHASES, Phase
 from mlops_gpu.model.policy import PolicySettings
 from mlops_gpu.model.pool import NodeState, Pool, PoolNode
@@ -23,11 +24,13 @@ from mlops_gpu.model.run import (
 
 __all__ = [
     "ACTIVE_PHASES",
+    "DEPENDENCY_KINDS",
     "TERMINAL_PHASES",
     "BackendCapabilities",
     "Budget",
     "CheckpointPolicy",
     "Cohort",
+    "Dependency",
     "GpuType",
     "Node",
     "NodeSlot",

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from mlops_gpu.model.cluster import Placement
+from mlops_gpu.model.jobs import Dependency
 from mlops_gpu.model.phase import Phase
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
@@ -138,9 +139,28 @@ class RunSpec:
     #: Pin the run to one backend by name (None = any backend that can host it).
     backend: str | None = None
     max_attempts: int | None = None
+    #: Runs this one waits for (``model.jobs``); an array's elements, with ``%N`` as the limit.
+    dependencies: tuple[Dependency, ...] = ()
+    array_id: str | None = None
+    array_index: int | None = None
+    array_limit: int | None = None
+    #: It may not start before this time (``--begin``).
+    begin_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         r = self.request
+        out = self._base_dict(r)
+        # job control keys only where set: older readers and golden files see the same dict
+        if self.dependencies:
+            out["dependencies"] = [d.to_text() for d in self.dependencies]
+        if self.array_id is not None:
+            out["array"] = {"id": self.array_id, "index": self.array_index,
+                            "limit": self.array_limit}  # fmt: skip
+        if self.begin_at is not None:
+            out["begin_at"] = self.begin_at
+        return out
+
+    def _base_dict(self, r: ResourceRequest) -> dict[str, Any]:
         return {
             "name": self.name,
             "project": self.project,
@@ -174,6 +194,7 @@ class RunSpec:
     def from_dict(d: Mapping[str, Any]) -> RunSpec:
         r = d.get("request", {})
         c = d.get("checkpoint", {})
+        arr = d.get("array") or {}
         return RunSpec(
             name=d["name"],
             project=d["project"],
@@ -203,6 +224,11 @@ class RunSpec:
             workdir=d.get("workdir"),
             backend=d.get("backend"),
             max_attempts=d.get("max_attempts"),
+            dependencies=tuple(Dependency.from_text(x) for x in d.get("dependencies", ())),
+            array_id=arr.get("id"),
+            array_index=arr.get("index"),
+            array_limit=arr.get("limit"),
+            begin_at=d.get("begin_at"),
         )
 
 
@@ -234,6 +260,8 @@ class Run:
     not_before: float | None = None
     #: When the current attempt joined the queue: the submit, or the requeue that made it.
     queued_at: float | None = None
+    #: Held by a user (``hold``): it waits, in ``held``, until released.
+    held: bool = False
 
     @property
     def queue_wait_s(self) -> float | None:

@@ -121,6 +121,10 @@ class Client:
     def cancel(self, run_id: str) -> dict[str, Any]:
         return dict(self.call("POST", f"/runs/{run_id}/cancel"))
 
+    def hold(self, run_id: str, held: bool) -> dict[str, Any]:
+        """Hold (``held``) or release a run, or an array's elements."""
+        return dict(self.call("POST", f"/runs/{run_id}/{'hold' if held else 'release'}"))
+
     def nodes(self) -> list[Any]:
         return list(self.call("GET", "/nodes"))
 

@@ -5,6 +5,7 @@ per-user starter is written on first use), and a background scheduler is started
 none runs; it exits by itself after ``scheduler.idle_exit_s`` with nothing to do.
 """
 
+from mlops_gpu.sdk.batch import map, submit_many
 from mlops_gpu.sdk.lease import GpuLease, LeaseError, current_gpus, gpus
 from mlops_gpu.sdk.run import Run, RunFailed, checkpoint_saved, get_run, submit, tracking_uri
 from mlops_gpu.sdk.sweep import Sweep, sweep
@@ -19,7 +20,9 @@ __all__ = [
     "current_gpus",
     "get_run",
     "gpus",
+    "map",
     "submit",
+    "submit_many",
     "sweep",
     "tracking_uri",
 ]

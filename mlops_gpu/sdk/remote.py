@@ -248,6 +248,22 @@ class RemoteRun(Run):
             raise
         return self
 
+    def hold(self) -> str:
+        """``Run.hold`` through ``POST /api/v1/runs/{id}/hold``."""
+        return self._hold(True)
+
+    def release(self) -> str:
+        """``Run.release`` through ``POST /api/v1/runs/{id}/release``."""
+        return self._hold(False)
+
+    def _hold(self, held: bool) -> str:
+        try:
+            return str(client(self._target).hold(self.id, held)["result"])
+        except RemoteError as e:
+            if e.status == 404:
+                raise KeyError(self.id) from None
+            raise
+
     def tracking_uri(self) -> str | None:
         return tracking_uri(self._target)
 

@@ -14,7 +14,8 @@ from typing import Any
 from mlops_gpu.config import find_config, user_config_path
 from mlops_gpu.controller import Runtime, SubmitError
 from mlops_gpu.controller.config_watch import stat_signature
-from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest
+from mlops_gpu.controller.jobs import JobRequest, submit_job
+from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest, RunSpec
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
 from mlops_gpu.model.text import spec_text_problems
@@ -102,8 +103,20 @@ def submit(
     topology_required: bool = False,
     cpu_milli: int = 0,
     host_memory_mb: int = 0,
+    after: Deps = None,
+    afterok: Deps = None,
+    afternotok: Deps = None,
+    afterany: Deps = None,
+    after_name: str | Sequence[str] | None = None,
+    hold: bool = False,
+    begin: float | str | None = None,
 ) -> Run:
     """Queue a command (a string, an argv list) or a Python callable as a run.
+
+    Job control as the CLI's flags: ``after``/``afterany`` (start after these runs or arrays
+    end), ``afterok``, ``afternotok`` (ids or ``Run`` handles), ``after_name`` (after every
+    earlier run of yours with that name), ``hold`` (until ``Run.release()``), ``begin``
+    (seconds since the epoch, ``"now+2h"`` or an ISO time).
 
     ``gpus`` is per node, as are ``cpu_milli`` and ``host_memory_mb`` (``gpus=0`` with either:
     a CPU-only run); ``max_runtime`` and ``grace`` are seconds. Raises ``ValueError`` (a
@@ -127,7 +140,70 @@ def submit(
                 "backend": backend, "preemptible": preemptible, "signal": signal,
                 "grace_s": float(grace), "env": dict(env or {}), "workdir": workdir,
                 "max_attempts": max_attempts}  # fmt: skip
+        job = job_request(after, afterok, afternotok, afterany, after_name, hold, begin)
+        if not job.empty:  # as the CLI's flags, in the request (the server resolves them)
+            body.update({"after": list(job.after), "afterok": list(job.afterok),
+                         "afternotok": list(job.afternotok), "afterany": list(job.afterany),
+                         "after_name": list(job.after_names), "hold": job.hold,
+                         "begin": job.begin})  # fmt: skip
         return rm.submit(remote, target, body, args, kwargs or {})
+    rt, spec, command = build_spec(
+        target, project=project, gpus=gpus, nodes=nodes, gpu_type=gpu_type, priority=priority,
+        name=name, max_runtime=max_runtime, experiment=experiment, env=env, workdir=workdir,
+        backend=backend, preemptible=preemptible, signal=signal, grace=grace,
+        max_attempts=max_attempts, args=args, kwargs=kwargs, config=config,
+        gpu_fraction=gpu_fraction, gpu_memory_mb=gpu_memory_mb, mig=mig,
+        topology_key=topology_key, topology_required=topology_required, cpu_milli=cpu_milli,
+        host_memory_mb=host_memory_mb,
+    )  # fmt: skip
+    try:
+        # text only (model.text): a surrogateescape'd argv or path cannot be stored
+        if problems := spec_text_problems(spec):
+            raise SubmitError("; ".join(problems))
+        req = job_request(after, afterok, afternotok, afterany, after_name, hold, begin)
+        if req.empty:
+            record = rt.submit(spec, start_scheduler=start_scheduler)
+        else:
+            record = submit_job(rt, spec, req, start_scheduler=start_scheduler)[0]
+    except BaseException:
+        if callable(target):  # a submit that fails leaves nothing behind: not its pickle either
+            with contextlib.suppress(OSError):
+                os.unlink(command[-1])
+        raise
+    return Run(record.id, rt)
+
+
+def build_spec(
+    target: str | Sequence[str] | Callable[..., Any],
+    *,
+    project: str,
+    gpus: int = 1,
+    nodes: int = 1,
+    gpu_type: str | Sequence[str] | None = None,
+    priority: str | None = None,
+    name: str | None = None,
+    max_runtime: float | None = None,
+    experiment: str | None = None,
+    env: Mapping[str, str] | None = None,
+    workdir: str | None = None,
+    backend: str | None = None,
+    preemptible: bool = True,
+    signal: str = "SIGTERM",
+    grace: float = 30.0,
+    max_attempts: int | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    gpu_fraction: float | None = None,
+    gpu_memory_mb: int | None = None,
+    mig: str | None = None,
+    topology_key: str | None = None,
+    topology_required: bool = False,
+    cpu_milli: int = 0,
+    host_memory_mb: int = 0,
+) -> tuple[Runtime, RunSpec, tuple[str, ...]]:
+    """(the runtime, the spec ``submit`` queues, its command): nothing is stored, but a
+    callable's pickle is written (``command[-1]``; the caller removes it if it stores none)."""
     rt = _runtime(config)
     command, callable_name = _command(target, rt, args, kwargs or {})
     types = (gpu_type,) if isinstance(gpu_type, str) else tuple(gpu_type or ())
@@ -157,17 +233,34 @@ def submit(
         backend=backend,
         max_attempts=max_attempts,
     )
-    try:
-        # text only (model.text): a surrogateescape'd argv or path cannot be stored
-        if problems := spec_text_problems(spec):
-            raise SubmitError("; ".join(problems))
-        record = rt.submit(spec, start_scheduler=start_scheduler)
-    except BaseException:
-        if callable(target):  # a submit that fails leaves nothing behind: not its pickle either
-            with contextlib.suppress(OSError):
-                os.unlink(command[-1])
-        raise
-    return Run(record.id, rt)
+    return rt, spec, command
+
+
+#: Runs a run depends on: ids or handles (anything with an ``id``), one or several.
+Deps = str | Any | Sequence[str | Any] | None
+
+
+def _dep_ids(deps: Deps) -> tuple[str, ...]:
+    if deps is None:
+        return ()
+    items = [deps] if isinstance(deps, str) or hasattr(deps, "id") else list(deps)
+    return tuple(d if isinstance(d, str) else str(d.id) for d in items)
+
+
+def job_request(
+    after: Deps = None,
+    afterok: Deps = None,
+    afternotok: Deps = None,
+    afterany: Deps = None,
+    after_name: str | Sequence[str] | None = None,
+    hold: bool = False,
+    begin: float | str | None = None,
+    array: str | None = None,
+) -> JobRequest:
+    names = (after_name,) if isinstance(after_name, str) else tuple(after_name or ())
+    return JobRequest(array=array, after=_dep_ids(after), afterok=_dep_ids(afterok),
+                      afternotok=_dep_ids(afternotok), afterany=_dep_ids(afterany),
+                      after_names=names, hold=hold, begin=begin)  # fmt: skip
 
 
 def remote_target(config: str | os.PathLike[str] | None) -> Any:
@@ -297,6 +390,18 @@ class Run:
         """The MLflow tracking URI the run is recorded in (None: the scheduler tracks nothing)."""
         cfg = self._rt.cfg
         return cfg.tracking_uri(dict(os.environ)) if cfg.mlflow.enabled else None
+
+    def hold(self) -> str:
+        """Hold the run while it is pending (it will not start until released)."""
+        from mlops_gpu.state.jobs import set_held
+
+        return set_held(self._rt.store, [self.id], True)[self.id]
+
+    def release(self) -> str:
+        """Release a held run: it queues again."""
+        from mlops_gpu.state.jobs import set_held
+
+        return set_held(self._rt.store, [self.id], False)[self.id]
 
     def result(self, timeout: float | None = None) -> Any:
         """For a submitted callable: wait, then return its value (or raise ``RunFailed``)."""

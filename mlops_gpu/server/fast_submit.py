@@ -88,7 +88,7 @@ class FastSubmit:
             sub = SubmitBody.model_validate(obj) if isinstance(obj, dict) else None
         except (ValueError, RecursionError, ValidationError):  # (deep nesting: RecursionError)
             sub = None
-        if sub is None:
+        if sub is None or sub.job_fields():  # arrays, dependencies, holds: the route's own path
             return False
         req_state: dict[str, Any] = scope.setdefault("state", {})
         req_state["identity"] = who

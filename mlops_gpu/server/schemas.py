@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 Arg = Annotated[str, StringConstraints(max_length=100_000)]
 #: Run ids as the store makes them (``r`` + 10 hex digits): nothing else reaches a path.
-RUN_ID = r"^r[0-9a-f]{10}$"
+RUN_ID = r"^r[0-9a-f]{10}(_[0-9]{1,9})?$"
+#: A run or array id, as a dependency names it.
+DepId = Annotated[str, StringConstraints(pattern=RUN_ID)]
 
 
 class SubmitBody(BaseModel):
@@ -45,6 +47,22 @@ class SubmitBody(BaseModel):
     max_attempts: int | None = Field(None, ge=1, le=1000)
     #: Ignored: the run's user is the identity that submits it.
     user: str | None = Field(None, max_length=1000)
+    #: Job control, as the CLI's flags (``controller.jobs``); POST /runs only.
+    array: Annotated[str, StringConstraints(max_length=1000)] | None = None
+    after: list[DepId] = Field(default_factory=list, max_length=1000)
+    afterok: list[DepId] = Field(default_factory=list, max_length=1000)
+    afternotok: list[DepId] = Field(default_factory=list, max_length=1000)
+    afterany: list[DepId] = Field(default_factory=list, max_length=1000)
+    after_name: list[Name] = Field(default_factory=list, max_length=100)
+    hold: bool = False
+    #: now+2h, an ISO time, or seconds since the epoch
+    begin: Annotated[str, StringConstraints(max_length=100)] | float | None = None
+
+    def job_fields(self) -> dict[str, object]:
+        """The job control fields set (empty: a plain submit)."""
+        keys = ("array", "after", "afterok", "afternotok", "afterany", "after_name", "hold",
+                "begin")  # fmt: skip
+        return {k: getattr(self, k) for k in keys if getattr(self, k) not in (None, [], False)}
 
 
 class BatchBody(BaseModel):

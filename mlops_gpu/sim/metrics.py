@@ -164,6 +164,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "decisions_per_s": result.cycles / result.cycle_wall_s if result.cycle_wall_s else 0.0,
         "wall_s": result.wall_s,
         "unfinished": result.unfinished,
+        "cancelled": result.cancelled,
         **eta_metrics(result.etas, {o.job.id: o.first_start for o in result.outcomes}),
     }
 

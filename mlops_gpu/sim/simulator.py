@@ -44,6 +44,7 @@ from typing import Protocol, cast
 from mlops_gpu.core import native
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.fairshare import decayed
+from mlops_gpu.core.gated import Gated
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import (
     BackendCapabilities,
@@ -127,6 +128,8 @@ class SimResult:
     extra: dict[str, float] = field(default_factory=dict)
     #: ``python`` or ``native``: which engine made the decisions (the same ones either way)
     engine: str = "python"
+    #: Jobs cancelled because a dependency could never be met (job control traces)
+    cancelled: int = 0
     #: per run that waited: the ETAs it was given (``sim.eta``)
     etas: dict[str, EtaRecord] = field(default_factory=dict)
 
@@ -228,7 +231,9 @@ class Simulation:
         #: GPU-seconds held over earlier attempts, lost work included (what LAS orders by,
         #: as ``Run.attained_gpu_s`` in production)
         self.attained: dict[str, float] = defaultdict(float)
-        self.engine: Incremental | native.NativeEngine = self._engine(engine)
+        # job control (arrays, dependencies) in front of either engine (``core.gated``)
+        self.engine = Gated(self._engine(engine))
+        self.cancelled: set[str] = set()  # jobs whose dependencies could never be met
         self.running: dict[str, _Attempt] = {}
         self.ends: list[tuple[float, int, str]] = []
         #: (next checkpoint, attempt, job) of each running attempt, reported before each cycle
@@ -286,6 +291,9 @@ class Simulation:
             priority=job.priority,
             max_runtime_s=self.preset.estimate_factor * (self.remaining[job.id] + overhead),
             checkpoint=CheckpointPolicy(grace_s=0.0),
+            dependencies=job.dependencies,
+            array_id=job.array_id,
+            array_limit=job.array_limit,
         )
         return Run(
             job.id,
@@ -348,6 +356,10 @@ class Simulation:
         d = self.engine.cycle(now, dict(self.history))
         self.cycle_s += time.perf_counter() - t0
         self.cycles += 1
+        for gone in d.doomed:  # as the controller does: cancelled, an end for their dependents
+            self.engine.remove_pending(gone.run_id)
+            self.engine.ended(gone.run_id, Phase.CANCELLED)
+            self.cancelled.add(gone.run_id)
         for p in d.preemptions:  # the victims exit (grace 0) before their preemptors start
             self._preempted(p.run_id, now)
         for a in d.admissions:
@@ -416,6 +428,7 @@ class Simulation:
                     self.out[jid].finish = now
                     self._stop(jid, now)
                     self.engine.finish(jid)
+                    self.engine.ended(jid, Phase.SUCCEEDED)
                     done += 1
             arrived = i
             while i < n and jobs[i].submit_s <= now:
@@ -449,8 +462,11 @@ class Simulation:
             cycles=self.cycles,
             cycle_wall_s=self.cycle_s,
             wall_s=time.perf_counter() - t_start,
-            unfinished=sum(1 for o in self.out.values() if o.finish is None),
-            engine="native" if isinstance(self.engine, native.NativeEngine) else "python",
+            unfinished=sum(
+                1 for o in self.out.values() if o.finish is None and o.job.id not in self.cancelled
+            ),
+            cancelled=len(self.cancelled),
+            engine="native" if isinstance(self.engine.inner, native.NativeEngine) else "python",
             etas=self.etas.records,
         )
 

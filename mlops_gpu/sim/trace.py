@@ -26,7 +26,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import IO
 
-from mlops_gpu.model import Node
+from mlops_gpu.model import Dependency, Node
 
 #: The project that pools jobs of virtual clusters without a known size.
 OTHER = "other"
@@ -53,6 +53,11 @@ class TraceJob:
     #: Host CPU (millicores) and memory per node.
     cpu_milli: int = 0
     host_memory_mb: int = 0
+    #: Job control (``sim.trace_jobs``): the array it is an element of, and its ``%N``; the
+    #: jobs it waits for (by id).
+    array_id: str | None = None
+    array_limit: int | None = None
+    dependencies: tuple[Dependency, ...] = ()
 
     @property
     def total_gpus(self) -> float:
@@ -152,8 +157,11 @@ def _timestamp(path: Path, line: int, raw: str, origin: datetime | None) -> floa
 def load_csv(path: str | Path, gpus_per_node: int = 8) -> Trace:
     """The generic format: ``submit_time`` (seconds from the start, or ISO 8601), ``duration_s``,
     ``gpus`` (the job's total), ``project``; optional ``gpu_type``, ``nodes`` (the total splits
-    evenly over them; default: as few nodes of ``gpus_per_node`` as hold it), ``priority``.
-    ISO times are made relative to the earliest one."""
+    evenly over them; default: as few nodes of ``gpus_per_node`` as hold it), ``priority``,
+    and the job control columns of ``sim.trace_jobs`` (``id``, ``array_id``, ``array_limit``,
+    ``dependencies``). ISO times are made relative to the earliest one."""
+    from mlops_gpu.sim import trace_jobs
+
     p = Path(path)
     raw: list[tuple[int, dict[str, str], float]] = []
     iso = False
@@ -165,7 +173,7 @@ def load_csv(path: str | Path, gpus_per_node: int = 8) -> Trace:
             t, iso = _timestamp(p, line, value, None), True
         raw.append((line, row, t))
     origin = min((t for _, _, t in raw), default=0.0) if iso else 0.0
-    jobs = []
+    rows: list[tuple[int, dict[str, str], TraceJob]] = []
     for line, row, t in raw:
         project = (row.get("project") or "").strip()
         if not project:
@@ -174,7 +182,7 @@ def load_csv(path: str | Path, gpus_per_node: int = 8) -> Trace:
         nodes = int(_number(p, line, row, "nodes", integer=True)) if nodes_raw else None
         total = int(_number(p, line, row, "gpus", integer=True))
         gpus, n = _split(p, line, total, nodes, gpus_per_node)
-        jobs.append(
+        rows.append((line, row,
             TraceJob(
                 id=f"job-{line - 1:06d}",
                 submit_s=t - origin,
@@ -184,8 +192,9 @@ def load_csv(path: str | Path, gpus_per_node: int = 8) -> Trace:
                 project=project,
                 gpu_type=(row.get("gpu_type") or "").strip() or None,
                 priority=(row.get("priority") or "").strip() or "normal",
-            )
-        )
+            ),
+        ))  # fmt: skip
+    jobs = trace_jobs.apply(p, rows)
     if not jobs:
         raise TraceError(f"{p}: no jobs in the trace")
     return Trace(p.name, tuple(sorted(jobs, key=lambda j: (j.submit_s, j.id))))

@@ -28,3 +28,7 @@ class StoreError(SetupError):
 
 class LeadershipLost(RuntimeError):
     """A scheduler's write was refused: another scheduler took over its lease (fencing)."""
+
+
+class DependencyError(ValueError):
+    """A submit names a dependency that cannot be: an unknown run or array id, or a cycle."""

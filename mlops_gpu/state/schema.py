@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
     inspect,
     text,
 )
@@ -74,6 +75,11 @@ runs = Table(
     Index("ix_runs_queue", "phase", "project", "priority", "reason_code"),
     # v10: ``history`` reads finished runs newest end first from a time on (``state.history``)
     Index("ix_runs_finished", "finished_at"),
+    # v11: job control: held by a user (``hold``/``release``), and the array an element is of
+    # (``cancel ARRAY_ID``, dependencies on a whole array)
+    Column("held", Boolean, nullable=False, default=False, server_default=false()),
+    Column("array_id", String(32)),
+    Index("ix_runs_array", "array_id"),
 )
 
 #: One row: the store's revision, raised by every transaction that changes a run (not by
@@ -330,10 +336,16 @@ def _v10(conn: Connection) -> None:
         conn.execute(text("CREATE INDEX ix_runs_finished ON runs (finished_at)"))
 
 
+def _v11(conn: Connection) -> None:
+    _add_missing_columns(conn, runs, ["held", "array_id"])
+    if "ix_runs_array" not in {ix["name"] for ix in inspect(conn).get_indexes("runs")}:
+        conn.execute(text("CREATE INDEX ix_runs_array ON runs (array_id)"))
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8), (9, _v9),
-    (10, _v10),
+    (10, _v10), (11, _v11),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

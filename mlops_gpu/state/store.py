@@ -21,12 +21,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, bindparam, create_engine, event, func, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, Run, RunSpec
 from mlops_gpu.state import lease
-from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many, rows_of
+from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many
 from mlops_gpu.state.errors import ConflictError
+from mlops_gpu.state.jobs import JobControl, submit_runs
 from mlops_gpu.state.ledger import UsageRow, read_usage, record_usage
 from mlops_gpu.state.mlflow_notes import UnclosedMlflowRun, note_rows, unclosed
 from mlops_gpu.state.open_check import Hints, check_file, create_new, inspect_existing, sqlite_file
@@ -117,6 +117,7 @@ def _row_to_run(r: Row[Any], spec: RunSpec | None = None) -> Run:
         attained_gpu_s=r.attained_gpu_s or 0.0,
         not_before=r.not_before,
         queued_at=r.queued_at,
+        held=bool(r.held),
     )
 
 
@@ -266,64 +267,14 @@ class Store:
     def submit(self, spec: RunSpec, now: float | None = None) -> Run:
         return self.submit_many([spec], now)[0]
 
-    def submit_many(self, specs: Sequence[RunSpec], now: float | None = None) -> list[Run]:
+    def submit_many(
+        self, specs: Sequence[RunSpec], now: float | None = None, job: JobControl | None = None
+    ) -> list[Run]:
         """Queue ``specs`` in one transaction (one revision): all of them or, on an error,
         none. A scheduler sees them in the same tick (a sweep, a burst of runs), and the
-        store commits once instead of once per run."""
-        if not specs:
-            return []
-        now = time.time() if now is None else now
-        for _ in range(5):
-            ids = [new_run_id() for _ in specs]
-            if len(set(ids)) < len(ids):
-                continue
-            try:
-                with self._tx() as conn:
-                    rev = self._bump(conn)
-                    conn.execute(
-                        runs.insert(),
-                        [
-                            {
-                                "id": run_id,
-                                "name": spec.name,
-                                "project": spec.project,
-                                "user": spec.user,
-                                "priority": spec.priority,
-                                "phase": Phase.PENDING.value,
-                                "spec": json.dumps(spec.to_dict()),
-                                "attempt": 1,
-                                "submitted_at": now,
-                                "queued_at": now,
-                                "cancel_requested": False,
-                                "preempt_requested": False,
-                                "rev": rev,
-                            }
-                            for run_id, spec in zip(ids, specs, strict=True)
-                        ],
-                    )
-                    conn.execute(
-                        events.insert(),
-                        [
-                            {
-                                "run_id": run_id,
-                                "time": now,
-                                "kind": "submitted",
-                                "phase_from": None,
-                                "phase_to": Phase.PENDING.value,
-                                "attempt": 1,
-                                "reason": "submitted",
-                            }
-                            for run_id in ids
-                        ],
-                    )
-                break
-            except IntegrityError:  # an id collision: draw them all again
-                continue
-        else:  # pragma: no cover - 40 random bits colliding five times in a row
-            raise RuntimeError("could not allocate unique run ids")
-        with self._ro() as conn:
-            rows = rows_of(conn, ids)
-        return [self._run(rows[run_id]) for run_id in ids]
+        store commits once instead of once per run. ``job``: arrays, holds, dependencies by
+        name (``state.jobs``)."""
+        return submit_runs(self, specs, now, job)
 
     def get(self, run_id: str) -> Run | None:
         with self._ro() as conn:
@@ -419,7 +370,8 @@ class Store:
             rows = locked_rows(conn, [run_id for run_id, _ in items])
             for run_id, placement in items:
                 row = rows[run_id]
-                ok = row.phase == Phase.PENDING.value and not row.cancel_requested
+                # (held or cancelled meanwhile: the change comes back through the feed)
+                ok = row.phase == Phase.PENDING.value and not row.cancel_requested and not row.held
                 if ok and decided is not None and run_id in decided:
                     spec, want = self._run(row).spec, decided[run_id]
                     ok = spec is want or spec == want

@@ -76,6 +76,7 @@ _RUN_KEYS = (
     "preempt_requested",
     "cancel_requested",
     "handle",
+    "held",
 )
 
 

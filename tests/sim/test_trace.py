@@ -4,6 +4,7 @@ file, the line and the column."""
 from __future__ import annotations
 
 import gzip
+import re
 from datetime import date
 from pathlib import Path
 
@@ -103,3 +104,48 @@ def test_synthetic_is_seeded() -> None:
     assert len(a.jobs) == 200 and a.jobs == tuple(sorted(a.jobs, key=lambda j: j.submit_s))
     with pytest.raises(TraceError, match="--days: expected a number of days > 0"):
         synthetic(days=0)
+
+
+def test_job_control_columns_drive_the_simulation(tmp_path: Path) -> None:
+    """A pipeline with a %2 sweep: prep (100 s on 8 GPUs), then 4 sweep jobs of 500 s at most
+    2 at once, then eval (50 s) after the whole sweep; a job after prep *fails* never runs."""
+    from mlops_gpu.sim.simulator import Cluster, simulate
+
+    p = tmp_path / "pipe.csv"
+    p.write_text(
+        "id,submit_time,duration_s,gpus,project,array_id,array_limit,dependencies\n"
+        "prep,0,100,8,a,,,\n"
+        + "".join(f"s{i},10,500,1,a,sweep,2,afterok:prep\n" for i in range(4))
+        + "eval,20,50,1,a,,,afterok:sweep\n"
+        "never,20,50,1,a,,,afternotok:prep\n"
+    )
+    trace = load_csv(p)
+    by_id = {j.id: j for j in trace.jobs}
+    assert by_id["s3"].array_id == "sweep" and by_id["s3"].array_limit == 2
+    assert [d.run_id for d in by_id["eval"].dependencies] == ["s0", "s1", "s2", "s3"]
+    for engine in ("python", "auto"):
+        res = simulate(trace, Cluster(1, 8), "default", engine=engine)
+        out = {o.job.id: o for o in res.outcomes}
+        assert out["eval"].first_start == 100 + 500 + 500  # two waves of the %2 sweep
+        starts = sorted(out[f"s{i}"].first_start or -1 for i in range(4))
+        assert starts == [100, 100, 600, 600]
+        assert out["never"].first_start is None and res.cancelled == 1 and res.unfinished == 0
+
+
+@pytest.mark.parametrize(
+    "rows,words",
+    [
+        ("a,0,1,1,p,,,afterok:b\nb,5,1,1,p,,,\n", "'b' is not a job or array that arrives"),
+        ("a,0,1,1,p,,,afterok:nope\n", "'nope' is not a job or array"),
+        ("a,0,1,1,p,,,soon:a\n", "expected KIND:ID"),
+        ("a,0,1,1,p,,3,\n", "array_limit: set without an array_id"),
+        ("a,0,1,1,p,x,2,\nb,0,1,2,p,x,2,\n", "array x: its jobs must ask for the same GPUs"),
+    ],
+    ids=["later-job", "unknown", "bad-kind", "limit-alone", "unequal-array"],
+)
+def test_job_control_columns_refuse_bad_rows(tmp_path: Path, rows: str, words: str) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text("id,submit_time,duration_s,gpus,project,array_id,array_limit,dependencies\n"
+                 + rows)  # fmt: skip
+    with pytest.raises(TraceError, match=re.escape(words)):
+        load_csv(p)

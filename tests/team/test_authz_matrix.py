@@ -31,6 +31,12 @@ def expected(method: str, path: str, role: str | None, target: str, own: bool) -
     if role == "anonymous":
         return 200 if path in ("/livez", "/readyz") else 401
     writer = role in ("admin", "maintainer", "member")
+
+    def as_cancel() -> int:  # cancel, hold and release: the owner member or a maintainer
+        if not sees(role, target):
+            return 404
+        return 200 if role in ("admin", "maintainer") or (role == "member" and own) else 403
+
     table: dict[tuple[str, str], Callable[[], int]] = {
         ("GET", "/livez"): lambda: 200,
         ("GET", "/readyz"): lambda: 200,
@@ -46,22 +52,12 @@ def expected(method: str, path: str, role: str | None, target: str, own: bool) -
         ("GET", "/api/v1/config"): lambda: 200 if role == "admin" else 403,
         ("GET", "/api/v1/runs/{run_id}"): lambda: 200 if sees(role, target) else 404,
         ("GET", "/api/v1/runs/{run_id}/logs"): lambda: 200 if sees(role, target) else 404,
-        ("POST", "/api/v1/runs/{run_id}/cancel"): lambda: (
-            404
-            if not sees(role, target)
-            else 200
-            if role in ("admin", "maintainer") or (role == "member" and own)
-            else 403
-        ),
+        ("POST", "/api/v1/runs/{run_id}/cancel"): as_cancel,
+        ("POST", "/api/v1/runs/{run_id}/hold"): as_cancel,
+        ("POST", "/api/v1/runs/{run_id}/release"): as_cancel,
         # (as cancel; every caller sends the same priority: a change only the first time,
         # then "unchanged", which is no error in any phase)
-        ("PATCH", "/api/v1/runs/{run_id}"): lambda: (
-            404
-            if not sees(role, target)
-            else 200
-            if role in ("admin", "maintainer") or (role == "member" and own)
-            else 403
-        ),
+        ("PATCH", "/api/v1/runs/{run_id}"): as_cancel,
         ("GET", "/api/v1/history"): lambda: 200,
         ("GET", "/api/v1/projects/{project}"): lambda: 200 if sees(role, target) else 404,
         ("POST", "/api/v1/runs"): lambda: (

@@ -84,24 +84,39 @@ def _submit(rt: Any, specs: list[Any]) -> list[Run]:
     return out
 
 
-@router.post("/runs", status_code=201, summary="Submit one run")
+@router.post("/runs", status_code=201, summary="Submit one run (or an array)")
 async def submit(body: SubmitBody, request: Request, who: Who) -> Response:
     from mlops_gpu.controller import SubmitError
+    from mlops_gpu.controller.jobs import request_of, submit_job
 
     rt = request.app.state.rt
     spec = _spec(rt, body, who, "")
-    try:  # stored with the runs of concurrent requests, answered once committed
-        run = await request.app.state.submits.put(spec)
+    job = body.job_fields()
+    try:
+        if not job:  # stored with the runs of concurrent requests, answered once committed
+            runs = [await request.app.state.submits.put(spec)]
+        else:  # arrays, dependencies, holds, begin times: one transaction of their own
+            runs = await run_in_threadpool(submit_job, rt, spec, request_of(job))
     except SubmitError as e:
         raise ApiError(422, "rejected", str(e)) from None
-    request.state.audit_target = run.id
+    run = runs[0]
+    request.state.audit_target = run.spec.array_id or run.id
     request.state.audit_detail = f"project {run.project}"
-    return json_response(run_to_public(run), 201)
+    if run.spec.array_id is None:
+        return json_response(run_to_public(run), 201)
+    # an array: its first element, with the array's id and every element
+    return json_response({**run_to_public(run), "array_id": run.spec.array_id,
+                          "runs": [run_to_public(r) for r in runs]}, 201)  # fmt: skip
 
 
 @router.post("/runs/batch", status_code=201, summary="Submit runs in one transaction (all or none)")
 def submit_batch(body: BatchBody, request: Request, who: Who) -> dict[str, Any]:
     rt = request.app.state.rt
+    for i, b in enumerate(body.runs):
+        if job := b.job_fields():
+            raise ApiError(422, "invalid", f"runs.{i}.{next(iter(job))}: job control "
+                           "(arrays, dependencies, holds, begin times) is for POST /runs",
+                           f"runs.{i}.{next(iter(job))}")  # fmt: skip
     specs = [_spec(rt, b, who, f"runs.{i}.") for i, b in enumerate(body.runs)]
     runs = _submit(rt, specs)
     request.state.audit_target = ",".join(r.id for r in runs)[:300]
@@ -164,6 +179,8 @@ def cancel(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
     from mlops_gpu.controller.views import cancel_run
 
     request.state.audit_target = run_id
+    if request.app.state.rt.store.get(run_id) is None:  # an array id: every element
+        return _cancel_array(run_id, request, who)
     run = _visible_run(request, who, run_id)
     if not who.can_cancel(run):
         raise ApiError(403, "forbidden", f"you cannot cancel run {run_id} (a member cancels "
@@ -196,6 +213,60 @@ def update(run_id: RunId, body: UpdateBody, request: Request, who: Who) -> dict[
     request.state.audit_detail = what[:300]
     return {"id": run_id, "phase": after.phase.value, "result": what,
             "run": run_to_public(after)}  # fmt: skip
+
+
+def _cancel_array(run_id: str, request: Request, who: Identity) -> dict[str, Any]:
+    from mlops_gpu.controller.views import cancel_run
+    from mlops_gpu.state.jobs import expand_ids
+
+    rt = request.app.state.rt
+    try:
+        ids = expand_ids(rt.store, [run_id])
+    except KeyError:
+        raise ApiError(404, "not_found", f"no run with id {run_id!r}", "run_id") from None
+    for rid in ids:
+        if not who.can_cancel(_visible_run(request, who, rid)):
+            raise ApiError(403, "forbidden", f"you cannot cancel run {rid} (a member cancels "
+                           "its own runs; a maintainer any run of the project)")  # fmt: skip
+    done = {rid: cancel_run(rt, rid)[1] for rid in ids}
+    what = f"{len(ids)} elements: " + ", ".join(sorted(set(done.values())))
+    request.state.audit_detail = what
+    return {"id": run_id, "phase": None, "result": what, "runs": done}
+
+
+def _hold(run_id: str, request: Request, who: Who, held: bool) -> dict[str, Any]:
+    from mlops_gpu.state.jobs import expand_ids, set_held
+
+    request.state.audit_target = run_id
+    store = request.app.state.rt.store
+    try:
+        ids = expand_ids(store, [run_id])
+    except KeyError:
+        raise ApiError(404, "not_found", f"no run with id {run_id!r}", "run_id") from None
+    verb = "hold" if held else "release"
+    for rid in ids:
+        run = _visible_run(request, who, rid)
+        if not who.can_cancel(run):
+            raise ApiError(403, "forbidden", f"you cannot {verb} run {rid} (a member "
+                           f"{verb}s its own runs; a maintainer any of the project)")  # fmt: skip
+    done = set_held(store, ids, held, by=who.name)
+    what = (
+        done[run_id]
+        if ids == [run_id]
+        else f"{len(ids)} elements: " + ", ".join(sorted({v for v in done.values()}))
+    )
+    request.state.audit_detail = what
+    return {"id": run_id, "result": what, "runs": done}
+
+
+@router.post("/runs/{run_id}/hold", summary="Hold a pending run, or an array's elements")
+def hold(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
+    return _hold(run_id, request, who, True)
+
+
+@router.post("/runs/{run_id}/release", summary="Release a held run, or an array's elements")
+def release(run_id: RunId, request: Request, who: Who) -> dict[str, Any]:
+    return _hold(run_id, request, who, False)
 
 
 @router.get("/runs/{run_id}/logs", summary="A run's stdout then stderr (text)",

@@ -62,6 +62,7 @@ def call_body_limit(srv: Any) -> tuple[int, str]:
 def submit_call(body: CallBody, request: Request, who: Who) -> dict[str, Any]:
     from mlops_gpu.controller import SubmitError
     from mlops_gpu.controller.calls import call_command, write_call
+    from mlops_gpu.controller.jobs import request_of, submit_job
 
     rt = request.app.state.rt
     limit = rt.cfg.server.max_call_bytes
@@ -74,13 +75,18 @@ def submit_call(body: CallBody, request: Request, who: Who) -> dict[str, Any]:
     if payload[:1] != b"\x80":  # every pickle of protocol 2 or later starts so
         raise ApiError(422, "invalid", "payload: not a pickle (cloudpickle of (fn, args, "
                        "kwargs))", "payload")  # fmt: skip
+    job = body.job_fields()
+    if "array" in job:  # one payload per element: mg.map queues arrays of callables locally
+        raise ApiError(422, "invalid", "array: a callable is submitted one run at a time here",
+                       "array")  # fmt: skip
     # the caller's rights and the body, checked before anything is written
     _spec(rt, body.model_copy(update={"command": [sys.executable]}), who, "")
     path = write_call(rt.cfg, payload, [])
     try:
         command = call_command(sys.executable, path)
         spec = _spec(rt, body.model_copy(update={"command": list(command)}), who, "")
-        run = rt.submit(spec)
+        # dependencies, a hold or a begin time as on POST /runs
+        run = submit_job(rt, spec, request_of(job))[0] if job else rt.submit(spec)
     except SubmitError as e:
         with contextlib.suppress(OSError):
             path.unlink()
