@@ -13,6 +13,7 @@ Formats (one-line ``ValueError`` for anything else):
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -56,6 +57,8 @@ def _ids(values: Iterable[str], flag: str) -> list[str]:
 def parse_begin(value: str | float, now: float) -> float:
     """Seconds since the epoch for a ``--begin`` value (see the module docstring)."""
     if isinstance(value, int | float):
+        if not math.isfinite(value):  # NaN would be ignored, infinity never start
+            raise ValueError(f"--begin: expected a finite time, got {value!r}")
         return float(value)
     text = value.strip()
     if text == "now":
@@ -68,7 +71,7 @@ def parse_begin(value: str | float, now: float) -> float:
             seconds = float(number) * _UNITS[unit]
         except ValueError:
             seconds = -1.0
-        if seconds < 0 or seconds != seconds:
+        if seconds < 0 or not math.isfinite(seconds) or seconds > 100 * 365 * 86400:
             raise ValueError(f"--begin: expected now+DURATION such as now+2h, got {value!r}")
         return now + seconds
     try:

@@ -529,8 +529,10 @@ class Controller:
         # what the launcher measured goes into the usage ledger with the attempt
         util, idle_s = (tel.mean_utilization, tel.idle_s) if tel else (None, 0.0)
         # a job we were stopping may simply be gone (a deleted Kubernetes Job): that is the
-        # stop we asked for, not a loss
-        stopping = run.preempt_requested or run.cancel_requested
+        # stop we asked for, not a loss; so is an overdue one, which the controller stops
+        # (``overtime``) before Kubernetes' own deadline: it ends failed below, not requeued
+        stopping = (run.preempt_requested or run.cancel_requested
+                    or overdue(run, st.finished_at or now))  # fmt: skip
         if st.state is JobState.LOST and not stopping:
             phase = store.requeue(
                 run.id,

@@ -74,7 +74,11 @@ class FastSubmit:
 
         state = self.api.state
         headers = first_headers(scope["headers"])
-        if not headers.get(b"content-type", b"").startswith(b"application/json"):
+        # exactly FastAPI's JSON media type test (``application/json`` or ``*/*+json``): any
+        # other type is the route's to refuse
+        media = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if media != b"application/json" and not (media.startswith(b"application/")
+                                                 and media.endswith(b"+json")):  # fmt: skip
             return False
         try:
             key, _ = key_of(state.rt.cfg.server.auth, scope.get("client"), headers)

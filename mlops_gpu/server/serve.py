@@ -81,6 +81,7 @@ def _serve_workers(rt: Any, thread: Any, workers: int, common: dict[str, Any]) -
     from uvicorn.supervisors import Multiprocess
 
     from mlops_gpu.server import worker
+    from mlops_gpu.server.dashboard import session
 
     if rt.cfg.source is None:
         print("mlops-gpu server: --workers needs a config file (--config)", file=sys.stderr)
@@ -89,6 +90,8 @@ def _serve_workers(rt: Any, thread: Any, workers: int, common: dict[str, Any]) -
     # the workers are spawned: they read the config file this process was given
     os.environ[worker.ENV_CONFIG] = str(rt.cfg.source)
     os.environ[worker.ENV_SCHEDULER] = "1" if thread is not None else "0"
+    # one dashboard CSRF key for every worker (a form may be posted to another worker)
+    os.environ.setdefault(session.ENV_SECRET, os.urandom(32).hex())
     config = uvicorn.Config("mlops_gpu.server.worker:app", factory=True, workers=workers,
                             **common)  # fmt: skip
     try:

@@ -84,7 +84,8 @@ class AutoscaleSimulation(Simulation):
             raise ValueError(f"scaler: expected one of {', '.join(SCALERS)}, got {scaler!r}")
         cluster = Cluster(pool.max_nodes, pool.gpus_per_node, gpu_type=pool.gpu_type)
         super().__init__(trace, cluster, policy, engine="python")
-        assert isinstance(self.engine, Incremental)
+        # the simulator's engine is job control (``Gated``) in front of the Python engine
+        assert isinstance(self.engine.inner, Incremental)
         self.pool, self.scaler = pool, scaler
         self.models = {n.name: n for n in cluster.model_nodes()}
         first = 0.0 if not trace.jobs else trace.jobs[0].submit_s
@@ -109,8 +110,9 @@ class AutoscaleSimulation(Simulation):
             m if self.state[n] is NodeState.UP else replace(m, schedulable=False)
             for n, m in self.models.items()
         )
-        assert isinstance(self.engine, Incremental)
-        self.engine.set_nodes(nodes, now)
+        inner = self.engine.inner
+        assert isinstance(inner, Incremental)
+        inner.set_nodes(nodes, now)
 
     def _next_event(self) -> float:
         return min(self.ready[0][0] if self.ready else math.inf, self.check_at)
@@ -159,7 +161,9 @@ class AutoscaleSimulation(Simulation):
         pending: list[Demand] = []
         window = DEMAND_WINDOW * self.pool.max_nodes * self.pool.gpus_per_node
         total = 0.0
-        for run in self.engine.pending.values():
+        # the runs the policy may start now: not held, waiting on a dependency, a begin time
+        # or an array's limit (``Gated.inner``), which no new node would start
+        for run in self.engine.inner.pending.values():
             req = run.request
             gpus = req.gpu_fraction if req.gpu_fraction is not None else float(req.gpus)
             pending.append(

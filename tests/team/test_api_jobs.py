@@ -4,6 +4,7 @@ them; one-line refusals."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,4 +56,36 @@ def test_submit_with_job_control_and_hold_release_roles(
     assert gone.stdout.splitlines() == [f"{aid2}_1: cancelled", f"{aid2}_2: cancelled"]
     nope = run_cli("cancel", "rdeadbeef00", cwd=home, env=env)
     assert nope.returncode == 2 and "no run with id 'rdeadbeef00'" in nope.stderr
+    no_5xx(srv)
+
+
+def test_what_a_submit_may_not_name(make_server: Callable[..., Server]) -> None:
+    """A dependency on a run of a project the caller has no role in is refused exactly as one
+    on an unknown id; a plain command naming a stored callable is refused (only
+    ``POST /runs/call`` makes those); a begin time that is not finite is refused."""
+    srv = make_server(None, "--no-scheduler")
+    with srv.client("mem") as c, srv.client("qm") as q:
+        theirs = q.post("/api/v1/runs", json={"command": ["true"], "project": "q"}).json()["id"]
+        seen = c.post("/api/v1/runs", json={**RUN, "afterok": [theirs]})
+        unknown = c.post("/api/v1/runs", json={**RUN, "afterok": ["rdeadbeef00"]})
+        assert seen.status_code == unknown.status_code == 422
+        assert seen.json()["error"]["message"] == unknown.json()["error"]["message"].replace(
+            "rdeadbeef00", theirs
+        )
+        # an admin sees every project: the dependency stands
+    with srv.client("root") as r:
+        ok = r.post("/api/v1/runs", json={**RUN, "afterok": [theirs]})
+        assert ok.status_code == 201, ok.text
+    with srv.client("mem") as c:
+        from mlops_gpu.config import load_config
+        from mlops_gpu.controller.calls import calls_dir
+
+        calls = calls_dir(load_config(srv.cfg))
+        cmd = ["python", "-m", "mlops_gpu.sdk.call", str(calls / "someone-elses.pkl")]
+        bad = c.post("/api/v1/runs", json={**RUN, "command": cmd})
+        assert bad.status_code == 422 and "stored callable" in bad.text, bad.text
+        for begin in ("now+1e308d", 1e400):
+            raw = f'{{"command": ["true"], "project": "p", "begin": {json.dumps(begin)}}}'
+            nan = c.post("/api/v1/runs", content=raw, headers={"Content-Type": "application/json"})
+            assert nan.status_code == 422, nan.text
     no_5xx(srv)

@@ -29,10 +29,17 @@ from mlops_gpu.server.auth import Identity, _trusted, proxy_identity, token_iden
 COOKIE = "mlops_gpu_session"
 
 
+#: The CSRF key shared by the API processes of one ``server --workers N`` (set by the parent,
+#: hex): a form rendered by one worker is posted to any of them.
+ENV_SECRET = "MLOPS_GPU_DASH_SECRET"
+
+
 def secret(app: Any) -> bytes:
     key: bytes | None = getattr(app.state, "dash_secret", None)
     if key is None:
-        key = app.state.dash_secret = os.urandom(32)
+        shared = os.environ.get(ENV_SECRET)
+        key = bytes.fromhex(shared) if shared else os.urandom(32)
+        app.state.dash_secret = key
     return key
 
 

@@ -27,10 +27,16 @@ Who = Annotated[Identity, Depends(identity)]
 CHUNK = 64 * 1024
 
 
-def _spec(rt: Any, body: SubmitBody, who: Identity, where: str) -> Any:
+def _spec(rt: Any, body: SubmitBody, who: Identity, where: str, call: bool = False) -> Any:
     """The RunSpec a body asks for, built as the CLI builds one (``Runtime.spec``), under the
-    identity's name."""
+    identity's name. Only ``POST /runs/call`` (``call``) may name a stored callable: a plain
+    command naming one would run another run's callable and write its result."""
+    from mlops_gpu.controller.calls import call_file
     from mlops_gpu.model.text import spec_text_problems
+
+    if not call and call_file(rt.cfg, tuple(body.command)) is not None:
+        raise ApiError(422, "invalid", f"{where}command: names a stored callable; submit "
+                       "Python callables with POST /runs/call", f"{where}command")  # fmt: skip
 
     if not who.can_submit(body.project):
         # a project one cannot see is named as unknown, not as forbidden
@@ -74,6 +80,25 @@ def _spec(rt: Any, body: SubmitBody, who: Identity, where: str) -> Any:
     return spec
 
 
+def _deps_visible(rt: Any, body: SubmitBody, who: Identity) -> None:
+    """A dependency on a run of a project the caller has no role in is answered as one on an
+    unknown id (as the store words it): its runs do not exist for the caller, and whether it
+    exists, or how it ends, must not show through a 422 or a cancelled dependent."""
+    from mlops_gpu.state.jobs import expand_ids
+
+    if who.admin:
+        return
+    for dep in (*body.after, *body.afterok, *body.afternotok, *body.afterany):
+        try:
+            first = expand_ids(rt.store, [dep])[0]  # (an array's elements share a project)
+        except KeyError:
+            continue  # unknown: the store's own check says so
+        run = rt.store.get(first)
+        if run is None or not who.can_see(run.project):
+            raise ApiError(422, "rejected", f"dependency on unknown run id {dep!r} (no run or "
+                           "array has that id)")  # fmt: skip
+
+
 def _submit(rt: Any, specs: list[Any]) -> list[Run]:
     from mlops_gpu.controller import SubmitError
 
@@ -96,6 +121,7 @@ async def submit(body: SubmitBody, request: Request, who: Who) -> Response:
         if not job:  # stored with the runs of concurrent requests, answered once committed
             runs = [await request.app.state.submits.put(spec)]
         else:  # arrays, dependencies, holds, begin times: one transaction of their own
+            await run_in_threadpool(_deps_visible, rt, body, who)
             runs = await run_in_threadpool(submit_job, rt, spec, request_of(job))
     except SubmitError as e:
         raise ApiError(422, "rejected", str(e)) from None

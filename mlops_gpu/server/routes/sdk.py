@@ -29,7 +29,7 @@ from mlops_gpu.model import TERMINAL_PHASES
 from mlops_gpu.model.public import run_to_public
 from mlops_gpu.server.auth import Identity, identity
 from mlops_gpu.server.errors import ApiError
-from mlops_gpu.server.routes.runs import RunId, _spec, _visible_run
+from mlops_gpu.server.routes.runs import RunId, _deps_visible, _spec, _visible_run
 from mlops_gpu.server.schemas import Arg, SubmitBody
 
 router = APIRouter(tags=["sdk"])
@@ -81,10 +81,11 @@ def submit_call(body: CallBody, request: Request, who: Who) -> dict[str, Any]:
                        "array")  # fmt: skip
     # the caller's rights and the body, checked before anything is written
     _spec(rt, body.model_copy(update={"command": [sys.executable]}), who, "")
+    _deps_visible(rt, body, who)
     path = write_call(rt.cfg, payload, [])
     try:
         command = call_command(sys.executable, path)
-        spec = _spec(rt, body.model_copy(update={"command": list(command)}), who, "")
+        spec = _spec(rt, body.model_copy(update={"command": list(command)}), who, "", call=True)
         # dependencies, a hold or a begin time as on POST /runs
         run = submit_job(rt, spec, request_of(job))[0] if job else rt.submit(spec)
     except SubmitError as e:
