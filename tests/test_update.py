@@ -188,3 +188,19 @@ def test_sdk_run_update(cfg_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^gpus: 9 GPUs per node"):
         run.update(gpus=9)
     assert run.cancel() == "cancelled"
+
+
+def test_an_element_of_a_limited_array_changes_only_its_max_runtime(tmp_path: Path) -> None:
+    """Job control passes a limited array's first pending elements on (``core.eligibility``),
+    exact while they share one request and class: one element's GPUs or class do not change."""
+    from mlops_gpu.controller.jobs import JobRequest, submit_job
+
+    rt = runtime(tmp_path, Clock())
+    spec = rt.spec(("train",), project="p", request=ResourceRequest(gpus=1))
+    first = submit_job(rt, spec, JobRequest(array="0-2%1"))[0]
+    for change in ({"gpus": 2}, {"priority": "high"}, {"gpu_types": ("a100-80gb",)}):
+        with pytest.raises(UpdateError, match=r"element of array .* with a limit \(%1\)") as e:
+            update_run(rt, first.id, **change)  # type: ignore[arg-type]
+        assert e.value.status == 409
+    run, _ = update_run(rt, first.id, max_runtime_s=60.0)
+    assert run.spec.max_runtime_s == 60.0

@@ -65,6 +65,12 @@ def update_run(
         return run, UNCHANGED  # (in any phase: nothing to do is never refused)
     if (problem := active_problem(run_id, run.phase, old, new)) is not None:
         raise UpdateError(problem, 409)
+    if old.array_limit is not None and (new.request != old.request or new.priority != old.priority):
+        # job control passes a limited array's first pending elements on, which is exact only
+        # while its elements ask for the same GPUs in the same class (``core.eligibility``)
+        raise UpdateError(f"run {run_id} is an element of array {old.array_id} with a limit "
+                          f"(%{old.array_limit}): its elements share one request and class, so "
+                          "only --max-runtime changes one of them", 409)  # fmt: skip
     if problems := rt.problems(new):
         raise UpdateError("; ".join(problems))
     try:
