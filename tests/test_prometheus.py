@@ -223,9 +223,16 @@ def test_promql_returns_what_the_store_holds(cluster: Cluster) -> None:
                     "project") == used  # fmt: skip
     (total,) = promql(cluster.prom, "sum(mlops_gpu_admitted_runs_total)")
     assert float(total["value"][1]) == admitted
-    reasons = promql(cluster.prom, "sum by (project, reason_code) (mlops_gpu_pending_runs)")
-    assert {(r["metric"]["project"], r["metric"]["reason_code"]) for r in reasons} == {
-        ("p", "quota"), ("q", "quota")}  # fmt: skip
+
+    # A pending run's reason is written by the scheduler's cycle after it is queued (until
+    # then its code is ``unknown``): wait for a scrape that has both reasons (failed once in
+    # CI when the q run's reason came a scrape later than its count)
+    def reasons() -> set[tuple[str, str]]:
+        got = promql(cluster.prom, "sum by (project, reason_code) (mlops_gpu_pending_runs)")
+        return {(r["metric"]["project"], r["metric"]["reason_code"]) for r in got}
+
+    _until("Prometheus to hold both runs' reasons",
+           lambda: reasons() == {("p", "quota"), ("q", "quota")}, timeout=30)  # fmt: skip
     # Each run's launcher samples its GPUs on its own clock and the scheduler writes samples at
     # most every 5 s: the 8 series come within a few scrapes of the store settling, not with it.
     util = _until(
