@@ -192,3 +192,27 @@ def test_run_update_goes_through_the_server(
     with pytest.raises(ValueError):
         mg.get_run(run.id).update(priority="no-such-class")
     no_5xx(srv)
+
+
+def test_job_control_travels_with_a_remote_submit(
+    make_server: Callable[..., Server], laptop: Callable[[Server, str], None]
+) -> None:
+    """``mg.submit``'s dependencies, hold and begin time go in the request (commands and
+    callables alike); ``Run.hold``/``release`` go through the API."""
+    import mlops_gpu as mg
+
+    srv = make_server(None, "--no-scheduler")
+    laptop(srv, "mem")
+    first = mg.submit(["true"], project="p", gpus=1, hold=True)
+    then = mg.submit(["true"], project="p", gpus=1, afterok=first, begin="now+1h")
+    fn = mg.submit(square_plus, project="p", gpus=1, args=(2,), after=[first.id], hold=True)
+    with srv.client("root") as c:
+        stored = {r["id"]: r for r in c.get("/api/v1/runs").json()["runs"]}
+    assert stored[first.id]["reason_code"] == "held" and stored[fn.id]["reason_code"] == "held"
+    assert first.release() == "released" and first.hold() == "held"
+    assert then.info()["phase"] == "pending"
+    from mlops_gpu.controller import SubmitError
+
+    with pytest.raises(SubmitError, match="unknown run id"):
+        mg.submit(["true"], project="p", gpus=1, afterok="rdeadbeef00")
+    no_5xx(srv)
