@@ -174,3 +174,18 @@ def events_table(run_id: str, events: Sequence[Any]) -> None:
         rows.append([iso(e.time) or "-", e.attempt, e.kind, phase, e.reason, lost])
     cols = ("TIME (UTC)", "ATTEMPT", "EVENT", "PHASE", "REASON", "LOST GPU-S")
     console().print(table(f"Events of {run_id}", cols, rows, limits=_REASON))
+
+
+def results_table(title: str, cols: Sequence[tuple[str, str, str]], rows: Sequence[Any]) -> None:
+    """A simulator's rows (``simulate``, ``simulate --autoscale``): ``cols`` are (header, key,
+    format), format ``h`` for seconds shown in hours; a missing value (None) shows as ``-``.
+    ``title`` is shown literally (a trace's name may be a user's file path)."""
+    from rich.table import Table
+
+    t = Table(title=cell(title))
+    for name, _, _ in cols:
+        t.add_column(name, justify="left" if name == "policy" else "right")
+    for row in rows:
+        t.add_row(*("-" if (v := row[key]) is None else f"{v / 3600:.2f}" if fmt == "h"
+                    else fmt.format(v) for _, key, fmt in cols))  # fmt: skip
+    console().print(t)

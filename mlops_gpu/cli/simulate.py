@@ -219,13 +219,8 @@ def _autoscale(trace: Any, pool: Any, policy: str, as_json: bool) -> None:
 
 
 def _table(out: dict[str, Any]) -> None:
-    from rich.table import Table
+    from mlops_gpu.cli.render import results_table
 
-    from mlops_gpu.cli.render import console
-    from mlops_gpu.cli.safe_text import cell
-
-    # the trace's name may be a file path of the user's: shown literally (safe_text)
-    t = Table(title=cell(f"{out['trace']}: {out['jobs']} jobs, {out['gpus']} GPUs"))
     cols = [
         ("policy", "policy", "{}"),
         ("avg JCT h", "avg_jct_s", "h"),
@@ -241,18 +236,5 @@ def _table(out: dict[str, Any]) -> None:
         ("lost GPU-h", "lost_gpu_hours", "{:.1f}"),
         ("wall s", "wall_s", "{:.1f}"),
     ]
-    for name, _, _ in cols:
-        t.add_column(name, justify="left" if name == "policy" else "right")
-    for row in out["results"]:
-        cells = []
-        for _, key, fmt in cols:
-            v = row[key]
-            if v is None:
-                cells.append("-")
-            elif fmt == "h":
-                cells.append(f"{v / 3600:.2f}")
-            else:
-                cells.append(fmt.format(v))
-        t.add_row(*cells)
-    console().print(t)
+    results_table(f"{out['trace']}: {out['jobs']} jobs, {out['gpus']} GPUs", cols, out["results"])
     sys.stdout.flush()

@@ -86,19 +86,12 @@ def choose_pool(spec: str | None, config_path: str | None) -> Pool:
 
 
 def table(out: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    from mlops_gpu.cli.render import console
-    from mlops_gpu.cli.safe_text import cell
+    from mlops_gpu.cli.render import results_table
 
     p = out["pool"]
-    t = Table(
-        title=cell(
-            f"{out['trace']}: {out['jobs']} jobs, pool of up to {p['max_nodes']} x "
-            f"{p['gpus_per_node']} GPUs, boot {p['boot_s']:g} s, "
-            f"${p['price_per_node_hour']:g}/node-hour"
-        )
-    )
+    title = (f"{out['trace']}: {out['jobs']} jobs, pool of up to {p['max_nodes']} x "
+             f"{p['gpus_per_node']} GPUs, boot {p['boot_s']:g} s, "
+             f"${p['price_per_node_hour']:g}/node-hour")  # fmt: skip
     cols = [
         ("policy", "policy", "{}"),
         ("node-h", "node_hours", "{:.0f}"),
@@ -109,10 +102,4 @@ def table(out: dict[str, Any]) -> None:
         ("p99 wait h", "p99_wait_s", "h"),
         ("wall s", "wall_s", "{:.1f}"),
     ]
-    for name, _, _ in cols:
-        t.add_column(name, justify="left" if name == "policy" else "right")
-    for row in out["results"]:
-        t.add_row(
-            *(f"{row[k] / 3600:.2f}" if fmt == "h" else fmt.format(row[k]) for _, k, fmt in cols)
-        )
-    console().print(t)
+    results_table(title, cols, out["results"])
