@@ -57,21 +57,29 @@ def serve(
         return _serve_workers(rt, thread, workers, common)
     config = uvicorn.Config(create_app(rt, thread, extras), **common)
     server = uvicorn.Server(config)
+    if not _run_bound(rt, thread, config, lambda sock: server.run(sockets=[sock])):
+        return 1
+    return 0 if server.started else 1
+
+
+def _run_bound(rt: Any, thread: Any, config: Any, run: Callable[[Any], None]) -> bool:
+    """Listen on ``config``'s socket, then start the scheduler ``thread`` (if any) and
+    ``run(socket)`` until it returns; the store is closed either way. False when the socket
+    could not be bound: a port in use is one line (uvicorn's) and nothing started."""
     try:
-        # listening first: a port in use is one line and nothing started (no scheduler ran)
         sock = config.bind_socket()
     except SystemExit:
         rt.close()
-        return 1
+        return False
     if thread is not None:
         thread.start()
     try:
-        server.run(sockets=[sock])
+        run(sock)
     finally:
         if thread is not None:
             thread.stop()
         rt.close()
-    return 0 if server.started else 1
+    return True
 
 
 def _serve_workers(rt: Any, thread: Any, workers: int, common: dict[str, Any]) -> int:
@@ -94,17 +102,8 @@ def _serve_workers(rt: Any, thread: Any, workers: int, common: dict[str, Any]) -
     os.environ.setdefault(session.ENV_SECRET, os.urandom(32).hex())
     config = uvicorn.Config("mlops_gpu.server.worker:app", factory=True, workers=workers,
                             **common)  # fmt: skip
-    try:
-        sock = config.bind_socket()
-    except SystemExit:
-        rt.close()
-        return 1
-    if thread is not None:
-        thread.start()
-    try:
-        Multiprocess(config, sockets=[sock]).run()
-    finally:
-        if thread is not None:
-            thread.stop()
-        rt.close()
-    return 0
+    return (
+        0
+        if _run_bound(rt, thread, config, lambda s: Multiprocess(config, sockets=[s]).run())
+        else 1
+    )
