@@ -81,29 +81,31 @@ def _members(rt: Any) -> dict[str, dict[str, str]]:
     return {p: dict(c.members) for p, c in rt.cfg.projects.items()}
 
 
+def _of(rt: Any, name: str, user: Any | None) -> Identity:
+    """The identity called ``name`` (its stored user, if any): admin from the store, project
+    roles from the config's members and the stored memberships (the higher wins)."""
+    stored = user.projects if user else {}
+    return Identity(name, bool(user and user.admin), _merged_roles(_members(rt), stored, name))
+
+
 def proxy_identity(request: Request) -> Identity | None:
     """In ``auth.mode: proxy``, the identity the trusted proxy names; else None (the web
     dashboard's sessions; read from the store on each call, not cached)."""
+    try:
+        key, name = _key(request)
+    except ApiError:  # no credentials at all
+        return None
+    if not key.startswith("p:"):  # a bearer token, not a trusted proxy's header
+        return None
     rt = request.app.state.rt
-    auth = rt.cfg.server.auth
-    client = request.client.host if request.client else None
-    if auth.mode == "proxy" and _trusted(client, auth.trusted_proxies):
-        name = request.headers.get(auth.proxy_header, "").strip()
-        if name and len(name) <= 200:
-            user = users_mod.get_user(rt.store, name)
-            stored = user.projects if user else {}
-            return Identity(name, bool(user and user.admin),
-                            _merged_roles(_members(rt), stored, name))  # fmt: skip
-    return None
+    return _of(rt, name, users_mod.get_user(rt.store, name))
 
 
 def token_identity(rt: Any, token: str) -> Identity | None:
     """The identity a bearer token belongs to (None: unknown, expired or revoked), read from
     the store (the web dashboard's sessions: a revoked token ends its session at once)."""
     user = users_mod.authenticate(rt.store, token.strip())
-    if user is None:
-        return None
-    return Identity(user.name, user.admin, _merged_roles(_members(rt), user.projects, user.name))
+    return None if user is None else _of(rt, user.name, user)
 
 
 #: Seconds an identity read from the store serves requests of the same token (or proxied
@@ -180,12 +182,9 @@ def _key(request: Request) -> tuple[str, str]:
 def _load(request: Request, key: str, secret: str) -> Identity:
     """The identity of ``secret`` read from the store (a thread: it blocks), then cached."""
     rt = request.app.state.rt
-    members = {p: dict(c.members) for p, c in rt.cfg.projects.items()}
     cache: IdentityCache = request.app.state.identities
     if key.startswith("p:"):
-        user = users_mod.get_user(rt.store, secret)
-        stored = user.projects if user else {}
-        who = Identity(secret, bool(user and user.admin), _merged_roles(members, stored, secret))
+        who = _of(rt, secret, users_mod.get_user(rt.store, secret))
         cache.put(key, who)
         return who
     found = users_mod.token_user(rt.store, secret)
@@ -193,7 +192,7 @@ def _load(request: Request, key: str, secret: str) -> Identity:
         raise ApiError(401, "unauthenticated", "invalid, expired or revoked token",
                        headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
     user, expires_at = found
-    who = Identity(user.name, user.admin, _merged_roles(members, user.projects, user.name))
+    who = _of(rt, user.name, user)
     cache.put(key, who, expires_at)
     return who
 
