@@ -244,9 +244,13 @@ def test_dashboard_in_chromium(driver: Any, cluster: tuple[Server, dict[str, str
     assert [tr.get_attribute("data-project")
             for tr in d.find_elements(By.CSS_SELECTOR, "#projects tbody tr")] == ["p"]  # fmt: skip
     assert "4.00" in d.find_element(By.ID, "projects").text  # p uses its 4 GPUs
+    cells = [td.text for td in d.find_elements(By.CSS_SELECTOR, "#projects tbody tr td")]
+    assert cells[-2:] == ["2", "1"]  # pending: hostile and mine; running: big
     shot(d, "4-projects")
     d.get(srv.url + "/costs")
     assert d.find_element(By.ID, "cost-running").text.count("p") >= 1
+    cells = [td.text for td in d.find_elements(By.CSS_SELECTOR, "#cost-running tbody tr td")]
+    assert cells[:2] == ["p", "1"]  # big, the one run of p holding GPUs now
     shot(d, "5-costs")
 
     # cancel mem's pending run as the maintainer, and see it leave the queue

@@ -21,7 +21,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from mlops_gpu.controller.cluster_view import ClusterReader, ClusterView
+from mlops_gpu.controller.cluster_view import ClusterReader, ClusterView, Holding
 from mlops_gpu.server.auth import Identity
 
 Sums = tuple[
@@ -29,6 +29,7 @@ Sums = tuple[
     # (project, GPU type) -> (GPUs of admitted runs, the sum of their GPUs x admitted_at)
     dict[tuple[str, str], tuple[float, float]],
     dict[tuple[str, str], str],  # (node, device) -> the first run holding it
+    dict[str, int],  # project -> its active runs (the Projects and Costs pages count them)
 ]
 
 
@@ -36,7 +37,9 @@ def _held_sums(reader: ClusterReader, active: list[Any]) -> Sums:
     used: dict[tuple[str, str], float] = defaultdict(float)
     amount_at: dict[tuple[str, str], tuple[float, float]] = {}
     holder: dict[tuple[str, str], str] = {}
+    running: dict[str, int] = defaultdict(int)
     for r in active:
+        running[r.project] += 1
         if not r.placement:
             continue
         h = reader._parse(r.placement)
@@ -46,7 +49,7 @@ def _held_sums(reader: ClusterReader, active: list[Any]) -> Sums:
             amount_at[(r.project, h.gpu_type)] = (a + h.amount, at + h.amount * r.admitted_at)
         for key in h.devices:
             holder.setdefault(key, r.id)
-    return dict(used), amount_at, holder
+    return dict(used), amount_at, holder, dict(running)
 
 
 class DashReader(ClusterReader):
@@ -58,7 +61,7 @@ class DashReader(ClusterReader):
     def __init__(self, rt: Any) -> None:
         super().__init__(rt)
         self._held_at: int | None = -1  # the feed's revision ``_sums`` was counted at
-        self._sums: Sums = ({}, {}, {})
+        self._sums: Sums = ({}, {}, {}, {})
 
     def light(self, with_shares: bool) -> ClusterView:
         from mlops_gpu.state.dashboard_reads import live
@@ -70,7 +73,7 @@ class DashReader(ClusterReader):
         if self._held_at != self._feed.rev:  # the runs holding GPUs changed since: recount
             self._held_at = self._feed.rev
             self._sums = _held_sums(self, obs.active)
-        used, amount_at, holder = self._sums
+        used, amount_at, holder, running = self._sums
         # GPU-seconds held so far: sum(amount * (now - admitted_at)) per project and type
         running_s = {k: max(a * now - at, 0.0) for k, (a, at) in amount_at.items()}
         live_ids = {r.id for r in obs.active}  # (a sample of a run ended since: not shown)
@@ -80,9 +83,12 @@ class DashReader(ClusterReader):
         if with_shares:
             shares, ratio = self._shares(nodes, used, now)
         cfg = rt.cfg
+        # what the pages read of the holding: the active runs per project (``per_node``,
+        # ``spans`` and ``waits`` are the metrics' and ``top``'s, not read here)
+        holding = Holding(holder, dict(used), [], frozenset(live_ids), {}, running, {})
         return ClusterView(now, nodes, obs, holder, dict(used), running_s, shares, ratio,
                            cfg.model_projects(), cfg.model_gpu_types(),
-                           dict(cfg.priority_classes))  # fmt: skip
+                           dict(cfg.priority_classes), holding)  # fmt: skip
 
 
 class Views:
