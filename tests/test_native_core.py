@@ -61,6 +61,27 @@ TOPOLOGY: list[dict[str, Any]] = [
     {"topology_key": "zone"},
     {"topology_key": "row", "topology_required": True},
 ]
+#: A node's MIG slices by profile (MIG-partitioned nodes; 7g takes a whole GPU's share).
+MIG: list[dict[str, tuple[str, ...]]] = [
+    {},
+    {},
+    {"1g.10gb": ("s0", "s1", "s2"), "3g.40gb": ("s3",)},
+    {"7g.80gb": ("s4",), "1g.10gb": ("s5", "s6")},
+]
+#: A run's share of GPUs: whole (most), MIG slices (also of a profile no node has), or part of
+#: a shared device by fraction, memory or both; (gpus, nodes) where the shape fixes them.
+SHAPES: list[tuple[dict[str, Any], tuple[int, int] | None]] = [
+    ({}, None),
+    ({}, None),
+    ({}, None),
+    ({"mig": "1g.10gb"}, None),
+    ({"mig": "3g.40gb"}, (1, 1)),
+    ({"mig": "7g.80gb"}, (1, 1)),
+    ({"mig": "2g.20gb"}, (1, 1)),
+    ({"gpu_fraction": 0.5}, (1, 1)),
+    ({"gpu_fraction": 0.25, "gpu_memory_mb": 30000}, (1, 1)),
+    ({"gpu_memory_mb": 50000}, (1, 1)),
+]
 #: What a cycle is told the budgeted projects spent (None: the template's, nothing).
 SPENT = [None, None, {"p0": (2.0, 0.0)}, {"p1": (0.5, 9.0), "p2": (1.0, 0.0)}]
 
@@ -75,6 +96,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     # nodes tracking host CPU and memory: under best-fit placement (the native engine has no
     # fragmentation-aware placement)
     host = draw(st.booleans())
+    best_fit = host or draw(st.booleans())  # (shared devices too: best-fit only there)
     nodes = [
         make_node(
             f"n{i}",
@@ -85,6 +107,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             labels=draw(st.sampled_from(LABELS)),
             cpu_milli=draw(st.sampled_from([None, 8000, 16000])) if host else None,
             host_memory_mb=draw(st.sampled_from([None, 64000])) if host else None,
+            mig=draw(st.sampled_from(MIG)),
+            shared=best_fit and draw(st.booleans()),
+            gpu_memory_mb=draw(st.sampled_from([None, 80000])),
         )
         for i in range(draw(st.integers(2, 6)))
     ]
@@ -111,8 +136,10 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         now=0.0,
         cohorts=["org", "team"],
         capabilities={
-            "b1": BackendCapabilities(multi_node=True),
-            "b2": BackendCapabilities(multi_node=draw(st.booleans())),
+            "b1": BackendCapabilities(multi_node=True, mig=True, shared_gpus=True),
+            "b2": BackendCapabilities(
+                multi_node=draw(st.booleans()), mig=draw(st.booleans()), shared_gpus=True
+            ),
         },
         queueing=draw(st.sampled_from(["best-effort-fifo", "best-effort-fifo", "strict-fifo"])),
         order=draw(st.sampled_from(["submit", "shortest", "shortest", "las"])),
@@ -123,7 +150,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         half_life_s=draw(st.sampled_from([60.0, 3600.0])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
-        placement="best-fit" if host else draw(st.sampled_from(["fragmentation", "best-fit"])),
+        placement="best-fit" if best_fit else "fragmentation",
     )
     # a cohort tree: team lends and borrows within org
     template = replace(template, cohorts={"org": Cohort("org"), "team": Cohort("team", "org")})
@@ -133,6 +160,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         kind = draw(st.sampled_from(kinds))
         if kind == "submit":
             gpus, width = draw(st.sampled_from([(1, 1), (2, 1), (3, 1), (4, 1), (8, 1), (2, 2)]))
+            shape, fixed = draw(st.sampled_from(SHAPES))
+            if shape:
+                gpus, width = fixed or (min(gpus, 3), 1)
             project = draw(st.sampled_from([*(p.name for p in projects), "nobody"]))
             run = make_run(
                 f"r{i:02d}",
@@ -150,6 +180,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 **draw(st.sampled_from(TOPOLOGY)),
                 cpu_milli=draw(st.sampled_from([0, 0, 1000, 4000, 8000])),
                 host_memory_mb=draw(st.sampled_from([0, 0, 16000, 48000])),
+                **shape,
             )
             events.append(("submit", run))
         elif kind == "finish":

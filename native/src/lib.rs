@@ -13,10 +13,13 @@ pub mod budget;
 mod capacity;
 mod cycle;
 pub mod engine;
+mod mig;
 mod model;
+pub mod parts;
 mod placement;
 mod preempt;
 mod quota;
+mod shared;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -27,3 +30,4 @@ pub use engine::{
     Admitted, Engine, Held, NodeSpec, PolicySpec, Preempted, ProjectSpec, QuotaSpec, RunSpec,
     Settings, Slot,
 };
+pub use parts::{Shape, SlotShare};

@@ -77,6 +77,8 @@ pub struct Model {
     /// The (type, backend) pairs with schedulable nodes, sorted: the free-count index's keys.
     pub groups: Vec<(usize, usize)>,
     pub policy: Policy,
+    /// Per node: its MIG slices and sharing (`parts`; shorter than `nodes`: none on the rest).
+    pub parts: Vec<crate::parts::NodeParts>,
 }
 
 impl Policy {
