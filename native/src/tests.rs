@@ -6,6 +6,7 @@
 
 mod budget;
 mod host;
+mod parts;
 mod reclaim;
 mod topology;
 
