@@ -8,11 +8,16 @@ random workloads, and ``benchmarks/core_throughput.py --core native`` on the ful
 
 It serves what the extension implements, and says what it does not (``unsupported``,
 ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
-- whole GPUs on nodes without MIG slices or shared devices; with a topology
-  (``topology_key``, required or preferred: nodes' labels cross as numbers, each key's values
-  in name order); with host CPU and memory (runs' requests per node, nodes' capacities),
-  but nodes that track host resources only under ``policy.placement: best-fit`` (there is no
-  fragmentation-aware placement here);
+- whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
+  as numbers, each key's values in name order); with host CPU and memory (runs' requests per
+  node, nodes' capacities), but nodes that track host resources only under
+  ``policy.placement: best-fit`` (there is no fragmentation-aware placement here);
+- MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
+  their whole devices, profiles numbered in name order) and parts of shared devices by
+  fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``), but
+  shared devices only under ``policy.placement: best-fit``; active runs holding slices or
+  parts cross with each slot's share (``_engine.SlotShare``), and every slot of such a run
+  must be on a node of the cluster; not CPU-only runs (``gpus`` 0);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
   projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the

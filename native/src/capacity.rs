@@ -1,4 +1,5 @@
-//! Free whole devices and quota usage (`mlops_gpu.core.capacity.Capacity`, whole GPUs only).
+//! Free devices and quota usage (`mlops_gpu.core.capacity.Capacity`; MIG slices and shared
+//! devices are booked by `parts`).
 //!
 //! Invariants:
 //! - `free[node]` lists the node's free device numbers in the node's device order;

@@ -1,4 +1,6 @@
-//! What a cycle reads, kept up to date by events (`mlops_gpu.core.state.State`, whole GPUs).
+//! What a cycle reads, kept up to date by events (`mlops_gpu.core.state.State`; a slot that
+//! holds part of a shared device frees no whole device when its run ends: not on the
+//! timelines).
 //!
 //! Invariants:
 //! - a queued run is in exactly one queue of its project: the runs with the same class, LAS
