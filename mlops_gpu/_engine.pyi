@@ -8,7 +8,8 @@ raises ``ValueError`` for an index or time it cannot take (nothing is guessed).
 
 from typing import final
 
-#: GPUs on one node: (node, device numbers in the node's device order).
+#: GPUs on one node: (node, device numbers: its whole devices in the node's order, then its
+#: MIG slices, profile after profile as its ``PartSpec`` lists them).
 Slot = tuple[int, list[int]]
 
 @final
@@ -65,6 +66,7 @@ class Settings:
         capacity_by_type: list[float],
         of_type: list[list[int]],
         policy: PolicySpec,
+        parts: list[PartSpec] = ...,
     ) -> None: ...
 
 @final
@@ -90,6 +92,7 @@ class RunSpec:
         submitted_at: float,
         last_checkpoint_at: float | None,
         attained_gpu_s: float,
+        shape: ShapeSpec | None = None,
     ) -> None: ...
     @property
     def id(self) -> str: ...
@@ -106,6 +109,7 @@ class Held:
         admitted_at: float | None,
         started_at: float | None,
         going: bool,
+        shares: list[SlotShare] | None = None,
     ) -> None: ...
 
 @final
@@ -118,6 +122,8 @@ class Admitted:
     def gpu_type(self) -> int: ...
     @property
     def slots(self) -> list[Slot]: ...
+    @property
+    def fraction(self) -> float: ...
 
 @final
 class Preempted:
@@ -131,6 +137,38 @@ class Preempted:
 @final
 class BudgetSpent:
     def __init__(self, *, project: int, lower_to: int | None) -> None: ...
+
+@final
+class MigSpec:
+    def __init__(self, *, profile: int, slices: int) -> None: ...
+
+@final
+class PartSpec:
+    def __init__(
+        self,
+        *,
+        node: int,
+        mig: list[MigSpec],
+        mig_placeable: bool,
+        shared: bool,
+        gpu_memory_mb: int | None,
+        name_rank: list[int],
+    ) -> None: ...
+
+@final
+class ShapeSpec:
+    def __init__(
+        self,
+        *,
+        mig: int | None = None,
+        mig_share: float = 1.0,
+        fraction: float | None = None,
+        memory_mb: int | None = None,
+    ) -> None: ...
+
+@final
+class SlotShare:
+    def __init__(self, *, fraction: float, memory_mb: int | None) -> None: ...
 
 @final
 class Engine:

@@ -20,7 +20,6 @@ from conftest import core_bench
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlops_gpu.core import native as native_mod
 from mlops_gpu.core.decision import Decision
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.native import NativeEngine, NotSupported, run_unsupported, unsupported
@@ -61,6 +60,18 @@ TOPOLOGY: list[dict[str, Any]] = [
     {"topology_key": "zone"},
     {"topology_key": "row", "topology_required": True},
 ]
+#: A node's MIG slices by profile (MIG-partitioned nodes; 7g takes a whole GPU's share).
+_SLICED = {"1g.10gb": ("s0", "s1", "s2"), "3g.40gb": ("s3",)}
+MIG: list[dict[str, tuple[str, ...]]] = [{}, {}, _SLICED, {"7g.80gb": ("s4",), "1g.10gb": ("s5",)}]
+#: A run's share of GPUs: whole (most), MIG slices (also of a profile no node has), or part of
+#: a shared device by fraction, memory or both; (gpus, nodes) where the shape fixes them.
+SHAPES: list[tuple[dict[str, Any], tuple[int, int] | None]] = [
+    *[({}, None)] * 3,
+    ({"mig": "1g.10gb"}, None),
+    *(({"mig": p}, (1, 1)) for p in ("3g.40gb", "7g.80gb", "2g.20gb")),
+    *(({"gpu_fraction": 0.5}, (1, 1)), ({"gpu_memory_mb": 50000}, (1, 1))),
+    ({"gpu_fraction": 0.25, "gpu_memory_mb": 30000}, (1, 1)),
+]
 #: What a cycle is told the budgeted projects spent (None: the template's, nothing).
 SPENT = [None, None, {"p0": (2.0, 0.0)}, {"p1": (0.5, 9.0), "p2": (1.0, 0.0)}]
 
@@ -75,6 +86,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     # nodes tracking host CPU and memory: under best-fit placement (the native engine has no
     # fragmentation-aware placement)
     host = draw(st.booleans())
+    best_fit = host or draw(st.booleans())  # (shared devices too: best-fit only there)
     nodes = [
         make_node(
             f"n{i}",
@@ -85,6 +97,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             labels=draw(st.sampled_from(LABELS)),
             cpu_milli=draw(st.sampled_from([None, 8000, 16000])) if host else None,
             host_memory_mb=draw(st.sampled_from([None, 64000])) if host else None,
+            mig=draw(st.sampled_from(MIG)),
+            shared=best_fit and draw(st.booleans()),
+            gpu_memory_mb=draw(st.sampled_from([None, 80000])),
         )
         for i in range(draw(st.integers(2, 6)))
     ]
@@ -111,8 +126,10 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         now=0.0,
         cohorts=["org", "team"],
         capabilities={
-            "b1": BackendCapabilities(multi_node=True),
-            "b2": BackendCapabilities(multi_node=draw(st.booleans())),
+            "b1": BackendCapabilities(multi_node=True, mig=True, shared_gpus=True),
+            "b2": BackendCapabilities(
+                multi_node=draw(st.booleans()), mig=draw(st.booleans()), shared_gpus=True
+            ),
         },
         queueing=draw(st.sampled_from(["best-effort-fifo", "best-effort-fifo", "strict-fifo"])),
         order=draw(st.sampled_from(["submit", "shortest", "shortest", "las"])),
@@ -123,7 +140,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         half_life_s=draw(st.sampled_from([60.0, 3600.0])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
-        placement="best-fit" if host else draw(st.sampled_from(["fragmentation", "best-fit"])),
+        placement="best-fit" if best_fit else "fragmentation",
     )
     # a cohort tree: team lends and borrows within org
     template = replace(template, cohorts={"org": Cohort("org"), "team": Cohort("team", "org")})
@@ -133,6 +150,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         kind = draw(st.sampled_from(kinds))
         if kind == "submit":
             gpus, width = draw(st.sampled_from([(1, 1), (2, 1), (3, 1), (4, 1), (8, 1), (2, 2)]))
+            shape, fixed = draw(st.sampled_from(SHAPES))
+            if shape:
+                gpus, width = fixed or (min(gpus, 3), 1)
             project = draw(st.sampled_from([*(p.name for p in projects), "nobody"]))
             run = make_run(
                 f"r{i:02d}",
@@ -150,6 +170,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 **draw(st.sampled_from(TOPOLOGY)),
                 cpu_milli=draw(st.sampled_from([0, 0, 1000, 4000, 8000])),
                 host_memory_mb=draw(st.sampled_from([0, 0, 16000, 48000])),
+                **shape,
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -164,7 +185,11 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
 
 
 def replay(
-    module: Any, template: Any, events: list[tuple[Any, ...]], native_template: Any = None
+    module: Any,
+    template: Any,
+    events: list[tuple[Any, ...]],
+    native_template: Any = None,
+    loaded: tuple[Any, ...] = (),
 ) -> int:
     """Drive both engines through ``events`` (the native one built from ``native_template``
     when given); at every cycle their decisions, pending and active runs must be equal, and
@@ -173,7 +198,10 @@ def replay(
     something."""
     ref = Incremental(template)
     nat = NativeEngine(native_template or template, module)
-    now, busy = 0.0, 0
+    for run in loaded:  # active runs that hold their placement already (from a store)
+        ref.add_active(run)
+        nat.add_active(run)
+    now, busy = max((r.admitted_at or 0.0 for r in loaded), default=0.0), 0
     for ev in events:
         now += 1.0
         if ev[0] == "submit":
@@ -412,20 +440,21 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     bogus = replace(template, policy=replace(template.policy, order="random"))
     with pytest.raises(NotSupported, match="order 'random'"):
         NativeEngine(bogus, native)
+    # shared devices: best-fit placement only (no fragmentation-aware placement here)
     shared = make_snapshot([make_node("n0", 4, TYPES[0], shared=True)], [make_project("p0")])
-    assert "node n0" in str(unsupported(shared))
+    assert "node n0 has shared devices" in str(unsupported(shared))
+    assert unsupported(replace(shared, policy=replace(shared.policy, placement="best-fit"))) is None
+    sliced = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)})], [])
+    assert unsupported(sliced) is None
     # host CPU tracked: best-fit placement only (no fragmentation-aware placement here)
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
     assert "tracks host CPU" in str(unsupported(host))
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
     eng = NativeEngine(template, native)
-    for run, what in (
-        (make_run("f", "p0", gpu_fraction=0.5), "shared"),
-        (make_run("m", "p0", mig="1g.10gb"), "mig"),
-    ):
-        assert run_unsupported(run) is not None
-        with pytest.raises(NotSupported, match=what):
-            eng.submit(run)
+    cpu = make_run("c", "p0", gpus=0, cpu_milli=1000)
+    assert run_unsupported(make_run("m", "p0", mig="1g.10gb")) is None
+    with pytest.raises(NotSupported, match="asks for no GPU"):
+        eng.submit(cpu)
     assert eng.pending == {}
 
 
@@ -457,19 +486,3 @@ def test_the_simulator_replays_alike_on_either_engine(native: Any, policy: str) 
     want = {k: v for k, v in summarize(py).items() if k not in TIMING}
     assert {k: v for k, v in summarize(nat).items() if k not in TIMING} == want
     assert simulate(trace, cluster, policy).engine == "native"  # auto: installed, able
-
-
-def test_the_simulator_falls_back_to_python_where_native_cannot(
-    native: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    trace = synthetic(seed=3, jobs=50, days=0.1)
-    cluster = Cluster(2, 8)
-    # a job asking for half a GPU: the native engine does not implement shared GPUs
-    half = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], gpu_fraction=0.5)))
-    assert simulate(half, cluster, "default").engine == "python"
-    with pytest.raises(NotSupported, match=r"policy default: run \S+ asks for a shared GPU"):
-        simulate(half, cluster, "default", engine="native")
-    monkeypatch.setattr(native_mod, "_engine", None)  # as installed without cargo
-    assert simulate(trace, cluster, "default").engine == "python"
-    with pytest.raises(NotSupported, match="not installed"):
-        simulate(trace, cluster, "default", engine="native")

@@ -8,11 +8,16 @@ random workloads, and ``benchmarks/core_throughput.py --core native`` on the ful
 
 It serves what the extension implements, and says what it does not (``unsupported``,
 ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
-- whole GPUs on nodes without MIG slices or shared devices; with a topology
-  (``topology_key``, required or preferred: nodes' labels cross as numbers, each key's values
-  in name order); with host CPU and memory (runs' requests per node, nodes' capacities),
-  but nodes that track host resources only under ``policy.placement: best-fit`` (there is no
-  fragmentation-aware placement here);
+- whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
+  as numbers, each key's values in name order); with host CPU and memory (runs' requests per
+  node, nodes' capacities), but nodes that track host resources only under
+  ``policy.placement: best-fit`` (there is no fragmentation-aware placement here);
+- MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
+  their whole devices, profiles numbered in name order) and parts of shared devices by
+  fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``), but
+  shared devices only under ``policy.placement: best-fit``; active runs holding slices or
+  parts cross with each slot's share (``_engine.SlotShare``), and every slot of such a run
+  must be on a node of the cluster; not CPU-only runs (``gpus`` 0);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
   projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
@@ -48,6 +53,7 @@ from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
 from mlops_gpu.model import NodeSlot, Phase, Placement, Run
+from mlops_gpu.model.cluster import mig_share
 
 MODULE = "mlops_gpu._engine"
 
@@ -84,10 +90,10 @@ def unsupported(template: Snapshot) -> str | None:
     if p.order not in ("shortest", "submit", "las"):
         return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
     for n in template.nodes:
-        if n.mig or n.shared:
+        if n.shared and p.placement != "best-fit":
             return (
-                f"node {n.name} has MIG slices or shared devices "
-                "(the native engine places whole GPUs only)"
+                f"node {n.name} has shared devices under policy.placement {p.placement!r} "
+                "(the native engine has no fragmentation-aware placement: best-fit only there)"
             )
         if (n.cpu_milli is not None or n.host_memory_mb is not None) and p.placement != "best-fit":
             return (
@@ -100,8 +106,8 @@ def unsupported(template: Snapshot) -> str | None:
 def run_unsupported(run: Run) -> str | None:
     """Why the native engine cannot queue ``run``, or None when it can."""
     r = run.request
-    if r.shape != "whole":
-        return f"run {run.id} asks for a {r.shape} GPU share (the native engine: whole GPUs)"
+    if r.shape == "cpu":
+        return f"run {run.id} asks for no GPU (the native engine: GPU runs only)"
     return None
 
 
@@ -130,6 +136,11 @@ class NativeEngine:
         nodes = sorted(template.nodes, key=lambda n: n.name)
         self._node_ix = {n.name: i for i, n in enumerate(nodes)}
         self._nodes = nodes
+        # MIG profiles numbered in name order; each node's device numbers: its whole devices,
+        # then its MIG slices, profile after profile (``_engine.PartSpec``)
+        self._profiles = sorted({p for n in nodes for p in n.mig})
+        self._profile_ix = {p: i for i, p in enumerate(self._profiles)}
+        self._dev_names = [(*n.devices, *(s for ids in n.mig.values() for s in ids)) for n in nodes]
         # topology keys, and each key's values, numbered in name order
         self._keys = sorted({k for n in nodes for k in n.labels})
         self._key_ix = {k: i for i, k in enumerate(self._keys)}
@@ -173,7 +184,9 @@ class NativeEngine:
         capacity = [0.0] * len(self.types)
         of_type: list[list[int]] = [[] for _ in self.types]
         for n in template.nodes:  # the snapshot's node order (``eligible_nodes``)
-            capacity[self._type_ix[n.gpu_type]] += n.capacity
+            # (with MIG slices' shares, summed as ``Capacity.capacity_by_type`` does)
+            mig = sum((len(ids) * mig_share(p) for p, ids in n.mig.items()), 0.0)
+            capacity[self._type_ix[n.gpu_type]] += n.capacity + mig
             of_type[self._type_ix[n.gpu_type]].append(self._node_ix[n.name])
         p = template.policy
         self._engine = e.Engine(
@@ -211,8 +224,36 @@ class NativeEngine:
                     min_runtime_before_preemption_s=float(p.min_runtime_before_preemption_s),
                     preempt_uncheckpointed=p.preempt_uncheckpointed,
                 ),
+                parts=self._parts(template),
             )
         )
+
+    def _parts(self, template: Snapshot) -> list[_engine.PartSpec]:
+        """The nodes with MIG slices or shared devices, as ``_engine.PartSpec``s."""
+        out = []
+        for i, n in enumerate(self._nodes):
+            if not n.mig and not n.shared:
+                continue
+            caps = template.caps(n.backend)
+            by_name = sorted(range(n.capacity), key=n.devices.__getitem__)
+            rank = [0] * n.capacity
+            for k, d in enumerate(by_name):
+                rank[d] = k
+            mig = [
+                _engine.MigSpec(profile=self._profile_ix[p], slices=len(ids))
+                for p, ids in n.mig.items()
+            ]
+            out.append(
+                _engine.PartSpec(
+                    node=i,
+                    mig=mig,
+                    mig_placeable=caps.mig,
+                    shared=n.shared and caps.shared_gpus,
+                    gpu_memory_mb=n.gpu_memory_mb,
+                    name_rank=rank,
+                )
+            )
+        return out
 
     # -- events -------------------------------------------------------------------------
     def submit(self, run: Run) -> None:
@@ -261,7 +302,19 @@ class NativeEngine:
             submitted_at=run.submitted_at,
             last_checkpoint_at=run.last_checkpoint_at,
             attained_gpu_s=run.attained_gpu_s,
+            shape=self._shape(run),
         )
+
+    def _shape(self, run: Run) -> _engine.ShapeSpec | None:
+        """A MIG or shared request as ``_engine.ShapeSpec`` (None: whole GPUs); a profile no
+        node offers gets a number no node has."""
+        req = run.request
+        if req.mig is not None:
+            profile = self._profile_ix.get(req.mig, len(self._profiles))
+            return _engine.ShapeSpec(mig=profile, mig_share=mig_share(req.mig))
+        if req.shape == "shared":
+            return _engine.ShapeSpec(fraction=req.gpu_fraction, memory_mb=req.gpu_memory_mb)
+        return None
 
     def remove_pending(self, run_id: str) -> Run:
         """A pending run leaves without running (``State.remove_pending``)."""
@@ -280,11 +333,12 @@ class NativeEngine:
         assert run.placement is not None
         p = run.placement
         # slots on nodes the cluster no longer has count in the GPUs held, as in ``Capacity``
-        slots = [
-            (n, [self._nodes[n].devices.index(d) for d in s.devices])
-            for s in p.slots
-            if (n := self._node_ix.get(s.node)) is not None
-        ]
+        on = [(n, s) for s in p.slots if (n := self._node_ix.get(s.node)) is not None]
+        slots = [(n, [self._dev_names[n].index(d) for d in s.devices]) for n, s in on]
+        whole = all(s.fraction == 1.0 and s.memory_mb is None for _, s in on)
+        shares = None
+        if not whole:  # (``_placement_unsupported``: then every slot is on the cluster)
+            shares = [_engine.SlotShare(fraction=s.fraction, memory_mb=s.memory_mb) for _, s in on]
         self._engine.add_active(
             self._spec(run),
             _engine.Held(
@@ -295,6 +349,7 @@ class NativeEngine:
                 admitted_at=run.admitted_at,
                 started_at=run.started_at,
                 going=run.preempt_requested,
+                shares=shares,
             ),
         )
         self.active[run.id] = run
@@ -307,17 +362,22 @@ class NativeEngine:
             return f"run {run.id} is placed on backend {p.backend}, type {p.gpu_type}: not here"
         if run.project not in self._project_ix:
             return f"run {run.id} holds GPUs for unknown project {run.project}"
+        part = any(s.fraction != 1.0 or s.memory_mb is not None for s in p.slots)
         for s in p.slots:
-            whole = s.fraction == 1.0 and s.memory_mb is None
-            if not whole or len(set(s.devices)) != len(s.devices):
-                return f"run {run.id} holds part of a GPU (the native engine: whole GPUs)"
+            if len(set(s.devices)) != len(s.devices):
+                return f"run {run.id} holds a device twice on node {s.node}"
+            if part and s.node not in self._node_ix:
+                return (
+                    f"run {run.id} holds part of a GPU and GPUs on node {s.node}, which the "
+                    "cluster no longer has"
+                )
             if (s.cpu_milli, s.host_memory_mb) != (
                 run.request.cpu_milli,
                 run.request.host_memory_mb,
             ):
                 return f"run {run.id} holds host CPU or memory on node {s.node} it did not ask for"
             node = self._node_ix.get(s.node)
-            if node is not None and not set(s.devices) <= set(self._nodes[node].devices):
+            if node is not None and not set(s.devices) <= set(self._dev_names[node]):
                 return f"run {run.id} holds devices that node {s.node} does not have"
         return None
 
@@ -426,9 +486,9 @@ class NativeEngine:
                 tuple(
                     NodeSlot(
                         self._nodes[n].name,
-                        tuple(self._nodes[n].devices[d] for d in devs),
-                        1.0,
-                        None,
+                        tuple(self._dev_names[n][d] for d in devs),
+                        a.fraction,
+                        req.gpu_memory_mb if req.shape == "shared" else None,
                         req.cpu_milli,
                         req.host_memory_mb,
                     )

@@ -135,8 +135,12 @@ pub(crate) fn host_could_fit(node: &Node, r: &Run) -> bool {
         || (node.cpu_milli.is_none_or(|c| cpu <= c) && node.host_memory_mb.is_none_or(|x| mem <= x))
 }
 
-/// The types the run could ever be admitted on (`parking._types`).
+/// The types the run could ever be admitted on (`parking._types`); none for MIG and shared
+/// requests (only whole-GPU runs are reserved for).
 fn types_of(m: &Model, r: &Run) -> Vec<usize> {
+    if !r.shape.is_whole() {
+        return Vec::new();
+    }
     r.types
         .iter()
         .copied()

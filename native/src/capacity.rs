@@ -1,4 +1,5 @@
-//! Free whole devices and quota usage (`mlops_gpu.core.capacity.Capacity`, whole GPUs only).
+//! Free devices and quota usage (`mlops_gpu.core.capacity.Capacity`; MIG slices and shared
+//! devices are booked by `parts`).
 //!
 //! Invariants:
 //! - `free[node]` lists the node's free device numbers in the node's device order;
@@ -10,6 +11,7 @@
 //! - `take` and `release` are exact inverses (a preemption trial undoes itself).
 
 use crate::model::Model;
+use crate::parts::{self, SlotShare};
 
 /// Where a run runs: one backend, one type, one slot (node, devices) per gang member on a node
 /// of the cluster, and the GPUs it holds in all (`Placement.gpu_amount`; a run loaded from a
@@ -22,11 +24,23 @@ pub struct Placement {
     pub gpus: usize,
     /// Host CPU (millicores) and memory (MB) it holds on each slot's node.
     pub host: (i64, i64),
+    /// Per slot, the share of each device it holds (`parts`); empty: whole devices.
+    pub shares: Vec<SlotShare>,
 }
 
 impl Placement {
+    /// GPUs charged (`Placement.gpu_amount`: whole GPUs count 1, shares and slices their part).
     pub fn amount(&self) -> f64 {
-        self.gpus as f64
+        if self.shares.is_empty() {
+            return self.gpus as f64;
+        }
+        let slots = self.slots.iter().zip(&self.shares);
+        slots.fold(0.0, |a, ((_, d), s)| a + d.len() as f64 * s.fraction)
+    }
+
+    /// The share slot `k` holds of each of its devices.
+    pub fn share(&self, k: usize) -> SlotShare {
+        self.shares.get(k).copied().unwrap_or(SlotShare::WHOLE)
     }
 }
 
@@ -39,6 +53,10 @@ pub struct Capacity {
     /// tracked).
     pub cpu_free: Vec<Option<i64>>,
     pub mem_free: Vec<Option<i64>>,
+    /// Per node, per its MIG profiles: the free slices; per node: the shared devices held
+    /// (`parts`).
+    pub mig_free: Vec<Vec<Vec<u16>>>,
+    pub shared: Vec<Vec<(u16, f64, i64)>>,
 }
 
 impl Capacity {
@@ -71,6 +89,8 @@ impl Capacity {
             used: vec![0.0; m.projects.len() * m.n_types],
             cpu_free: m.nodes.iter().map(|n| n.cpu_milli).collect(),
             mem_free: m.nodes.iter().map(|n| n.host_memory_mb).collect(),
+            mig_free: parts::mig_free(m),
+            shared: vec![Vec::new(); m.nodes.len()],
         }
     }
 
@@ -85,13 +105,12 @@ impl Capacity {
     }
 
     pub fn take(&mut self, m: &Model, project: usize, p: &Placement) {
-        for (node, devs) in &p.slots {
-            let free = &mut self.free[*node];
-            let before = free.len();
-            free.retain(|d| !devs.contains(d));
-            let after = free.len();
-            if after != before {
-                self.rebucket(*node, before, after);
+        for (k, (node, devs)) in p.slots.iter().enumerate() {
+            let share = p.share(k);
+            if share.whole() && parts::of(m, *node).mig.is_empty() {
+                self.take_devices(*node, devs);
+            } else {
+                self.take_parts(m, *node, devs, share);
             }
             self.book_host(*node, p.host, -1);
         }
@@ -99,21 +118,42 @@ impl Capacity {
     }
 
     pub fn release(&mut self, m: &Model, project: usize, p: &Placement) {
-        for (node, devs) in &p.slots {
-            let free = &mut self.free[*node];
-            let before = free.len();
-            for d in devs {
-                if let Err(i) = free.binary_search(d) {
-                    free.insert(i, *d);
-                }
-            }
-            let after = free.len();
-            if after != before {
-                self.rebucket(*node, before, after);
+        for (k, (node, devs)) in p.slots.iter().enumerate() {
+            let share = p.share(k);
+            if share.whole() && parts::of(m, *node).mig.is_empty() {
+                self.free_devices(*node, devs);
+            } else {
+                self.release_parts(m, *node, devs, share);
             }
             self.book_host(*node, p.host, 1);
         }
         self.used[m.pt(project, p.ty)] -= p.amount();
+    }
+
+    /// Take the devices that are free, moving the node between buckets once.
+    pub(crate) fn take_devices(&mut self, node: usize, devs: &[u16]) {
+        let free = &mut self.free[node];
+        let before = free.len();
+        free.retain(|d| !devs.contains(d));
+        let after = free.len();
+        if after != before {
+            self.rebucket(node, before, after);
+        }
+    }
+
+    /// Give back the devices that are taken, in device order, with one bucket move.
+    pub(crate) fn free_devices(&mut self, node: usize, devs: &[u16]) {
+        let free = &mut self.free[node];
+        let before = free.len();
+        for d in devs {
+            if let Err(i) = free.binary_search(d) {
+                free.insert(i, *d);
+            }
+        }
+        let after = free.len();
+        if after != before {
+            self.rebucket(node, before, after);
+        }
     }
 
     /// Book (`sign` -1) or give back (+1) a slot's host resources where the node tracks them.

@@ -370,7 +370,10 @@ impl<'a> Cycle<'a> {
         for &t in &r.types {
             let open = r.amount() <= self.room(r.project, t) + EPS;
             // (a topology run: the free-count index cannot tell, it might fit)
-            if open && (r.topology.is_some() || node_sets(m, &self.st.cap, r, t)) {
+            // (MIG and shared requests: it cannot tell either)
+            if open
+                && (r.topology.is_some() || !r.shape.is_whole() || node_sets(m, &self.st.cap, r, t))
+            {
                 return false;
             }
         }

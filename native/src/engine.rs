@@ -9,6 +9,7 @@ use crate::budget::{self, BudgetSpent};
 use crate::capacity;
 use crate::cycle;
 use crate::model::{Model, Node, Order, Policy, Project, Term};
+use crate::parts::{self, PartSpec, Shape, SlotShare};
 use crate::state::{Run, State};
 
 /// One node (`mlops_gpu.model.Node`), its type and backend as indices.
@@ -75,6 +76,8 @@ pub struct Settings {
     /// Per GPU type: its nodes in the snapshot's node order.
     pub of_type: Vec<Vec<usize>>,
     pub policy: PolicySpec,
+    /// The nodes with MIG slices or shared devices (`parts`).
+    pub parts: Vec<PartSpec>,
 }
 
 /// A run as the engine queues it (`mlops_gpu.model.Run`).
@@ -96,6 +99,8 @@ pub struct RunSpec {
     /// required (else preferred).
     pub topology_key: Option<usize>,
     pub topology_required: bool,
+    /// Whole GPUs, MIG slices or part of a shared device.
+    pub shape: Shape,
     /// Host CPU (millicores) and memory (MB) on each of its nodes (0: none asked).
     pub cpu_milli: i64,
     pub host_memory_mb: i64,
@@ -124,6 +129,9 @@ pub struct Held {
     /// It is being preempted, and then holds nothing (its devices are free here, or held by
     /// the run admitted in its place).
     pub going: bool,
+    /// Per slot, the share of each device it holds (empty: whole devices; then every slot's
+    /// node must be the cluster's).
+    pub shares: Vec<SlotShare>,
 }
 
 /// A run a cycle admitted, and where.
@@ -133,6 +141,9 @@ pub struct Admitted {
     pub backend: usize,
     pub gpu_type: usize,
     pub slots: Vec<Slot>,
+    /// The share of each device held: 1.0 for whole GPUs, the fraction of a shared device,
+    /// a MIG slice's share.
+    pub fraction: f64,
 }
 
 /// A run a cycle preempts, for a run admitted in the same cycle.
@@ -202,6 +213,8 @@ impl Engine {
                     .into(),
             );
         }
+        let ndev: Vec<usize> = nodes.iter().map(|n| n.ndev).collect();
+        let node_parts = parts::build(&ndev, s.parts)?;
         let order = match p.order.as_str() {
             "shortest" => Order::Shortest,
             "submit" => Order::Submit,
@@ -233,6 +246,7 @@ impl Engine {
                 min_runtime_s: p.min_runtime_before_preemption_s,
                 preempt_uncheckpointed: p.preempt_uncheckpointed,
             },
+            parts: node_parts,
         };
         let st = State::new(&m);
         Ok(Engine { m, st })
@@ -248,11 +262,17 @@ impl Engine {
     pub fn add_active(&mut self, run: RunSpec, held: Held) -> Result<(), String> {
         let m = &self.m;
         let bad = |(n, d): &Slot| {
-            *n >= m.nodes.len() || d.iter().any(|&x| x as usize >= m.nodes[*n].ndev)
+            *n >= m.nodes.len()
+                || d.iter()
+                    .any(|&x| x as usize >= parts::of(m, *n).end(m.nodes[*n].ndev))
         };
+        let counted: usize = held.slots.iter().map(|(_, d)| d.len()).sum();
+        let shares_bad = !held.shares.is_empty()
+            && (held.shares.len() != held.slots.len() || counted != held.gpus);
         if held.gpu_type >= m.n_types
             || held.backend >= m.multi_node.len()
             || held.slots.iter().any(bad)
+            || shares_bad
         {
             return Err(format!(
                 "run {}: its placement names an unknown type, backend, node or device",
@@ -268,6 +288,7 @@ impl Engine {
             slots: held.slots,
             gpus: held.gpus,
             host: run.host(),
+            shares: held.shares,
         };
         self.st.hold(&self.m, run, p, held.going)
     }
@@ -343,6 +364,7 @@ impl Engine {
                 backend: p.backend,
                 gpu_type: p.ty,
                 slots: p.slots.clone(),
+                fraction: p.share(0).fraction,
             });
             self.st.activate(m, i, p, now);
         }
@@ -378,6 +400,7 @@ impl Engine {
             r.last_checkpoint_at,
             Some(r.grace_s),
         ];
+        parts::check(&r.shape, r.gpus, r.nodes).map_err(|e| format!("run {id}: {e}"))?;
         if numbers.iter().flatten().any(|x| x.is_nan()) || r.gpus == 0 || r.nodes == 0 {
             return Err(format!(
                 "run {id}: a time is NaN, or it asks for no GPU or no node"
@@ -399,6 +422,7 @@ impl Engine {
             pinned: r.backend,
             topology: r.topology_key,
             topology_required: r.topology_required,
+            shape: r.shape,
             cpu_milli: r.cpu_milli,
             host_memory_mb: r.host_memory_mb,
             max_runtime: r.max_runtime_s,

@@ -3,7 +3,8 @@
 //! built by `pip install` as the module `mlops_gpu._engine`.
 //!
 //! The same decisions as `mlops_gpu.core.engine.Incremental` for the requests and policies it
-//! serves (whole GPUs, nodes without MIG or shared devices; host CPU and memory under
+//! serves (whole GPUs; MIG slices and shared devices: `parts`, `mig`, `shared`, shared ones
+//! under best-fit placement; host CPU and memory under
 //! best-fit placement: `capacity`; budgets: `budget`; topology: `topology`); `mlops_gpu/core/native.py` checks that, turns names into indices and
 //! builds the `Decision`. Pure: the clock comes in each call. `engine` is the whole public
 //! API (`Engine`, `Settings`, `RunSpec`, ...).
@@ -13,10 +14,13 @@ pub mod budget;
 mod capacity;
 mod cycle;
 pub mod engine;
+mod mig;
 mod model;
+pub mod parts;
 mod placement;
 mod preempt;
 mod quota;
+mod shared;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -27,3 +31,4 @@ pub use engine::{
     Admitted, Engine, Held, NodeSpec, PolicySpec, Preempted, ProjectSpec, QuotaSpec, RunSpec,
     Settings, Slot,
 };
+pub use parts::{Shape, SlotShare};

@@ -6,7 +6,9 @@
 //! - `of_type[t]` lists the nodes of type `t` in the snapshot's node order (the order
 //!   `placement.eligible_nodes` walks);
 //! - `members[root]` lists a cohort tree's projects in the snapshot's project order;
-//! - every quota term is whole GPUs, so every sum of usage is exact in any order.
+//! - every quota term is whole GPUs; usage adds slices' shares and fractions too, in the
+//!   Python core's order of takes and releases (the same float operations), so it compares
+//!   alike.
 
 /// One node: `ndev` whole devices (numbered in the node's own device order).
 pub struct Node {
@@ -77,6 +79,8 @@ pub struct Model {
     /// The (type, backend) pairs with schedulable nodes, sorted: the free-count index's keys.
     pub groups: Vec<(usize, usize)>,
     pub policy: Policy,
+    /// Per node: its MIG slices and sharing (`parts`; shorter than `nodes`: none on the rest).
+    pub parts: Vec<crate::parts::NodeParts>,
 }
 
 impl Policy {

@@ -7,6 +7,7 @@
 use crate::backfill::Reservation;
 use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
+use crate::parts::{self, Shape};
 use crate::state::Run;
 use crate::topology::place_topology;
 
@@ -20,6 +21,13 @@ pub fn group_serves(m: &Model, g: usize, t: usize, r: &Run) -> bool {
 }
 
 pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> Option<Placement> {
+    match r.shape {
+        Shape::Mig { profile, share } => {
+            return crate::mig::place_mig(m, cap, r, t, flt, profile, share)
+        }
+        Shape::Shared { .. } => return crate::shared::place_shared(m, cap, r, t, flt),
+        Shape::Whole => {}
+    }
     if r.topology.is_some() {
         return place_topology(m, cap, r, t, flt);
     }
@@ -65,6 +73,7 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
         backend,
         gpus: r.gpus * r.nodes,
         host: r.host(),
+        shares: Vec::new(),
         slots: chosen
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))
@@ -91,6 +100,20 @@ pub fn eligible<'a>(
         node.schedulable
             && r.pinned.is_none_or(|p| p == node.backend)
             && (r.nodes <= 1 || m.multi_node[node.backend])
+            && serves_shape(m, n, r)
             && cap.host_fits(n, r.host())
     })
+}
+
+/// Whether node `n` can host the run's shape (`eligible_nodes`): MIG requests need a backend
+/// that places them and the profile on the node, shared ones a shared node.
+fn serves_shape(m: &Model, n: usize, r: &Run) -> bool {
+    match r.shape {
+        Shape::Whole => true,
+        Shape::Mig { profile, .. } => {
+            let p = parts::of(m, n);
+            p.mig_placeable && p.local(profile).is_some()
+        }
+        Shape::Shared { .. } => parts::of(m, n).shared,
+    }
 }

@@ -301,7 +301,8 @@ impl Cycle<'_> {
                 }
             }
             parts.push(&own);
-            if self.could_fit_without_all(i, t, &parts) {
+            // (the bound counts whole devices: asked of whole-GPU runs only)
+            if !r.shape.is_whole() || self.could_fit_without_all(i, t, &parts) {
                 for part in parts {
                     cands.extend(
                         part.iter()
@@ -447,13 +448,14 @@ impl Cycle<'_> {
         cost: &HashMap<usize, f64>,
     ) -> Option<Plan> {
         let need = self.st.runs[i].gpus;
+        let whole = self.st.runs[i].shape.is_whole();
         let mut chosen: Vec<usize> = Vec::new();
         let mut placed: Option<Placement> = None;
         let mut nowhere = false; // the last search found no node at all
         for &a in order {
             self.release(a);
             chosen.push(a);
-            if nowhere && !self.reaches(a, need) {
+            if nowhere && whole && !self.reaches(a, need) {
                 continue;
             }
             let (m, st) = (self.m, &*self.st);

@@ -1,4 +1,6 @@
-//! What a cycle reads, kept up to date by events (`mlops_gpu.core.state.State`, whole GPUs).
+//! What a cycle reads, kept up to date by events (`mlops_gpu.core.state.State`; a slot that
+//! holds part of a shared device frees no whole device when its run ends: not on the
+//! timelines).
 //!
 //! Invariants:
 //! - a queued run is in exactly one queue of its project: the runs with the same class, LAS
@@ -19,6 +21,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
+use crate::parts::Shape;
 
 pub struct Run {
     pub id: String,
@@ -33,6 +36,8 @@ pub struct Run {
     /// must (else it is preferred).
     pub topology: Option<usize>,
     pub topology_required: bool,
+    /// Whole GPUs, MIG slices or part of a shared device (`parts`).
+    pub shape: Shape,
     /// Host CPU (millicores) and memory (MB) it asks for on each of its nodes.
     pub cpu_milli: i64,
     pub host_memory_mb: i64,
@@ -53,8 +58,14 @@ pub struct Run {
 }
 
 impl Run {
+    /// GPUs charged before it is placed (`placement.request_amount`): its slices' share, its
+    /// fraction (a memory cap alone counts as a whole GPU until placed), or whole GPUs.
     pub fn amount(&self) -> f64 {
-        (self.gpus * self.nodes) as f64
+        match self.shape {
+            Shape::Whole => (self.gpus * self.nodes) as f64,
+            Shape::Mig { share, .. } => self.gpus as f64 * share,
+            Shape::Shared { fraction, .. } => fraction.unwrap_or(1.0),
+        }
     }
 
     /// (host CPU, host memory) it asks for on each node.
@@ -78,6 +89,7 @@ pub struct QueueKey {
     pub topology: Option<usize>,
     pub topology_required: bool,
     pub host: (i64, i64),
+    pub shape: (u8, usize, u64, Option<i64>),
     pub preemptible: bool,
 }
 
@@ -378,7 +390,10 @@ impl State {
             (Some(mr), Some(s)) => (Some(s + mr), 0.0),
         };
         let p = r.placement.as_ref().expect("an active run");
-        for (node, devs) in &p.slots {
+        for (k, (node, devs)) in p.slots.iter().enumerate() {
+            if !p.share(k).whole() {
+                continue; // (a shared device frees nothing whole when one of its runs ends)
+            }
             let n = devs.len() as u32;
             match fixed {
                 None => {
@@ -470,6 +485,7 @@ fn queue_key(r: &Run) -> QueueKey {
         topology: r.topology,
         topology_required: r.topology_required,
         host: (r.cpu_milli, r.host_memory_mb),
+        shape: r.shape.key(),
         preemptible: r.preemptible,
     }
 }

@@ -6,6 +6,7 @@
 
 mod budget;
 mod host;
+mod parts;
 mod reclaim;
 mod topology;
 
@@ -56,6 +57,7 @@ fn model(min_runtime_s: f64, preempt_uncheckpointed: bool) -> Model {
             min_runtime_s,
             preempt_uncheckpointed,
         },
+        parts: Vec::new(),
     }
 }
 
@@ -70,6 +72,7 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         pinned: None,
         topology: None,
         topology_required: false,
+        shape: crate::parts::Shape::Whole,
         cpu_milli: 0,
         host_memory_mb: 0,
         max_runtime,
@@ -107,6 +110,7 @@ fn busy(
         slots: vec![(0, (0..8).collect())],
         gpus: 8,
         host: (0, 0),
+        shares: Vec::new(),
     };
     st.hold(m, v, p, false).expect("hold");
     st.enqueue(run("r", 1, NORMAL, 4, Some(100.0)))
@@ -224,6 +228,7 @@ fn a_run_loaded_as_being_preempted_holds_nothing() {
         slots: vec![(0, (0..8).collect())],
         gpus: 8,
         host: (0, 0),
+        shares: Vec::new(),
     };
     st.hold(&m, v, p, true).expect("hold");
     assert_eq!(st.cap.used, vec![0.0]);
@@ -260,6 +265,7 @@ fn holders(m: &Model, n: usize, max_runtime: Option<f64>) -> State {
             slots: vec![(0, vec![d as u16])],
             gpus: 1,
             host: (0, 0),
+            shares: Vec::new(),
         };
         st.hold(m, h, p, false).expect("hold");
     }

@@ -3,6 +3,8 @@
 //! structures, built with keyword arguments, and every error is a `ValueError`.
 //! `mlops_gpu/_engine.pyi` types it for mypy; `mlops_gpu/core/native.py` is its one caller.
 
+mod parts;
+
 use mlops_gpu_native as lib;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -145,7 +147,8 @@ struct Settings(lib::Settings);
 impl Settings {
     #[new]
     #[pyo3(signature = (
-        *, n_types, nodes, multi_node, projects, members, capacity_by_type, of_type, policy
+        *, n_types, nodes, multi_node, projects, members, capacity_by_type, of_type, policy,
+        parts=Vec::new()
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -157,6 +160,7 @@ impl Settings {
         capacity_by_type: Vec<f64>,
         of_type: Vec<Vec<usize>>,
         policy: PolicySpec,
+        parts: Vec<parts::PartSpec>,
     ) -> Self {
         Settings(lib::Settings {
             n_types,
@@ -167,6 +171,7 @@ impl Settings {
             capacity_by_type,
             of_type,
             policy: policy.0,
+            parts: parts.into_iter().map(|p| p.0).collect(),
         })
     }
 
@@ -186,7 +191,7 @@ impl RunSpec {
     #[pyo3(signature = (
         *, id, seq, project, priority, gpus, nodes, gpu_types, backend, topology_key,
         topology_required, cpu_milli, host_memory_mb, max_runtime_s, preemptible, grace_s,
-        submitted_at, last_checkpoint_at, attained_gpu_s
+        submitted_at, last_checkpoint_at, attained_gpu_s, shape=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -208,6 +213,7 @@ impl RunSpec {
         submitted_at: f64,
         last_checkpoint_at: Option<f64>,
         attained_gpu_s: f64,
+        shape: Option<parts::ShapeSpec>,
     ) -> Self {
         RunSpec(lib::RunSpec {
             id,
@@ -228,6 +234,7 @@ impl RunSpec {
             submitted_at,
             last_checkpoint_at,
             attained_gpu_s,
+            shape: shape.map_or(lib::Shape::Whole, |s| s.0),
         })
     }
 
@@ -249,7 +256,9 @@ struct Held(lib::Held);
 #[pymethods]
 impl Held {
     #[new]
-    #[pyo3(signature = (*, backend, gpu_type, slots, gpus, admitted_at, started_at, going))]
+    #[pyo3(signature = (
+        *, backend, gpu_type, slots, gpus, admitted_at, started_at, going, shares=None
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         backend: usize,
@@ -259,6 +268,7 @@ impl Held {
         admitted_at: Option<f64>,
         started_at: Option<f64>,
         going: bool,
+        shares: Option<Vec<parts::SlotShare>>,
     ) -> Self {
         Held(lib::Held {
             backend,
@@ -268,6 +278,11 @@ impl Held {
             admitted_at,
             started_at,
             going,
+            shares: shares
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| s.0)
+                .collect(),
         })
     }
 
@@ -283,6 +298,7 @@ struct Admitted {
     backend: usize,
     gpu_type: usize,
     slots: Vec<lib::Slot>,
+    fraction: f64,
 }
 
 /// A run a cycle preempts, for `for_run_id`, admitted in the same cycle.
@@ -373,6 +389,7 @@ impl Engine {
                 backend: a.backend,
                 gpu_type: a.gpu_type,
                 slots: a.slots,
+                fraction: a.fraction,
             })
             .collect();
         let preempted = preempted
@@ -400,5 +417,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Preempted>()?;
     m.add_class::<BudgetSpent>()?;
     m.add_class::<Engine>()?;
+    parts::register(m)?;
     Ok(())
 }

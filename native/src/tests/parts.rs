@@ -1,0 +1,168 @@
+//! MIG slices and shared devices on one 8-GPU node of the default model (`tests::model`):
+//! node 0 has 8 whole devices; in `sliced` it also has three 1g slices and one 3g slice
+//! (device numbers 8..12), in `shared` its devices may be shared (80 GB each). Slices are
+//! taken first-free and given back in order without touching the whole devices; a shared
+//! device leaves the free devices while any run holds part of it and comes back when the
+//! last leaves; amounts are the slices' and fractions' shares. The Python core
+//! (`core/capacity.py`, `core/placement.py`) is the specification; `tests/test_native_core.py`
+//! compares at large.
+
+use super::{cycle, model, run, LOW, NORMAL};
+use crate::capacity::Capacity;
+use crate::model::Model;
+use crate::parts::{NodeParts, Shape};
+use crate::placement::place;
+use crate::state::{Run, State};
+
+const ONE_G: usize = 0;
+const THREE_G: usize = 1;
+
+fn sliced() -> Model {
+    let mut m = model(0.0, true);
+    m.parts = vec![NodeParts {
+        mig: vec![(ONE_G, 8, 3), (THREE_G, 11, 1)],
+        mig_placeable: true,
+        ..NodeParts::default()
+    }];
+    m.capacity_by_type = vec![8.0 + 3.0 / 7.0 + 3.0 / 7.0];
+    m
+}
+
+fn shared() -> Model {
+    let mut m = model(0.0, true);
+    m.parts = vec![NodeParts {
+        shared: true,
+        gpu_memory_mb: Some(80_000),
+        // device 7 sorts first by name (e.g. "a" among "b".."h")
+        name_rank: vec![1, 2, 3, 4, 5, 6, 7, 0],
+        ..NodeParts::default()
+    }];
+    m
+}
+
+fn slices(id: &str, class: i64, gpus: usize, profile: usize) -> Run {
+    let mut r = run(id, 0, class, gpus, Some(100.0));
+    r.shape = Shape::Mig {
+        profile,
+        share: if profile == ONE_G {
+            1.0 / 7.0
+        } else {
+            3.0 / 7.0
+        },
+    };
+    r
+}
+
+fn part(id: &str, seq: i64, class: i64, fraction: Option<f64>, memory_mb: Option<i64>) -> Run {
+    let mut r = run(id, seq, class, 1, Some(100.0));
+    r.shape = Shape::Shared {
+        fraction,
+        memory_mb,
+    };
+    r
+}
+
+#[test]
+fn mig_slices_are_taken_first_free_and_given_back_in_order() {
+    let m = sliced();
+    let mut cap = Capacity::new(&m);
+    let r = slices("m", NORMAL, 2, ONE_G);
+    let p = place(&m, &cap, &r, 0, None).expect("three 1g slices free");
+    assert_eq!(p.slots, vec![(0, vec![8, 9])]);
+    assert_eq!(p.amount(), 2.0 / 7.0);
+    cap.take(&m, 0, &p);
+    assert_eq!(cap.mig_free[0], vec![vec![10], vec![11]]);
+    assert_eq!(cap.free[0].len(), 8, "slices are no whole devices");
+    assert!(place(&m, &cap, &r, 0, None).is_none(), "one 1g slice left");
+    let one = place(&m, &cap, &slices("n", NORMAL, 1, ONE_G), 0, None).expect("one left");
+    cap.take(&m, 0, &one);
+    cap.release(&m, 0, &p);
+    assert_eq!(cap.mig_free[0], vec![vec![8, 9], vec![11]]);
+    cap.release(&m, 0, &one);
+    assert_eq!(cap.mig_free[0], vec![vec![8, 9, 10], vec![11]]);
+    assert!(cap.used[0].abs() < 1e-12);
+    // a profile the node does not offer, or a backend that does not place MIG: nowhere
+    assert!(place(&m, &cap, &slices("x", NORMAL, 1, 7), 0, None).is_none());
+    let mut off = sliced();
+    off.parts[0].mig_placeable = false;
+    assert!(place(&off, &Capacity::new(&off), &r, 0, None).is_none());
+}
+
+#[test]
+fn a_shared_device_leaves_the_free_devices_until_its_last_holder_leaves() {
+    let m = shared();
+    let mut cap = Capacity::new(&m);
+    // every device is empty: the tie goes to the first device by name (7)
+    let a = place(&m, &cap, &part("a", 0, NORMAL, Some(0.5), None), 0, None).expect("fits");
+    assert_eq!(a.slots, vec![(0, vec![7])]);
+    cap.take(&m, 0, &a);
+    assert_eq!(cap.free[0].len(), 7);
+    // best fit: the half-used device (nothing left after it) before an empty one
+    let b = place(&m, &cap, &part("b", 0, NORMAL, Some(0.5), None), 0, None).expect("fits");
+    assert_eq!(b.slots, vec![(0, vec![7])]);
+    cap.take(&m, 0, &b);
+    assert_eq!(cap.shared[0], vec![(7, 1.0, 0)]);
+    cap.release(&m, 0, &a);
+    assert_eq!(cap.free[0].len(), 7, "b still holds half of it");
+    cap.release(&m, 0, &b);
+    assert_eq!(cap.free[0].len(), 8);
+    assert!(cap.shared[0].is_empty());
+}
+
+#[test]
+fn a_memory_cap_is_charged_its_share_and_needs_the_memory_left() {
+    let m = shared();
+    let mut cap = Capacity::new(&m);
+    let mem = part("m", 0, NORMAL, None, Some(60_000));
+    let p = place(&m, &cap, &mem, 0, None).expect("fits");
+    assert_eq!(p.amount(), 0.75);
+    assert_eq!(
+        mem.amount(),
+        1.0,
+        "a memory cap counts a whole GPU until placed"
+    );
+    cap.take(&m, 0, &p);
+    // 20 GB left on device 7 (a quarter of it): 30 GB goes elsewhere, 20 GB fits there
+    let q = place(
+        &m,
+        &cap,
+        &part("q", 0, NORMAL, Some(0.25), Some(30_000)),
+        0,
+        None,
+    );
+    assert_ne!(q.expect("another device").slots[0].1, vec![7]);
+    let r = place(
+        &m,
+        &cap,
+        &part("r", 0, NORMAL, Some(0.25), Some(20_000)),
+        0,
+        None,
+    );
+    assert_eq!(r.expect("device 7").slots[0].1, vec![7]);
+    // a node that does not say its device memory hosts no memory-only request
+    let mut blind = shared();
+    blind.parts[0].gpu_memory_mb = None;
+    assert!(place(&blind, &Capacity::new(&blind), &mem, 0, None).is_none());
+}
+
+#[test]
+fn a_whole_gpu_run_preempts_the_shared_runs_of_a_device_it_needs() {
+    let m = shared();
+    let mut st = State::new(&m);
+    st.enqueue(run("w", 0, LOW, 7, None)).expect("enqueue");
+    st.enqueue(part("a", 1, LOW, Some(0.5), None))
+        .expect("enqueue");
+    st.enqueue(part("b", 2, LOW, Some(0.25), None))
+        .expect("enqueue");
+    let (admitted, _) = cycle(&m, &mut st, 1.0);
+    // (under `shortest` the runs with a max_runtime first: the sharers, then w on 0..7)
+    assert_eq!(admitted, vec!["a", "b", "w"]);
+    st.enqueue(run("r", 3, NORMAL, 1, Some(10.0)))
+        .expect("enqueue");
+    let (admitted, preempted) = cycle(&m, &mut st, 2.0);
+    assert_eq!(admitted, vec!["r"]);
+    // the cheapest sufficient set: both sharers of the last device, not the 7-GPU run
+    let mut victims: Vec<String> = preempted.into_iter().map(|(v, _, _)| v).collect();
+    victims.sort();
+    assert_eq!(victims, vec!["a", "b"]);
+}
