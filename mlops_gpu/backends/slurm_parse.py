@@ -62,6 +62,8 @@ class SlurmNode:
     gres: dict[str, int]  # GPU GRES type -> count
     schedulable: bool
     reason: str
+    #: Base state and flags, upper case (``IDLE``, ``CLOUD``, ``POWERED_DOWN``, ...).
+    words: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,8 @@ def parse_sinfo(doc: Mapping[str, Any]) -> list[SlurmNode]:
         reason = str(n.get("reason") or "")
         down = sorted(states & _DOWN)
         why = ", ".join(w.lower() for w in down) + (f": {reason}" if reason and down else "")
-        seen[name] = SlurmNode(name, gpu_gres(str(n.get("gres") or "")), not down, why)
+        gres = gpu_gres(str(n.get("gres") or ""))
+        seen[name] = SlurmNode(name, gres, not down, why, frozenset(states))
     return list(seen.values())
 
 

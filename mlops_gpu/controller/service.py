@@ -137,8 +137,8 @@ class SchedulerThread:
 
         self.role = "leader"
         log.info("scheduler: leading for %s", self.rt.cfg.store_url)
-        if (note := not_acted_on(self.rt.cfg.pools)) is not None:
-            log.warning("scheduler: %s", note)  # elastic pools: simulator only (README)
+        if (note := not_acted_on(self.rt.cfg.pools, self.rt.cfg.backends)) is not None:
+            log.warning("scheduler: %s", note)  # pools of backends without power control (README)
         try:
             after_tick, _watch = publish_and_follow(ctl, None)
             ctl.warm()
