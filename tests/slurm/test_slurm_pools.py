@@ -48,17 +48,23 @@ def cloud_conf() -> Iterator[str]:
     old = {k: os.environ.get(k) for k in [*env, "SLURM_CONF"]}
     os.environ.update(env)  # (start_service runs scripts/slurm.sh with our environment)
     try:
+        # from scratch: node states saved by an earlier run (a node left up or down) would stand
+        stop(purge=True)
         conf = start_service("slurm.sh", "Slurm", "MLOPS_GPU_REQUIRE_SLURM", 900, key="SLURM_CONF")
         os.environ["SLURM_CONF"] = conf  # for the tests' own sinfo/scontrol calls
         yield conf
     finally:
-        subprocess.run(["bash", "scripts/slurm.sh", "stop"], cwd=Path(__file__).parents[2],
-                       capture_output=True, timeout=300)  # fmt: skip
+        stop(purge=False)  # (its logs stay for a look after a failure)
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def stop(purge: bool) -> None:
+    subprocess.run(["bash", "scripts/slurm.sh", "stop", *(["--purge"] if purge else [])],
+                   cwd=Path(__file__).parents[2], capture_output=True, timeout=300)  # fmt: skip
 
 
 def states() -> dict[str, str]:
