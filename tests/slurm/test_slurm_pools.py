@@ -24,6 +24,7 @@ import pytest
 import yaml
 from conftest import run_cli, start_service
 
+from mlops_gpu.backends.slurm import SlurmBackend
 from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.model import TERMINAL_PHASES, NodeState, Phase, ResourceRequest, Run
 from mlops_gpu.testing import config_yaml
@@ -147,6 +148,7 @@ def test_a_burst_boots_the_pool_from_zero_and_it_goes_back_to_zero(
 ) -> None:
     rt = pool_runtime(tmp_path, cloud_conf)
     backend = rt.backends["cloud"]
+    assert isinstance(backend, SlurmBackend)
     runs = burst(rt, tmp_path, 16)
     ctl = Controller(rt)
     ctl.tick()  # no node is up: the pool decides to boot, and the queue says so
@@ -166,7 +168,7 @@ def test_a_burst_boots_the_pool_from_zero_and_it_goes_back_to_zero(
     wait_for("the pool back at 0", lambda: all(s == "idle~" for s in states().values()),
              SUSPEND_S + 60)  # fmt: skip
     backend.inventory()
-    assert set(getattr(backend, "power_states")().values()) == {NodeState.POWERED_DOWN}
+    assert set(backend.power_states().values()) == {NodeState.POWERED_DOWN}
     log = (Path(CLOUD_DIR) / "log" / "power.log").read_text()
     for n in CLOUD:
         assert f"suspend {n}: stopped slurmd" in log
