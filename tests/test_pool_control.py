@@ -141,3 +141,19 @@ def test_pools_of_backends_without_power_control_are_not_acted_on(tmp_path: Path
     (tmp_path / "s").mkdir()
     slurm = runtime(tmp_path / "s")
     assert not_acted_on(slurm.cfg.pools, slurm.cfg.backends) is None
+
+
+def test_a_project_budget_that_cannot_pay_for_a_node_boots_nothing(tmp_path: Path) -> None:
+    rt = runtime(tmp_path, price_per_node_hour=10)
+    data = yaml.safe_load((tmp_path / "mlops-gpu.yaml").read_text())
+    data["projects"]["p"]["budget"] = {"window_s": 86400, "usd": 20}
+    (tmp_path / "mlops-gpu.yaml").write_text(yaml.safe_dump(data))
+    rt = Runtime.load(tmp_path / "mlops-gpu.yaml")
+    pc, _ = control(rt, dict(DOWN4))
+    run = make_run("r", gpus=4, max_runtime_s=3600)  # a node for 1 h + 1 min: $10.17
+    spent = {"p": (5.0, 12.0)}  # $8 left
+    out = pc.explain(NOW, waiting([run]), {"r": run}, [], cloud(DOWN4), spent)
+    assert pc.opened == {}
+    assert out[0].reason == "not scaling up: project p's budget has $8.00 left"
+    out = pc.explain(NOW, waiting([run]), {"r": run}, [], cloud(DOWN4), {"p": (1.0, 2.0)})
+    assert list(pc.opened) == ["sc1"] and out[0].reason.startswith("waiting for node sc1")

@@ -383,7 +383,7 @@ class Controller:
         if explain:  # 7. explain
             self._last_explain = now
             reasons = mirror.explain(now, history, spent)
-            reasons = self.pools.explain(now, reasons, by_id, active, tmpl.nodes)
+            reasons = self.pools.explain(now, reasons, by_id, active, tmpl.nodes, spent)
             store.set_reasons([(p.run_id, p.reason_code.value, p.reason, p.eta) for p in reasons])
             rep.invalid = sum(p.reason_code is ReasonCode.INVALID for p in reasons)
         self._flush_tracking()

@@ -125,9 +125,12 @@ class PoolControl:
         runs: Mapping[str, Run],
         active: Sequence[Run],
         nodes: Sequence[Node],
+        spent: Mapping[str, tuple[float, float]] | None = None,
     ) -> list[PendingReason]:
         """Decide the pools' boots for the runs ``reasons`` leave waiting for capacity, and
-        return ``reasons`` with each such run's wait told in the pools' words."""
+        return ``reasons`` with each such run's wait told in the pools' words. ``spent``:
+        (GPU-hours, USD) per budgeted project in its window (``accounting.spent``), so that no
+        node is booted that a project's USD budget cannot pay for."""
         pools = self.pools()
         if not pools:
             return reasons
@@ -144,7 +147,8 @@ class PoolControl:
                 pending.append(Demand(run.id, run.spec.project, pool.name, float(req.gpus),
                                       req.nodes, run.spec.max_runtime_s))  # fmt: skip
         busy = tuple(_busy(run, names, now) for run in active if _on(run, names))
-        d = decide_scale(ScaleInputs(now, pools, tuple(pnodes), busy, tuple(pending)))
+        left = self._budget_left(spent or {})
+        d = decide_scale(ScaleInputs(now, pools, tuple(pnodes), busy, tuple(pending), left))
         for name in d.boot:
             self.opened.setdefault(name, now)
         acted = tuple(r for r in d.reasons if not r.startswith(("powering down", "draining")))
@@ -165,6 +169,14 @@ class PoolControl:
                 node = m.group(1)
                 eta = ready.get(node) or now + boot_s.get(node, 0.0)
             out.append(replace(r, reason=text, eta=eta))
+        return out
+
+    def _budget_left(self, spent: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+        """USD each project with a USD budget may still spend in its window."""
+        out = {}
+        for name, p in self.rt.cfg.model_projects().items():
+            if p.budget is not None and p.budget.usd is not None:
+                out[name] = max(0.0, p.budget.usd - spent.get(name, (0.0, 0.0))[1])
         return out
 
 
