@@ -92,6 +92,8 @@ def test_runs_waiting_for_capacity_boot_nodes_and_are_told_when(tmp_path: Path) 
     backend.states["sc1"] = NodeState.BOOTING
     pc.open(nodes, NOW + 2)
     assert sorted(pc.opened) == ["sc2"]
+    late = pc.explain(NOW + 30, waiting(runs), {r.id: r for r in runs}, [], nodes)
+    assert late[0].eta == NOW + 60  # still counted from the decision to boot it
     # sc2's run went elsewhere: it is closed after boot_s and the grace
     assert not any(
         n.schedulable for n in pc.open(nodes, NOW + 61 + OPEN_GRACE_S) if n.name != "sc1"

@@ -111,6 +111,9 @@ class PoolControl:
                         and states.get(n.name) is NodeState.POWERED_DOWN
                         and now - at <= p.boot_s + OPEN_GRACE_S):  # fmt: skip
                     still[n.name] = at
+        for name, at in self.opened.items():
+            if name not in still:  # booting now (or given up): its ETA counts from the decision
+                self._booting_since.setdefault(name, at)
         self.opened = still
         return tuple(
             replace(n, schedulable=True, state_reason="") if n.name in self.opened else n
