@@ -315,7 +315,8 @@ class Controller:
         rep = TickReport()
         store, mirror = self.rt.store, self.mirror
         tmpl = template(self.rt, self.clock())
-        tmpl = replace(tmpl, nodes=self.pools.open(tmpl.nodes, tmpl.now))
+        if (opened := self.pools.open(tmpl.nodes, tmpl.now)) is not tmpl.nodes:
+            tmpl = replace(tmpl, nodes=opened)  # powered-down nodes a boot was decided for
         mirror.refresh(tmpl)
         if time.monotonic() - self._polled_at >= self.min_poll_gap_s:  # 1. poll
             self._polled_at = time.monotonic()

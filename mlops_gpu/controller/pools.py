@@ -97,7 +97,8 @@ class PoolControl:
     # -- 1. before the cycle ------------------------------------------------------------
     def open(self, nodes: tuple[Node, ...], now: float) -> tuple[Node, ...]:
         """``nodes`` with the opened powered-down nodes schedulable (the others stay as the
-        backend lists them); opened nodes that booted or waited too long are closed."""
+        backend lists them; ``nodes`` itself when none is open); opened nodes that booted or
+        waited too long are closed."""
         pools = self.pools()
         if not pools and not self.opened:
             return nodes
@@ -115,6 +116,8 @@ class PoolControl:
             if name not in still:  # booting now (or given up): its ETA counts from the decision
                 self._booting_since.setdefault(name, at)
         self.opened = still
+        if not still:
+            return nodes
         return tuple(
             replace(n, schedulable=True, state_reason="") if n.name in self.opened else n
             for n in nodes
