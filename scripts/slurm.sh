@@ -45,6 +45,18 @@
 #   MLOPS_GPU_SLURM_PORT  slurmctld port on 127.0.0.1 (default 17817); node
 #                         sn<i> listens on that port + i
 #   MLOPS_GPU_SLURM_WAIT  seconds to wait for the nodes (default 60)
+#   MLOPS_GPU_SLURM_CLOUD number of cloud nodes sc1..scN (default 0: none), each
+#                         Gres=gpu:l4:4, in State=CLOUD under Slurm's power saving:
+#                         they start powered down; Slurm runs
+#                         scripts/slurm-power.sh resume when a job is allocated
+#                         one (it starts that node's slurmd after
+#                         MLOPS_GPU_SLURM_BOOT_S seconds, default 3; it exits 1
+#                         for a node that has a file $DIR/resume-fail/<node>, and
+#                         Slurm marks that node DOWN after ResumeTimeout) and
+#                         scripts/slurm-power.sh suspend (stops its slurmd) after
+#                         MLOPS_GPU_SLURM_SUSPEND_S idle seconds (default 15).
+#                         Use it on a cluster of its own (MLOPS_GPU_SLURM_DIR and
+#                         MLOPS_GPU_SLURM_PORT); the static nodes stay as above.
 #
 # Facts this relies on (found the hard way):
 # - gres.conf File= must name character devices or CUDA_VISIBLE_DEVICES comes
@@ -91,6 +103,21 @@ WAIT="${MLOPS_GPU_SLURM_WAIT:-60}"
 case "$CTLD_PORT" in '' | *[!0-9]*) die "MLOPS_GPU_SLURM_PORT must be a number, got '$CTLD_PORT'" ;; esac
 case "$WAIT" in '' | *[!0-9]*) die "MLOPS_GPU_SLURM_WAIT must be a number, got '$WAIT'" ;; esac
 
+CLOUD="${MLOPS_GPU_SLURM_CLOUD:-0}"
+BOOT_S="${MLOPS_GPU_SLURM_BOOT_S:-3}"
+SUSPEND_S="${MLOPS_GPU_SLURM_SUSPEND_S:-15}"
+for v in CLOUD BOOT_S SUSPEND_S; do
+    case "${!v}" in '' | *[!0-9]*) die "MLOPS_GPU_SLURM_$v must be a number, got '${!v}'" ;; esac
+done
+CLOUD_NODES=()
+for i in $(seq 1 "$CLOUD"); do CLOUD_NODES+=("sc$i"); done
+CLOUD_GPU_TYPE=l4
+CLOUD_GPUS_PER_NODE=4
+# Slurm marks a node DOWN (and requeues its jobs) if it is not up this long after its resume.
+RESUME_TIMEOUT=$((BOOT_S + 12))
+# every node this script may start a slurmd for (cloud ones only while powered up)
+ALL_NODES=("${NODES[@]}" "${CLOUD_NODES[@]}")
+
 CONF="$DIR/etc/slurm.conf"
 export SLURM_CONF="$CONF"
 # munged refuses a socket unless every directory above it is executable by
@@ -123,7 +150,9 @@ need_root() {
     command -v sudo >/dev/null 2>&1 || die "'$1' needs root, and sudo is not installed"
     log "'$1' needs root; re-running with sudo -n"
     exec sudo -n env "MLOPS_GPU_SLURM_DIR=$DIR" "MLOPS_GPU_SLURM_PORT=$CTLD_PORT" \
-        "MLOPS_GPU_SLURM_WAIT=$WAIT" "PATH=$PATH" bash "$SCRIPT" "$@"
+        "MLOPS_GPU_SLURM_WAIT=$WAIT" "MLOPS_GPU_SLURM_CLOUD=$CLOUD" \
+        "MLOPS_GPU_SLURM_BOOT_S=$BOOT_S" "MLOPS_GPU_SLURM_SUSPEND_S=$SUSPEND_S" "PATH=$PATH" \
+        bash "$SCRIPT" "$@"
 }
 
 take_lock() {
@@ -310,25 +339,59 @@ KillWait=2
 MinJobAge=$MIN_JOB_AGE
 InactiveLimit=0
 EOF
+    if [ "$CLOUD" -gt 0 ]; then
+        cat <<EOF
+# Power saving for the cloud nodes (sc*): Slurm resumes a powered-down node when a
+# job is allocated it and suspends one idle for SuspendTime seconds.
+PrivateData=cloud
+ResumeProgram=$DIR/etc/resume
+SuspendProgram=$DIR/etc/suspend
+SuspendTime=$SUSPEND_S
+SuspendTimeout=5
+ResumeTimeout=$RESUME_TIMEOUT
+SuspendExcNodes=$(IFS=,; echo "${NODES[*]}")
+ResumeRate=0
+SuspendRate=0
+TreeWidth=65533
+EOF
+    fi
     for i in "${!NODES[@]}"; do
         n=${NODES[$i]}
         echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(node_port "$i") CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:${GPU_TYPES[$i]}:$GPUS_PER_NODE State=UNKNOWN"
     done
-    echo "PartitionName=$PARTITION Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
+    for i in "${!CLOUD_NODES[@]}"; do
+        n=${CLOUD_NODES[$i]}
+        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(node_port $((${#NODES[@]} + i))) CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:$CLOUD_GPU_TYPE:$CLOUD_GPUS_PER_NODE State=CLOUD"
+    done
+    echo "PartitionName=$PARTITION Nodes=$(IFS=,; echo "${ALL_NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
+}
+
+# The ResumeProgram/SuspendProgram slurmctld runs: scripts/slurm-power.sh with this
+# cluster's settings (slurmctld passes only the node list).
+render_power_program() {
+    cat <<EOF
+#!/bin/sh
+# Written by scripts/slurm.sh start.
+exec env MLOPS_GPU_SLURM_DIR='$DIR' SLURM_CONF='$CONF' MLOPS_GPU_SLURM_BOOT_S='$BOOT_S' \\
+    bash '$(dirname "$SCRIPT")/slurm-power.sh' $1 "\$@"
+EOF
 }
 
 render_gres_conf() {
-    local i
+    local i n
     echo "# Written by scripts/slurm.sh start; File= are clones of /dev/null."
     echo "AutoDetect=off"
     for i in "${!NODES[@]}"; do
         echo "NodeName=${NODES[$i]} Name=gpu Type=${GPU_TYPES[$i]} File=$DIR/dev/${NODES[$i]}/gpu[0-$((GPUS_PER_NODE - 1))]"
     done
+    for n in "${CLOUD_NODES[@]}"; do
+        echo "NodeName=$n Name=gpu Type=$CLOUD_GPU_TYPE File=$DIR/dev/$n/gpu[0-$((CLOUD_GPUS_PER_NODE - 1))]"
+    done
 }
 
 make_fake_gpus() {
     local n g f warned=0
-    for n in "${NODES[@]}"; do
+    for n in "${ALL_NODES[@]}"; do
         mkdir -p "$DIR/dev/$n" "$DIR/spool/$n"
         for g in $(seq 0 $((GPUS_PER_NODE - 1))); do
             f="$DIR/dev/$n/gpu$g"
@@ -460,7 +523,7 @@ cancel_all_jobs() {
 stop_daemons() {
     local n pid
     cancel_all_jobs
-    for n in "${NODES[@]}"; do
+    for n in "${ALL_NODES[@]}"; do
         if pid="$(slurmd_pid "$n")"; then stop_daemon slurmd "$DIR/run/slurmd.$n.pid" "$pid"; fi
         rm -f "$DIR/run/slurmd.$n.pid"
     done
@@ -490,7 +553,7 @@ cmd_start() {
     if [ "$changed" = 1 ]; then
         munged_pid >/dev/null && any_alive=1
         ctld_pid >/dev/null && any_alive=1
-        for n in "${NODES[@]}"; do slurmd_pid "$n" >/dev/null && any_alive=1; done
+        for n in "${ALL_NODES[@]}"; do slurmd_pid "$n" >/dev/null && any_alive=1; done
         if [ "$any_alive" = 1 ]; then
             log "configuration changed; restarting the cluster"
             stop_daemons
@@ -501,6 +564,14 @@ cmd_start() {
         rm -f "$CONF.new" "$DIR/etc/gres.conf.new"
     fi
     [ -e "$DIR/etc/plugstack.conf" ] || : >"$DIR/etc/plugstack.conf"
+    if [ "$CLOUD" -gt 0 ]; then
+        mkdir -p "$DIR/resume-fail"
+        for p in resume suspend; do
+            render_power_program "$p" >"$DIR/etc/$p.new"
+            chmod 755 "$DIR/etc/$p.new"
+            mv -f "$DIR/etc/$p.new" "$DIR/etc/$p"
+        done
+    fi
     touch "$DIR/jobcomp.txt"
 
     # Fast path: everything already up.

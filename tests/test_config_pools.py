@@ -70,9 +70,9 @@ def test_bad_pool_is_one_line_naming_the_key(edits: dict[str, Any], expected: st
 
 def test_pools_are_said_to_be_not_acted_on() -> None:
     cfg = parse_config(with_pool(), "c.yaml")
-    note = not_acted_on(cfg.pools)
+    note = not_acted_on(cfg.pools, cfg.backends)
     assert note is not None and note.startswith("pools: burst configured but not acted on")
-    assert not_acted_on({}) is None
+    assert not_acted_on({}, cfg.backends) is None
 
 
 def test_simulate_autoscale_reads_the_configs_pool(tmp_path: Path) -> None:

@@ -3,6 +3,10 @@ cluster's command-line tools.
 
 - Inventory: ``sinfo --json`` (cached ``inventory_s``): one node per Slurm node with GPU GRES,
   its GRES type mapped back to our GPU type; drained or down nodes are listed unschedulable.
+- Power saving (``slurm_power``): ``power_states()`` gives the pool state of each node under
+  Slurm's power saving, from the same ``sinfo``; powered-down nodes are listed unschedulable
+  (the controller's ``pools`` opens them to the core when a boot is worth it: a job pinned to one
+  makes Slurm resume it), booting ones schedulable (Slurm starts their jobs once they are up).
 - Launch: the job's files go to ``<shared_dir>/runs/<run>/<attempt>/`` (``job.sh``,
   ``stdout.log``, ``stderr.log``, ``telemetry.<node>.json``); ``sbatch --parsable`` with every
   option as argv (``slurm_script``): ``--nodelist``, ``--nodes``, ``--gres=gpu:TYPE:N``,
@@ -52,6 +56,7 @@ from mlops_gpu.backends.slurm_parse import (
     parse_sinfo,
     parse_squeue,
 )
+from mlops_gpu.backends.slurm_power import power_managed, power_state
 from mlops_gpu.backends.slurm_script import (
     SlurmJob,
     batch_script,
@@ -59,7 +64,7 @@ from mlops_gpu.backends.slurm_script import (
     parse_job_name,
     sbatch_argv,
 )
-from mlops_gpu.model import BackendCapabilities, Node
+from mlops_gpu.model import BackendCapabilities, Node, NodeState
 
 
 class SlurmError(RuntimeError):
@@ -105,6 +110,9 @@ class SlurmBackend:
             self.env["SLURM_CONF"] = slurm_conf
         self._inventory: list[Node] = []
         self._inventory_at = float("-inf")
+        #: nodes seen under power saving (a cloud node up shows no power flag), and their states
+        self._managed: set[str] = set()
+        self._power: dict[str, NodeState] = {}
         self._kills_file = self.shared_dir / "kills.json"
 
     # -- commands -------------------------------------------------------------------------
@@ -146,7 +154,12 @@ class SlurmBackend:
             if self._inventory_at == float("-inf"):
                 raise
             return list(self._inventory)  # slurmctld is away: the last nodes seen stand
+        power: dict[str, NodeState] = {}
         for n in listed:
+            if power_managed(n.words):
+                self._managed.add(n.name)
+            if n.name in self._managed and (st := power_state(n.words)) is not None:
+                power[n.name] = st
             for gres_type, count in sorted(n.gres.items()):
                 gpu_type = self._gpu_type_of.get(gres_type, gres_type)
                 nodes.append(
@@ -161,8 +174,13 @@ class SlurmBackend:
                     )
                 )
                 break  # one GPU type per node: the core's model of a node
-        self._inventory, self._inventory_at = nodes, now
+        self._inventory, self._inventory_at, self._power = nodes, now, power
         return list(nodes)
+
+    def power_states(self) -> dict[str, NodeState]:
+        """Pool state of each node under Slurm's power saving (``slurm_power``) as of the last
+        ``inventory()``; nodes down or failed (a resume that timed out) are left out."""
+        return dict(self._power)
 
     def attempt_dir(self, run_id: str, attempt: int) -> Path:
         return self.shared_dir / "runs" / run_id / str(attempt)

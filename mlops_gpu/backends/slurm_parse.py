@@ -62,6 +62,8 @@ class SlurmNode:
     gres: dict[str, int]  # GPU GRES type -> count
     schedulable: bool
     reason: str
+    #: Base state and flags, upper case (``IDLE``, ``CLOUD``, ``POWERED_DOWN``, ...).
+    words: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +114,12 @@ def parse_sinfo(doc: Mapping[str, Any]) -> list[SlurmNode]:
             continue
         states = set(_words(n.get("state"))) | set(_words(n.get("state_flags")))
         reason = str(n.get("reason") or "")
-        down = sorted(states & _DOWN)
+        # A node powering up (power saving) does not respond until it is up, and Slurm holds the
+        # jobs it is allocated until then: it takes runs.
+        down = sorted(states & _DOWN - ({"NOT_RESPONDING"} if "POWERING_UP" in states else set()))
         why = ", ".join(w.lower() for w in down) + (f": {reason}" if reason and down else "")
-        seen[name] = SlurmNode(name, gpu_gres(str(n.get("gres") or "")), not down, why)
+        gres = gpu_gres(str(n.get("gres") or ""))
+        seen[name] = SlurmNode(name, gres, not down, why, frozenset(states))
     return list(seen.values())
 
 

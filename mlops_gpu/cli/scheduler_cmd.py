@@ -101,7 +101,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
     rt = _runtime(ctx)
     out = status_dict(rt)
-    out["pools_note"] = not_acted_on(rt.cfg.pools)  # configured pools that nothing scales yet
+    # configured pools that nothing scales (backends without power control)
+    out["pools_note"] = not_acted_on(rt.cfg.pools, rt.cfg.backends)
     if as_json:
         click.echo(json.dumps(out, indent=2))
     else:

@@ -3,8 +3,9 @@
 Invariants:
 - ``min_nodes <= max_nodes``, ``gpus_per_node >= 1``, times and prices are non-negative; a pool
   names a backend and a GPU type the config defines (``pool_errors``, called by ``Config``).
-- The live scheduler does not act on pools yet (scaling real Slurm or Kubernetes clusters is
-  not built): ``NOT_ACTED_ON`` is the sentence it logs at start and ``mlops-gpu config`` prints.
+- The live scheduler acts on pools of Slurm backends (``controller.pools``, Slurm's power
+  saving); pools of other backends (Kubernetes, local, fake) are not acted on yet:
+  ``NOT_ACTED_ON`` names them, in the log line at start and in ``scheduler status``.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from mlops_gpu.model import Pool
 
 NOT_ACTED_ON = (
-    "pools: {names} configured but not acted on: the live scheduler does not power nodes up or "
-    "down yet (only 'mlops-gpu simulate --autoscale' uses pools)"
+    "pools: {names} configured but not acted on: the live scheduler powers nodes up and down "
+    "on Slurm backends only (other pools are used by 'mlops-gpu simulate --autoscale')"
 )
+#: Backend types whose pools the live scheduler acts on.
+ACTED_ON_TYPES = frozenset({"slurm"})
 
 
 class PoolConfig(BaseModel):
@@ -75,6 +78,14 @@ def pool_errors(
     return errors
 
 
-def not_acted_on(pools: Mapping[str, PoolConfig]) -> str | None:
+def acted_on(pools: Mapping[str, PoolConfig], backends: Mapping[str, Any]) -> list[str]:
+    """Names of the pools the live scheduler scales: those of a backend whose ``type`` is in
+    ``ACTED_ON_TYPES``."""
+    types = {n: getattr(b, "type", "") for n, b in backends.items()}
+    return sorted(n for n, p in pools.items() if types.get(p.backend) in ACTED_ON_TYPES)
+
+
+def not_acted_on(pools: Mapping[str, PoolConfig], backends: Mapping[str, Any]) -> str | None:
     """The sentence to say when a config has pools the live scheduler ignores, or None."""
-    return NOT_ACTED_ON.format(names=", ".join(sorted(pools))) if pools else None
+    left = sorted(set(pools) - set(acted_on(pools, backends)))
+    return NOT_ACTED_ON.format(names=", ".join(left)) if left else None

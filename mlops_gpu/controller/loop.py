@@ -44,6 +44,7 @@ from mlops_gpu.backends import (
 from mlops_gpu.controller import accounting, gate
 from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.controller.overtime import overdue
+from mlops_gpu.controller.pools import PoolControl
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.controller.samples import GpuSamples
 from mlops_gpu.controller.tracking import Tracker
@@ -188,6 +189,8 @@ class Controller:
         self.cycles = observed.Histogram(observed.CYCLE_BUCKETS)
         #: the launchers' last GPU samples, published for metrics
         self.samples = GpuSamples(rt.store)
+        #: elastic pools: powered-down nodes offered to the core when a boot is worth it
+        self.pools = PoolControl(rt)
 
     # -- leadership ---------------------------------------------------------------------
     def acquire(self) -> None:
@@ -312,6 +315,8 @@ class Controller:
         rep = TickReport()
         store, mirror = self.rt.store, self.mirror
         tmpl = template(self.rt, self.clock())
+        if (opened := self.pools.open(tmpl.nodes, tmpl.now)) is not tmpl.nodes:
+            tmpl = replace(tmpl, nodes=opened)  # powered-down nodes a boot was decided for
         mirror.refresh(tmpl)
         if time.monotonic() - self._polled_at >= self.min_poll_gap_s:  # 1. poll
             self._polled_at = time.monotonic()
@@ -379,6 +384,7 @@ class Controller:
         if explain:  # 7. explain
             self._last_explain = now
             reasons = mirror.explain(now, history, spent)
+            reasons = self.pools.explain(now, reasons, by_id, active, tmpl.nodes, spent)
             store.set_reasons([(p.run_id, p.reason_code.value, p.reason, p.eta) for p in reasons])
             rep.invalid = sum(p.reason_code is ReasonCode.INVALID for p in reasons)
         self._flush_tracking()

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlops_gpu.config.pools import not_acted_on
+from mlops_gpu.config.pools import acted_on, not_acted_on
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.state import heartbeat as hb
 from mlops_gpu.state import observed
@@ -137,8 +137,11 @@ class SchedulerThread:
 
         self.role = "leader"
         log.info("scheduler: leading for %s", self.rt.cfg.store_url)
-        if (note := not_acted_on(self.rt.cfg.pools)) is not None:
-            log.warning("scheduler: %s", note)  # elastic pools: simulator only (README)
+        if names := acted_on(self.rt.cfg.pools, self.rt.cfg.backends):
+            log.info("scheduler: pools %s: powered-down nodes booted for runs through Slurm's "
+                     "power saving", ", ".join(names))  # fmt: skip
+        if (note := not_acted_on(self.rt.cfg.pools, self.rt.cfg.backends)) is not None:
+            log.warning("scheduler: %s", note)  # pools of backends without power control (README)
         try:
             after_tick, _watch = publish_and_follow(ctl, None)
             ctl.warm()

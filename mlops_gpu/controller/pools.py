@@ -1,0 +1,215 @@
+"""Elastic pools in the live scheduler: the scale decisions of ``core.autoscale`` acted on
+through a backend's own power saving (Slurm's ``SuspendProgram``/``ResumeProgram``).
+
+How a tick uses it:
+1. ``open``: the core sees a pool's powered-down nodes as unschedulable (the backend lists them
+   so), except those a scale decision chose to boot ("opened"): they are offered to the core as
+   schedulable, so it places the waiting runs there; Slurm resumes a powered-down node when a job
+   pinned to it is allocated, and runs the job once the node is up.
+2. ``explain``: after the core's cycle, the runs it left waiting for capacity (reason
+   ``no_capacity``, ``reserved`` or ``unschedulable``) that a pool could host are its demand;
+   ``decide_scale`` says which powered-down nodes to boot (only for runs that would start later
+   on the current nodes than on a new one, within ``max_nodes``) and why each run waits. Those
+   sentences replace the core's reasons (``mlops-gpu queue`` shows them), with the boot in the
+   ETA; the decision's own reasons are logged once each.
+
+Invariants:
+- Only pools whose backend reports power states (``power_states()``: Slurm) are acted on, and a
+  pool's nodes are the backend's power-managed nodes of the pool's GPU type; a node down or failed
+  (a resume that timed out) is no pool node, so nothing waits on it.
+- Powering down is the backend's: Slurm suspends a node idle for its ``SuspendTime`` (set it to
+  the pool's ``idle_s``); ``min_nodes`` and draining are not acted on (Slurm resumes nodes for
+  jobs only).
+- An opened node stays open until the backend reports it booting or up, or ``boot_s`` plus
+  ``OPEN_GRACE_S`` passed (the run it was opened for went elsewhere, or was cancelled).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from mlops_gpu.config.pools import acted_on
+from mlops_gpu.controller.runtime import Runtime
+from mlops_gpu.core.autoscale import Busy, Demand, ScaleInputs, decide_scale
+from mlops_gpu.core.decision import PendingReason, ReasonCode
+from mlops_gpu.model import Node, NodeState, Pool, PoolNode, Run
+
+log = logging.getLogger("mlops_gpu.controller")
+
+#: How long past ``boot_s`` an opened node waits for a run before it is closed again.
+OPEN_GRACE_S = 60.0
+#: Reasons of runs a new node could start (the others wait for a quota, a budget, a hold...).
+CAPACITY_CODES = frozenset({ReasonCode.NO_CAPACITY, ReasonCode.RESERVED, ReasonCode.UNSCHEDULABLE})
+_BOOT_WAIT = re.compile(r"waiting for node (\S+) to boot")
+
+
+class PoolControl:
+    """The pools of ``rt``'s config that its backends can power up and down."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        #: node -> when a decision chose to boot it (it is offered to the core since)
+        self.opened: dict[str, float] = {}
+        #: node -> when it was first seen booting (its ETA: that plus ``boot_s``)
+        self._booting_since: dict[str, float] = {}
+        self._said: tuple[str, ...] = ()
+
+    def pools(self) -> dict[str, Pool]:
+        cfg = self.rt.cfg
+        out = {}
+        for name in acted_on(cfg.pools, cfg.backends):
+            p = cfg.pools[name]
+            if self._states(p.backend) is not None:
+                out[name] = p.model(name)
+        return out
+
+    def _states(self, backend: str) -> Callable[[], dict[str, NodeState]] | None:
+        b = self.rt.backends.get(backend)
+        fn = getattr(b, "power_states", None)
+        return fn if callable(fn) else None
+
+    def _nodes(
+        self, pools: Mapping[str, Pool], nodes: Sequence[Node], now: float
+    ) -> list[PoolNode]:
+        """Every pool's nodes in their states; opened powered-down nodes count as booting."""
+        out = []
+        for p in pools.values():
+            fn = self._states(p.backend)
+            states = fn() if fn is not None else {}
+            for n in sorted(nodes, key=lambda n: n.name):
+                st = states.get(n.name)
+                if n.backend != p.backend or n.gpu_type != p.gpu_type or st is None:
+                    continue
+                ready = None
+                if st is NodeState.BOOTING:
+                    ready = self._booting_since.setdefault(n.name, now) + p.boot_s
+                else:
+                    self._booting_since.pop(n.name, None)
+                if st is NodeState.POWERED_DOWN and n.name in self.opened:
+                    st, ready = NodeState.BOOTING, self.opened[n.name] + p.boot_s
+                out.append(PoolNode(n.name, p.name, st, ready_at=ready))
+        return out
+
+    # -- 1. before the cycle ------------------------------------------------------------
+    def open(self, nodes: tuple[Node, ...], now: float) -> tuple[Node, ...]:
+        """``nodes`` with the opened powered-down nodes schedulable (the others stay as the
+        backend lists them; ``nodes`` itself when none is open); opened nodes that booted or
+        waited too long are closed."""
+        pools = self.pools()
+        if not pools and not self.opened:
+            return nodes
+        still: dict[str, float] = {}  # opened nodes the backend still lists powered down
+        for p in pools.values():
+            fn = self._states(p.backend)
+            states = fn() if fn is not None else {}
+            for n in nodes:
+                at = self.opened.get(n.name)
+                if (at is not None and n.backend == p.backend and n.gpu_type == p.gpu_type
+                        and states.get(n.name) is NodeState.POWERED_DOWN
+                        and now - at <= p.boot_s + OPEN_GRACE_S):  # fmt: skip
+                    still[n.name] = at
+        for name, at in self.opened.items():
+            if name not in still:  # booting now (or given up): its ETA counts from the decision
+                self._booting_since.setdefault(name, at)
+        self.opened = still
+        if not still:
+            return nodes
+        return tuple(
+            replace(n, schedulable=True, state_reason="") if n.name in self.opened else n
+            for n in nodes
+        )
+
+    # -- 2. after the cycle -------------------------------------------------------------
+    def explain(
+        self,
+        now: float,
+        reasons: list[PendingReason],
+        runs: Mapping[str, Run],
+        active: Sequence[Run],
+        nodes: Sequence[Node],
+        spent: Mapping[str, tuple[float, float]] | None = None,
+    ) -> list[PendingReason]:
+        """Decide the pools' boots for the runs ``reasons`` leave waiting for capacity, and
+        return ``reasons`` with each such run's wait told in the pools' words. ``spent``:
+        (GPU-hours, USD) per budgeted project in its window (``accounting.spent``), so that no
+        node is booted that a project's USD budget cannot pay for."""
+        pools = self.pools()
+        if not pools:
+            return reasons
+        pnodes = self._nodes(pools, nodes, now)
+        names = {n.name for n in pnodes}
+        pending = []
+        for r in reasons:
+            run = runs.get(r.run_id)
+            if run is None or r.reason_code not in CAPACITY_CODES:
+                continue
+            pool = _pool_for(run, pools)
+            if pool is not None:
+                req = run.spec.request
+                pending.append(Demand(run.id, run.spec.project, pool.name, float(req.gpus),
+                                      req.nodes, run.spec.max_runtime_s))  # fmt: skip
+        busy = tuple(_busy(run, names, now) for run in active if _on(run, names))
+        left = self._budget_left(spent or {})
+        d = decide_scale(ScaleInputs(now, pools, tuple(pnodes), busy, tuple(pending), left))
+        for name in d.boot:
+            self.opened.setdefault(name, now)
+        acted = tuple(r for r in d.reasons if not r.startswith(("powering down", "draining")))
+        if acted and acted != self._said:
+            for line in acted:
+                log.info("pools: %s", line)
+        self._said = acted
+        ready = {n.name: n.ready_at for n in pnodes}
+        boot_s = {n.name: pools[n.pool].boot_s for n in pnodes}
+        out = []
+        for r in reasons:
+            text = d.waiting.get(r.run_id)
+            if text is None:
+                out.append(r)
+                continue
+            eta = r.eta
+            if (m := _BOOT_WAIT.match(text)) is not None:
+                node = m.group(1)
+                eta = ready.get(node) or now + boot_s.get(node, 0.0)
+            out.append(replace(r, reason=text, eta=eta))
+        return out
+
+    def _budget_left(self, spent: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+        """USD each project with a USD budget may still spend in its window."""
+        out = {}
+        for name, p in self.rt.cfg.model_projects().items():
+            if p.budget is not None and p.budget.usd is not None:
+                out[name] = max(0.0, p.budget.usd - spent.get(name, (0.0, 0.0))[1])
+        return out
+
+
+def _pool_for(run: Run, pools: Mapping[str, Pool]) -> Pool | None:
+    """The first pool (by name) that could host ``run``: its GPU type and backend, whole GPUs."""
+    req, spec = run.spec.request, run.spec
+    if req.shape != "whole" or req.gpus < 1:
+        return None
+    for name in sorted(pools):
+        p = pools[name]
+        if req.gpu_types and p.gpu_type not in req.gpu_types:
+            continue
+        if spec.backend is not None and spec.backend != p.backend:
+            continue
+        if req.gpus <= p.gpus_per_node:
+            return p
+    return None
+
+
+def _on(run: Run, names: set[str]) -> bool:
+    return run.placement is not None and any(s.node in names for s in run.placement.slots)
+
+
+def _busy(run: Run, names: set[str], now: float) -> Busy:
+    """What ``run`` holds on pool nodes, until its start plus ``max_runtime`` (never, without)."""
+    assert run.placement is not None
+    limit = run.spec.max_runtime_s
+    end = (run.started_at or now) + limit if limit is not None else math.inf
+    held = tuple((s.node, float(len(s.devices))) for s in run.placement.slots if s.node in names)
+    return Busy(held, end)
