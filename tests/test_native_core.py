@@ -2,7 +2,8 @@
 random clusters, quotas, cohort trees, policies and event sequences it admits, places and
 preempts exactly as the Python incremental engine, cycle by cycle (the Python engine is itself
 checked against from-scratch cycles in ``tests/core/test_differential.py``); it explains the
-same; on the throughput benchmark's workload it prints the Python core's digest; and it refuses,
+same before every cycle (reason codes, sentences and ETAs of every pending run, worked out in
+Rust and rendered from the Python core's table); on the throughput benchmark's workload it prints the Python core's digest; and it refuses,
 by name, what it does not implement.
 
 The extension is ``mlops_gpu._engine``, built by ``pip install -e .`` where cargo exists.
@@ -208,6 +209,11 @@ def replay(
             if spent is not None:
                 snap = replace(snap, spent=spent)
             scratch = decide(snap)
+            # explained alike, before the cycle (an explanation applies nothing): codes,
+            # sentences and ETAs of every pending run
+            explained = nat.explain_all(now, ev[1], spent)
+            assert {p.run_id: p for p in explained} == {p.run_id: p for p in scratch.pending}, now
+            assert len(explained) == len(scratch.pending)
             want = ref.cycle(now, ev[1], spent)
             got = nat.cycle(now, ev[1], spent)
             assert got.admissions == want.admissions == scratch.admissions, now

@@ -13,6 +13,8 @@ pub mod budget;
 mod capacity;
 mod cycle;
 pub mod engine;
+mod eta;
+pub mod explain;
 mod model;
 mod placement;
 mod preempt;
@@ -23,6 +25,8 @@ mod tests;
 mod topology;
 
 pub use budget::BudgetSpent;
+pub use eta::NoEta;
+pub use explain::{Borrower, Explanation, Pending, QuotaProblem, Reason};
 pub use engine::{
     Admitted, Engine, Held, NodeSpec, PolicySpec, Preempted, ProjectSpec, QuotaSpec, RunSpec,
     Settings, Slot,

@@ -1,0 +1,128 @@
+"""The native engine's explanations: a reason and ETA for every pending run, from the codes,
+parameters and ETAs the Rust engine works out (``_engine.Engine.explain``), rendered into
+sentences by ``reason_text``, the table the Python core's cycle renders its own with.
+
+What the engine never sees is explained here, as ``Cycle.explain`` does: runs with an unknown
+project or class (``invalid``), runs waiting out their backoff, and the runs of projects whose
+spent budget makes them wait. Everything else (codes, parameters, ETAs, the order runs are
+booked in) comes from the engine.
+
+Invariant: the same ``PendingReason`` for every run as a cycle of the Python core on the same
+state (``tests/test_native_core.py`` compares them at every cycle of random workloads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from mlops_gpu.core import reason_text as rt
+from mlops_gpu.core.decision import PendingReason, ReasonCode
+from mlops_gpu.core.explain import shape_text
+from mlops_gpu.core.fairshare import budget_exceeded
+from mlops_gpu.core.placement import request_amount
+from mlops_gpu.core.quota import cohort_roots
+
+if TYPE_CHECKING:
+    from mlops_gpu import _engine
+    from mlops_gpu.core.native import NativeEngine
+
+
+def explain_all(
+    eng: NativeEngine,
+    now: float,
+    usage_history: Mapping[tuple[str, str], float] | None,
+    spent: Mapping[str, tuple[float, float]] | None,
+) -> list[PendingReason]:
+    """A reason and ETA for every pending run of ``eng`` as a cycle at ``now`` would leave it
+    (nothing is applied)."""
+    t = eng.template
+    out: dict[str, PendingReason] = {}
+    waiting: list[PendingReason] = []
+    for run in eng.pending.values():
+        if run.project not in t.projects or run.spec.priority not in t.priority_classes:
+            what = "project" if run.project not in t.projects else "priority class"
+            out[run.id] = PendingReason(run.id, ReasonCode.INVALID, f"unknown {what}")
+        elif run.id not in eng.queued:
+            nb = run.not_before
+            waiting.append(
+                PendingReason(
+                    run.id,
+                    ReasonCode.BACKOFF,
+                    f"requeued as attempt {run.attempt}; backoff for "
+                    f"{(nb or now) - now:.0f}s more",
+                    nb,
+                )
+            )
+    keys = {r.id: (r.not_before or 0.0, r.seq, r.id) for r in eng.pending.values()}
+    for p in sorted(waiting, key=lambda p: keys[p.run_id]):
+        out[p.run_id] = p
+    snap = replace(t, spent=t.spent if spent is None else spent)
+    for name, proj in t.projects.items():
+        budget = proj.budget
+        note = budget_exceeded(snap, name) if budget is not None else None
+        if note is None or budget is None or budget.action != "wait":
+            continue
+        for run in eng.pending.values():
+            if run.project == name and run.id in eng.queued:
+                out[run.id] = PendingReason(
+                    run.id, ReasonCode.BUDGET, f"{note}; it waits until the window frees budget"
+                )
+    got = eng.explain_native(now, usage_history, spent)
+    texts = [_text(eng, r) for r in got.reasons]
+    codes = [ReasonCode(r.code) for r in got.reasons]
+    whys = [_no_eta(eng, w) for w in got.no_eta]
+    said: dict[tuple[int, int], str] = {}
+    for rid, ri, eta, wi in zip(got.run_ids, got.reason, got.eta, got.why, strict=True):
+        text = texts[ri]
+        if wi is not None:
+            key = (ri, wi)
+            text = said.get(key) or said.setdefault(key, f"{text}; {whys[wi]}")
+        out[rid] = PendingReason(rid, codes[ri], text, eta)
+    return list(out.values())
+
+
+def _text(eng: NativeEngine, r: _engine.Reason) -> str:
+    """The sentence of one reason the engine returned."""
+    types, projects = eng.types, eng.projects
+    if r.code == "queued_behind":
+        return rt.queued_behind(r.anchor, projects[r.res_project])
+    run = eng.pending[r.subject]
+    shape = shape_text(run, [types[i] for i in r.types])
+    if r.code == "unschedulable":
+        return rt.unschedulable(shape)
+    if r.code == "reserved":
+        return rt.reserved(
+            shape, r.gpus_held, r.anchor, projects[r.res_project], types[r.res_type], r.at
+        )
+    if r.code == "quota":
+        proj, amount = eng.template.projects[run.project], request_amount(run)
+        root = cohort_roots(eng.template)[run.project]
+        return rt.over_quota(
+            shape,
+            (
+                rt.quota_problem(
+                    kind, run.project, types[ti], proj.quota(types[ti]), v, amount, root, v
+                )
+                for ti, kind, v in r.quota
+            ),
+        )
+    if r.code == "no_capacity":
+        borrowed = [(types[ti], projects[p], b) for ti, p, b, *_ in r.borrowers]
+        lent = [rt.runs_held(*b[3:]) for b in r.borrowers] if r.lent else None
+        blocks = [(types[ti], n) for ti, n in r.blocks]
+        return rt.no_capacity(shape, blocks, borrowed, lent)
+    raise ValueError(f"the engine returned an unknown reason code {r.code!r}")
+
+
+def _no_eta(eng: NativeEngine, w: _engine.NoEta) -> str:
+    """Why runs have no ETA, in words."""
+    kind, gpus, project, names, total = w
+    if kind == "held_unknown":
+        return rt.held_unknown(gpus)
+    if kind == "quota_unknown":
+        return rt.quota_unknown(None if project is None else eng.projects[project])
+    if kind == "reserved":
+        return rt.reserved_unknown(names, total)
+    return rt.NO_ETA[kind]
