@@ -130,7 +130,9 @@ class Preempted:
 
 #: (type, project, GPUs borrowed, reclaimable runs shown, how many, runs not preemptible
 #: shown, how many); a run: (id, expected end or None)
-Borrower = tuple[int, int, float, list[tuple[str, float | None]], int, list[tuple[str, float | None]], int]
+Borrower = tuple[
+    int, int, float, list[tuple[str, float | None]], int, list[tuple[str, float | None]], int
+]
 #: (kind, GPUs, project, run ids shown, how many)
 NoEta = tuple[str, float, int | None, list[str], int]
 

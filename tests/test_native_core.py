@@ -3,8 +3,8 @@ random clusters, quotas, cohort trees, policies and event sequences it admits, p
 preempts exactly as the Python incremental engine, cycle by cycle (the Python engine is itself
 checked against from-scratch cycles in ``tests/core/test_differential.py``); it explains the
 same before every cycle (reason codes, sentences and ETAs of every pending run, worked out in
-Rust and rendered from the Python core's table); on the throughput benchmark's workload it prints the Python core's digest; and it refuses,
-by name, what it does not implement.
+Rust and rendered from the Python core's table); on the throughput benchmark's workload it
+prints the Python core's digest; and it refuses, by name, what it does not implement.
 
 The extension is ``mlops_gpu._engine``, built by ``pip install -e .`` where cargo exists.
 Without it these tests skip, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI sets it): then they

@@ -22,7 +22,6 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Run
 
 
-
 class Held:
     def __init__(self, snap: Snapshot, active: Iterable[Run], going: set[str]) -> None:
         self.snap = snap

@@ -25,7 +25,7 @@ from mlops_gpu.core.placement import request_amount
 from mlops_gpu.core.quota import cohort_roots
 
 if TYPE_CHECKING:
-    from mlops_gpu import _engine
+    import mlops_gpu._engine as _engine
     from mlops_gpu.core.native import NativeEngine
 
 
@@ -50,8 +50,7 @@ def explain_all(
                 PendingReason(
                     run.id,
                     ReasonCode.BACKOFF,
-                    f"requeued as attempt {run.attempt}; backoff for "
-                    f"{(nb or now) - now:.0f}s more",
+                    f"requeued as attempt {run.attempt}; backoff for {(nb or now) - now:.0f}s more",
                     nb,
                 )
             )

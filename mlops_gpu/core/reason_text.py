@@ -78,9 +78,13 @@ def no_capacity(
     them, the runs through which each borrows (``runs_held``, one per borrower)."""
     text = f"{shape}; the largest free block is " + ", ".join(f"{n} {t}" for t, n in blocks)
     if lent is not None:
-        return text + "; lent: " + ", ".join(
-            f"{b:g} {t} borrowed by project {p}{runs}"
-            for (t, p, b), runs in zip(borrowed, lent, strict=True)
+        return (
+            text
+            + "; lent: "
+            + ", ".join(
+                f"{b:g} {t} borrowed by project {p}{runs}"
+                for (t, p, b), runs in zip(borrowed, lent, strict=True)
+            )
         )
     if borrowed:
         return text + "; " + ", ".join(f"{b:g} {t} borrowed by project {p}" for t, p, b in borrowed)
