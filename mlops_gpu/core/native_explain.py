@@ -23,6 +23,7 @@ from mlops_gpu.core.explain import shape_text
 from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.placement import request_amount
 from mlops_gpu.core.quota import cohort_roots
+from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
     import mlops_gpu._engine as _engine
@@ -39,12 +40,15 @@ def explain_all(
     (nothing is applied)."""
     t = eng.template
     out: dict[str, PendingReason] = {}
+    queued = eng.queued
     waiting: list[PendingReason] = []
-    for run in eng.pending.values():
+    # (most pending runs are queued: the engine explains those; the rest in pending order)
+    rest = eng.pending.keys() - queued
+    for run in [r for rid, r in eng.pending.items() if rid in rest] if rest else []:
         if run.project not in t.projects or run.spec.priority not in t.priority_classes:
             what = "project" if run.project not in t.projects else "priority class"
             out[run.id] = PendingReason(run.id, ReasonCode.INVALID, f"unknown {what}")
-        elif run.id not in eng.queued:
+        else:
             nb = run.not_before
             waiting.append(
                 PendingReason(
@@ -54,8 +58,7 @@ def explain_all(
                     nb,
                 )
             )
-    keys = {r.id: (r.not_before or 0.0, r.seq, r.id) for r in eng.pending.values()}
-    for p in sorted(waiting, key=lambda p: keys[p.run_id]):
+    for p in sorted(waiting, key=lambda p: _backoff_key(eng.pending[p.run_id])):
         out[p.run_id] = p
     snap = replace(t, spent=t.spent if spent is None else spent)
     for name, proj in t.projects.items():
@@ -63,23 +66,38 @@ def explain_all(
         note = budget_exceeded(snap, name) if budget is not None else None
         if note is None or budget is None or budget.action != "wait":
             continue
+        why = f"{note}; it waits until the window frees budget"
         for run in eng.pending.values():
-            if run.project == name and run.id in eng.queued:
-                out[run.id] = PendingReason(
-                    run.id, ReasonCode.BUDGET, f"{note}; it waits until the window frees budget"
-                )
+            if run.id in queued and run.project == name:
+                out[run.id] = PendingReason(run.id, ReasonCode.BUDGET, why)
     got = eng.explain_native(now, usage_history, spent)
     texts = [_text(eng, r) for r in got.reasons]
     codes = [ReasonCode(r.code) for r in got.reasons]
     whys = [_no_eta(eng, w) for w in got.no_eta]
     said: dict[tuple[int, int], str] = {}
-    for rid, ri, eta, wi in zip(got.run_ids, got.reason, got.eta, got.why, strict=True):
-        text = texts[ri]
-        if wi is not None:
-            key = (ri, wi)
-            text = said.get(key) or said.setdefault(key, f"{text}; {whys[wi]}")
-        out[rid] = PendingReason(rid, codes[ri], text, eta)
-    return list(out.values())
+
+    def text(ri: int, wi: int | None) -> str:
+        if wi is None:
+            return texts[ri]
+        key = (ri, wi)
+        return said.get(key) or said.setdefault(key, f"{texts[ri]}; {whys[wi]}")
+
+    # (the engine explains only queued runs, none of those above; a list built by ``map``:
+    # a frozen dataclass's ``__init__`` is most of the cost here)
+    reasons, why = got.reason, got.why
+    explained = map(
+        PendingReason,
+        got.run_ids,
+        [codes[ri] for ri in reasons],
+        [text(ri, wi) for ri, wi in zip(reasons, why, strict=True)],
+        got.eta,
+    )
+    return [*out.values(), *explained]
+
+
+def _backoff_key(run: Run) -> tuple[float, int, str]:
+    """Runs in backoff are explained in the order their backoff ends (``State.in_backoff``)."""
+    return (run.not_before or 0.0, run.seq, run.id)
 
 
 def _text(eng: NativeEngine, r: _engine.Reason) -> str:

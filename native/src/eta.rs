@@ -106,11 +106,9 @@ impl EtaBook {
         let n = m.n_types;
         let mut releases: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
         let mut unknown = vec![0.0f64; n];
-        let mut add = |ty: usize, end: Option<f64>, amount: f64| {
-            match end {
-                None => unknown[ty] += amount,
-                Some(e) => releases[ty].push((e, amount)),
-            }
+        let mut add = |ty: usize, end: Option<f64>, amount: f64| match end {
+            None => unknown[ty] += amount,
+            Some(e) => releases[ty].push((e, amount)),
         };
         for held in &st.held {
             for &i in held {

@@ -148,11 +148,7 @@ impl Log {
 /// on every type, else waiting for capacity.
 pub fn blocked(c: &Cycle, i: usize) -> Reason {
     let (m, r) = (c.m, &c.st.runs[i]);
-    let quota: Vec<QuotaProblem> = r
-        .types
-        .iter()
-        .filter_map(|&t| problem(c, i, t))
-        .collect();
+    let quota: Vec<QuotaProblem> = r.types.iter().filter_map(|&t| problem(c, i, t)).collect();
     if !quota.is_empty() && quota.len() == r.types.len() {
         return Reason {
             code: "quota",
@@ -266,8 +262,7 @@ fn problem(c: &Cycle, i: usize, t: usize) -> Option<QuotaProblem> {
         (_, None) => ("alone", u),
         _ if !r.preemptible => ("nominal", u),
         (_, Some(root)) => {
-            let (borrowed, lendable) =
-                cohort_sums(m, used, root, t, Some(r.project), 0.0, false);
+            let (borrowed, lendable) = cohort_sums(m, used, root, t, Some(r.project), 0.0, false);
             ("cohort", (lendable - borrowed).max(0.0))
         }
     };
@@ -448,14 +443,9 @@ fn unknown_why(c: &Cycle, res: &Reservation) -> NoEta {
                 continue;
             }
             let p = r.placement.as_ref().expect("active");
-            let on_node = p
-                .slots
-                .iter()
-                .any(|(n, _)| res.unknown_nodes.contains(n));
-            let by_quota = res.quota_unknown
-                && res
-                    .quota
-                    .is_some_and(|q| q.0 == r.project && q.1 == p.ty);
+            let on_node = p.slots.iter().any(|(n, _)| res.unknown_nodes.contains(n));
+            let by_quota =
+                res.quota_unknown && res.quota.is_some_and(|q| q.0 == r.project && q.1 == p.ty);
             if on_node || by_quota {
                 names.push(&r.id);
             }

@@ -25,9 +25,9 @@ mod tests;
 mod topology;
 
 pub use budget::BudgetSpent;
-pub use eta::NoEta;
-pub use explain::{Borrower, Explanation, Pending, QuotaProblem, Reason};
 pub use engine::{
     Admitted, Engine, Held, NodeSpec, PolicySpec, Preempted, ProjectSpec, QuotaSpec, RunSpec,
     Settings, Slot,
 };
+pub use eta::NoEta;
+pub use explain::{Borrower, Explanation, Pending, QuotaProblem, Reason};

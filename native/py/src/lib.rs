@@ -469,7 +469,10 @@ impl Engine {
     ) -> PyResult<Explanation> {
         let spent: Vec<lib::BudgetSpent> =
             spent.unwrap_or_default().into_iter().map(|b| b.0).collect();
-        let e = self.0.explain(now, history.as_deref(), &spent).map_err(err)?;
+        let e = self
+            .0
+            .explain(now, history.as_deref(), &spent)
+            .map_err(err)?;
         explanation(py, e)
     }
 
