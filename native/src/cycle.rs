@@ -436,18 +436,18 @@ impl<'a> Cycle<'a> {
             }
         }
         if (fits_without_reservation || quota_held) && self.reservation.is_some() {
-            if self.log.is_some() {
-                let why = explain::reserved(self, i, fits_without_reservation);
-                self.log.as_mut().expect("kept").wait(i, why);
+            if let Some(mut log) = self.log.take() {
+                log.wait(i, explain::reserved(self, i, fits_without_reservation));
+                self.log = Some(log);
             }
             return Outcome::Reserved;
         }
         if m.policy.preemption && self.victims_possible(i) && self.preempt(i, &types) {
             return Outcome::Admitted; // with its victims
         }
-        if self.log.is_some() {
-            let why = explain::blocked(self, i);
-            self.log.as_mut().expect("kept").wait(i, why);
+        if let Some(mut log) = self.log.take() {
+            log.wait(i, explain::blocked(self, i));
+            self.log = Some(log);
         }
         Outcome::Blocked
     }
