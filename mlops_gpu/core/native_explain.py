@@ -84,12 +84,12 @@ def explain_all(
 
     # (the engine explains only queued runs, none of those above; a list built by ``map``:
     # a frozen dataclass's ``__init__`` is most of the cost here)
-    reasons, why = got.reason, got.why
+    reasons, no_eta = got.reason, got.why
     explained = map(
         PendingReason,
         got.run_ids,
         [codes[ri] for ri in reasons],
-        [text(ri, wi) for ri, wi in zip(reasons, why, strict=True)],
+        [text(ri, wi) for ri, wi in zip(reasons, no_eta, strict=True)],
         got.eta,
     )
     return [*out.values(), *explained]
