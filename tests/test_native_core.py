@@ -2,8 +2,9 @@
 random clusters, quotas, cohort trees, policies and event sequences it admits, places and
 preempts exactly as the Python incremental engine, cycle by cycle (the Python engine is itself
 checked against from-scratch cycles in ``tests/core/test_differential.py``); it explains the
-same; on the throughput benchmark's workload it prints the Python core's digest; and it refuses,
-by name, what it does not implement.
+same before every cycle (reason codes, sentences and ETAs of every pending run, worked out in
+Rust and rendered from the Python core's table); on the throughput benchmark's workload it
+prints the Python core's digest; and it refuses, by name, what it does not implement.
 
 The extension is ``mlops_gpu._engine``, built by ``pip install -e .`` where cargo exists.
 Without it these tests skip, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI sets it): then they
@@ -236,6 +237,11 @@ def replay(
             if spent is not None:
                 snap = replace(snap, spent=spent)
             scratch = decide(snap)
+            # explained alike, before the cycle (an explanation applies nothing): codes,
+            # sentences and ETAs of every pending run
+            explained = nat.explain_all(now, ev[1], spent)
+            assert {p.run_id: p for p in explained} == {p.run_id: p for p in scratch.pending}, now
+            assert len(explained) == len(scratch.pending)
             want = ref.cycle(now, ev[1], spent)
             got = nat.cycle(now, ev[1], spent)
             assert got.admissions == want.admissions == scratch.admissions, now
@@ -431,6 +437,85 @@ def test_explanations_are_the_python_cores(native: Any) -> None:
     assert nat.cycle(1.0) == replace(ref.cycle(1.0), pending=())  # no reasons in a cycle's
     got, want = nat.explain_all(2.0), ref.explain_all(2.0)
     assert got == want and len(got) == 2 and all(p.eta is not None for p in got)
+
+
+def _explained_alike(native: Any, template: Any, steps: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Both engines through ``steps`` (("submit", run) or ("cycle", now)), then each explains
+    at the last time: the same reasons, sentences and ETAs (by run). Returns the native ones."""
+    ref, nat = Incremental(template), NativeEngine(template, native)
+    now = 0.0
+    for kind, arg in steps:
+        for eng in (ref, nat):
+            if kind == "submit":
+                eng.submit(arg)
+            else:
+                now = arg
+                eng.cycle(arg)
+    got = {p.run_id: p for p in nat.explain_all(now + 1.0)}
+    assert got == {p.run_id: p for p in decide(ref.snapshot(now + 1.0)).pending}
+    return got
+
+
+def test_a_lender_names_the_runs_holding_what_it_lent_alike(native: Any) -> None:
+    """Project a lends its 8 GPUs to b (no preemption here): a's run names b's runs, their
+    ends or the lack of one, in both engines' words."""
+    t = TYPES[0]
+    template = make_snapshot(
+        [make_node("n0", 8, t, backend="b1")],
+        [
+            make_project(name, cohort="org", quotas={t: Quota(n, None)})
+            for name, n in (("a", 8), ("b", 0))
+        ],
+        now=0.0,
+        preemption=False,
+    )
+    got = _explained_alike(
+        native,
+        template,
+        [
+            ("submit", make_run("v1", "b", gpus=4, seq=0, max_runtime_s=100.0)),
+            ("submit", make_run("v2", "b", gpus=4, seq=1)),
+            ("cycle", 1.0),
+            ("submit", make_run("r", "a", gpus=8, seq=2, max_runtime_s=10.0)),
+            ("cycle", 2.0),
+        ],
+    )
+    r = got["r"]
+    assert r.reason_code.value == "no_capacity" and r.eta is None
+    assert (
+        "lent: 8 a100-80gb borrowed by project b (reclaimable: v1 (ends by 101), v2 (no "
+        "max_runtime))" in r.reason
+    )
+    # (it is the anchor: its reservation waits for v2, which has no end)
+    assert r.reason.endswith("at an unknown time: it waits for runs v2, which have no max_runtime")
+
+
+def test_a_reservation_of_unknown_time_is_explained_alike(native: Any) -> None:
+    """A run without max_runtime holds half the node: the 8-GPU anchor's reservation has no
+    time, names that run, and holds the free GPUs from a small run that would fit."""
+    t = TYPES[0]
+    template = make_snapshot(
+        [make_node("n0", 8, t, backend="b1")],
+        [make_project("p0", quotas={t: Quota(16, None)})],
+        now=0.0,
+        backfill=True,
+    )
+    got = _explained_alike(
+        native,
+        template,
+        [
+            ("submit", make_run("hold", "p0", gpus=4, seq=0)),
+            ("cycle", 1.0),
+            ("submit", make_run("big", "p0", gpus=8, seq=1, max_runtime_s=50.0)),
+            ("submit", make_run("small", "p0", gpus=2, seq=2, max_runtime_s=5.0)),
+            ("cycle", 2.0),
+        ],
+    )
+    assert got["big"].reason.endswith(
+        "reserved (EASY backfill) at an unknown time: it waits for runs hold, which have no "
+        "max_runtime"
+    )
+    assert got["small"].reason_code.value == "reserved" and "run big" in got["small"].reason
 
 
 def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:

@@ -46,6 +46,8 @@ from itertools import accumulate
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.placement import eligible_nodes
 from mlops_gpu.core.quota import QuotaBook
+from mlops_gpu.core.reason_text import NO_ETA, quota_unknown
+from mlops_gpu.core.reason_text import held_unknown as held_unknown_text
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node, Run
 
@@ -390,11 +392,7 @@ class EtaBook:
             if found is not None and (best is None or found[0] < best[0][0]):
                 best = (found, t)
         if best is None:
-            why = (
-                f"no ETA: {held_unknown:g} GPUs are held by runs without max_runtime"
-                if held_unknown
-                else "no ETA: not enough GPUs of this type will free up"
-            )
+            why = held_unknown_text(held_unknown) if held_unknown else NO_ETA["not_enough"]
             for t in gpu_types:  # still queue it, so runs behind it are not estimated too early
                 if t in self.profiles:
                     self.profiles[t].free -= need
@@ -420,7 +418,7 @@ def quota_eta(
     ``ends``: their ``quota_ends``, and ``cum`` the GPUs released by each of them, when the
     caller keeps them."""
     if limit is None:
-        return None, "no ETA: it waits for quota its cohort lends"
+        return None, NO_ETA["cohort_lends"]
     short = used + need - limit
     if short <= 1e-9:
         return snap.now, ""
@@ -430,8 +428,7 @@ def quota_eta(
     i = bisect_left(freed, short - 1e-9)
     if i < len(ends):
         return ends[i][0], ""
-    whose = f"project {next(iter(projects))}'s" if len(projects) == 1 else "the cohort's"
-    return None, f"no ETA: {whose} running runs that hold its quota have no max_runtime"
+    return None, quota_unknown(next(iter(projects)) if len(projects) == 1 else None)
 
 
 def quota_ends(

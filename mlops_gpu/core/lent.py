@@ -17,11 +17,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from mlops_gpu.core.backfill import expected_end
+from mlops_gpu.core.reason_text import SHOWN, runs_held
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Run
-
-#: At most this many runs are named per borrower and kind; the rest are counted.
-SHOWN = 5
 
 
 class Held:
@@ -34,24 +32,13 @@ class Held:
         for runs in self.by.values():
             runs.sort(key=lambda r: r.id)
 
-    def _end(self, run: Run) -> str:
-        end = expected_end(self.snap, run)
-        return "no max_runtime" if end is None else f"ends by {end:.0f}"
-
-    def _names(self, runs: list[Run]) -> str:
-        shown = ", ".join(f"{r.id} ({self._end(r)})" for r in runs[:SHOWN])
-        more = len(runs) - SHOWN
-        return shown if more <= 0 else f"{shown} and {more} more"
+    def _shown(self, runs: list[Run]) -> list[tuple[str, float | None]]:
+        return [(r.id, expected_end(self.snap, r)) for r in runs[:SHOWN]]
 
     def runs(self, project: str, gpu_type: str) -> str:
         """``(reclaimable: ...; not preemptible, which cannot be reclaimed: ...)`` for the
-        runs of ``project`` on ``gpu_type``; "" when it holds none."""
+        runs of ``project`` on ``gpu_type``; "" when it holds none (``reason_text.runs_held``)."""
         runs = self.by.get((project, gpu_type), [])
-        parts = []
         yes = [r for r in runs if r.spec.preemptible]
         no = [r for r in runs if not r.spec.preemptible]
-        if yes:
-            parts.append(f"reclaimable: {self._names(yes)}")
-        if no:
-            parts.append(f"not preemptible, which cannot be reclaimed: {self._names(no)}")
-        return f" ({'; '.join(parts)})" if parts else ""
+        return runs_held(self._shown(yes), len(yes), self._shown(no), len(no))

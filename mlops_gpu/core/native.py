@@ -23,8 +23,9 @@ It serves what the extension implements, and says what it does not (``unsupporte
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
   ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
 Runs with an unknown project or class wait (as ``invalid``) and runs in backoff wait here until
-their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: a cycle
-of the Python core explains the same state on demand (``explain_all``).
+their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: the
+extension explains the same state on demand (``explain_all``: codes, parameters and ETAs from
+Rust, sentences rendered by ``native_explain`` from ``reason_text``, the Python core's table).
 
 The extension is the module ``mlops_gpu._engine``: the PyO3 crate ``native/py`` over the Rust
 library crate ``native/``, built by the ordinary install (``pip install .`` or ``-e .``, through
@@ -46,12 +47,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import ModuleType
 
+from mlops_gpu.core import native_explain
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.fairshare import budget_exceeded
-from mlops_gpu.core.policy import Cycle
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.core.state import State
 from mlops_gpu.model import NodeSlot, Phase, Placement, Run
 from mlops_gpu.model.cluster import mig_share
 
@@ -465,12 +465,7 @@ class NativeEngine:
         flagged and hold nothing from then on; each victim's preemptor is among the
         admissions). ``spent``: GPU-hours and USD spent per budgeted project in its current
         window (default: the template's), as ``Incremental.cycle`` takes it."""
-        self._now = now
-        while self._backoff and self._backoff[0][0] <= now:
-            _, _, rid = heapq.heappop(self._backoff)
-            run = self.pending.get(rid)
-            if run is not None and rid not in self._queued:
-                self._enqueue(run)
+        self._due(now)
         admitted, preempted = self._engine.cycle(
             now, self._history(usage_history), self._spent(spent)
         )
@@ -514,15 +509,38 @@ class NativeEngine:
             self.active[vid] = replace(v, preempt_requested=True)
         return Decision(tuple(admissions), tuple(preemptions), ())
 
+    @property
+    def queued(self) -> set[str]:
+        """The pending runs in the extension's queues (not invalid, not in backoff)."""
+        return self._queued
+
+    def _due(self, now: float) -> None:
+        """Runs whose backoff is over by ``now`` join their queues."""
+        self._now = now
+        while self._backoff and self._backoff[0][0] <= now:
+            _, _, rid = heapq.heappop(self._backoff)
+            run = self.pending.get(rid)
+            if run is not None and rid not in self._queued:
+                self._enqueue(run)
+
+    def explain_native(
+        self,
+        now: float,
+        usage_history: Mapping[tuple[str, str], float] | None = None,
+        spent: Mapping[str, tuple[float, float]] | None = None,
+    ) -> _engine.Explanation:
+        """The extension's explanation of a cycle at ``now`` (nothing is applied): codes,
+        parameters and ETAs (``native_explain`` renders them)."""
+        self._due(now)
+        return self._engine.explain(now, self._history(usage_history), self._spent(spent))
+
     def explain_all(
         self,
         now: float,
         usage_history: Mapping[tuple[str, str], float] | None = None,
         spent: Mapping[str, tuple[float, float]] | None = None,
     ) -> list[PendingReason]:
-        """A reason and ETA for every pending run, from a cycle of the Python core on the same
-        state (nothing is applied)."""
-        state = State.from_snapshot(self.snapshot(now))
-        cycle = Cycle(state, now, usage_history, spent)
-        cycle.run()
-        return cycle.explain()
+        """A reason and ETA for every pending run, as a cycle at ``now`` would leave it
+        (nothing is applied; ``native_explain``)."""
+        self._due(now)
+        return native_explain.explain_all(self, now, usage_history, spent)

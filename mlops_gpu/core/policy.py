@@ -73,6 +73,7 @@ from itertools import accumulate
 from typing import Any
 
 from mlops_gpu.core import eligibility, parking, search_memo
+from mlops_gpu.core import reason_text as rt
 from mlops_gpu.core.backfill import (
     EtaBook,
     Reservation,
@@ -491,28 +492,17 @@ class Cycle:
         if (fits_without_reservation or quota_held) and res is not None:
             # It fits but for the reservation: it waits for it (and does not preempt); a run
             # behind it with a shorter max_runtime may still backfill.
-            what = (
-                "free GPUs are held"
-                if fits_without_reservation
-                else f"project {res.project}'s quota of {res.gpu_type} is held"
-            )
-            when = (
-                f"reserved to start by {res.at:.0f} (epoch s), and this run would not "
-                "end before then (set max_runtime to backfill)"
-                if math.isfinite(res.at)
-                else "which waits for runs without max_runtime (its start time is unknown), "
-                "and this run would take what it waits for"
-            )
+            shape, held = shape_text(run, types), fits_without_reservation
             self._wait(
                 run,
                 ReasonCode.RESERVED,
-                f"{shape_text(run, types)}; {what} for run {res.run_id}, {when}",
+                rt.reserved(shape, held, res.run_id, res.project, res.gpu_type, res.at),
             )
             return Outcome.RESERVED
         if self._victims_possible(run, types) and self._preempt(run, types):
             return Outcome.ADMITTED  # with its victims, in this decision
         if len(quota_msgs) == len(types) and types:
-            self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
+            self._wait(run, ReasonCode.QUOTA, rt.over_quota(shape_text(run, types), quota_msgs))
         else:
             self._wait_capacity(run, types)
         return Outcome.BLOCKED
@@ -576,7 +566,7 @@ class Cycle:
         pre = run.spec.preemptible
         quota_msgs = [m for t in types if (m := self.quota.problem(run.project, t, amount, pre))]
         if quota_msgs and len(quota_msgs) == len(types):
-            self._wait(run, ReasonCode.QUOTA, f"{shape_text(run, types)}; " + "; ".join(quota_msgs))
+            self._wait(run, ReasonCode.QUOTA, rt.over_quota(shape_text(run, types), quota_msgs))
         else:
             self._wait_capacity(run, types)
 
@@ -798,34 +788,21 @@ class Cycle:
     def _wait_capacity(self, run: Run, types: list[str]) -> None:
         fits_ever = self.state.ever_fits(run)
         if not fits_ever:
-            self._wait(
-                run,
-                ReasonCode.UNSCHEDULABLE,
-                f"{shape_text(run, types)}; no node of this cluster can host it",
-            )
+            self._wait(run, ReasonCode.UNSCHEDULABLE, rt.unschedulable(shape_text(run, types)))
             return
-        blocks = ", ".join(f"{self.cap.largest_free_block(t)} {t}" for t in fits_ever)
+        blocks = [(t, self.cap.largest_free_block(t)) for t in fits_ever]
         borrowed = [
-            f"{b:g} {t} borrowed by project {p}"
+            (t, p, b)
             for t in fits_ever
             for p, b in sorted(self.quota.borrowers(run.project, t).items())
         ]
-        extra = ""
+        lent = None
         if borrowed and self.quota.within_nominal(run.project, fits_ever[0], request_amount(run)):
             # which runs hold what it lent, whether they can be reclaimed, and their ends
             held = self._held()
-            extra = "; lent: " + ", ".join(
-                f"{b:g} {t} borrowed by project {p}{held.runs(p, t)}"
-                for t in fits_ever
-                for p, b in sorted(self.quota.borrowers(run.project, t).items())
-            )
-        elif borrowed:
-            extra = "; " + ", ".join(borrowed)
-        self._wait(
-            run,
-            ReasonCode.NO_CAPACITY,
-            f"{shape_text(run, types)}; the largest free block is {blocks}{extra}",
-        )
+            lent = [held.runs(p, t) for t, p, _ in borrowed]
+        text = rt.no_capacity(shape_text(run, types), blocks, borrowed, lent)
+        self._wait(run, ReasonCode.NO_CAPACITY, text)
 
     def _held(self) -> Held:
         """The active runs by (project, type), for a lender's reason (``lent``): read once
@@ -935,7 +912,7 @@ class Cycle:
                 PendingReason(
                     f.id,
                     ReasonCode.QUEUED_BEHIND,
-                    f"queued behind run {head} (strict FIFO in project {project})",
+                    rt.queued_behind(head, project),
                 ),
             )
         return list(out.values())
@@ -959,14 +936,10 @@ class Cycle:
                 )
             )
         )
-        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-        return (
-            "reserved (EASY backfill) at an unknown time: it waits for runs "
-            f"{shown}, which have no max_runtime"
-        )
+        return rt.reserved_unknown(names, len(names))
 
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
-        best: tuple[float | None, str] = (None, "no ETA")
+        best: tuple[float | None, str] = (None, rt.NO_ETA["plain"])
         for t in types:
             key = (run.project, t, run.spec.preemptible)
             if key not in self._quota_terms:  # (the same for every run of the explanation)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
+from mlops_gpu.core import reason_text
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Quota
 
@@ -95,29 +96,17 @@ class QuotaBook:
             return None
         q = self.quota(project, gpu_type)
         used = self.used[(project, gpu_type)]
-        after = used + amount
-        if q.borrowing_limit is not None and after > q.nominal + q.borrowing_limit + _EPS:
-            limit = q.nominal + q.borrowing_limit
-            return (
-                f"project {project} holds {used:g} of its {limit:g} {gpu_type} (nominal "
-                f"{q.nominal} + borrowing limit {q.borrowing_limit}); it needs {amount:g} more"
-            )
         root = self.root.get(project)
-        if root is None:
-            return (
-                f"project {project} holds {used:g} of its nominal {q.nominal} {gpu_type} and "
-                "has no cohort to borrow from"
-            )
-        if not preemptible:
-            return (
-                f"run is not preemptible: it may use only project {project}'s nominal quota "
-                f"of {gpu_type} ({q.nominal:g}; {used:g} in use); submit it preemptible to borrow"
-            )
-        idle = self.lendable_now(project, gpu_type)
-        return (
-            f"project {project} is at its nominal {q.nominal} {gpu_type} and cohort "
-            f"{root} has {idle:g} idle to lend; it needs {amount:g}"
-        )
+        if q.borrowing_limit is not None and used + amount > q.nominal + q.borrowing_limit + _EPS:
+            kind = "limit"
+        elif root is None:
+            kind = "alone"
+        elif not preemptible:
+            kind = "nominal"
+        else:
+            kind = "cohort"
+        idle = self.lendable_now(project, gpu_type) if kind == "cohort" else 0.0
+        return reason_text.quota_problem(kind, project, gpu_type, q, used, amount, root, idle)
 
     def lendable_now(self, project: str, gpu_type: str) -> float:
         """Idle quota the others in the project's cohort tree could still lend: their lendable

@@ -20,7 +20,7 @@ remaining time plus the restart overhead, as the pinned references require (1 x 
 
 ETAs: after the cycles of an event time, when one of about ``ETA_SAMPLE`` sampled jobs has just
 become a waiting run, or a simulated hour has passed while one waits, the engine explains the
-queue (``explain_all``, the Python core's explanation with either engine) and ``sim.eta``
+queue (``explain_all``: the same reasons and ETAs with either engine) and ``sim.eta``
 records what the sampled runs were told.
 
 Fair share reads the decayed usage of finished attempts (``controller.accounting`` computes it

@@ -36,6 +36,10 @@ pub struct Reservation {
     /// Node -> GPUs its own project's runs without max_runtime surely free there before `at`
     /// (`backfill.freed_by_quota`).
     pub freed: HashMap<usize, usize>,
+    /// Reserved nodes that wait for runs without max_runtime; whether its quota does (what
+    /// an explanation names when its time is unknown).
+    pub unknown_nodes: Vec<usize>,
+    pub quota_unknown: bool,
 }
 
 impl Reservation {
@@ -338,9 +342,8 @@ pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Op
             } else {
                 chosen[chosen.len() - 1].1
             };
-            if let Some(l) = limit {
-                at = at.max(quota_time(now, used + r.amount() - l, &ends));
-            }
+            let at_q = limit.map_or(now, |l| quota_time(now, used + r.amount() - l, &ends));
+            at = at.max(at_q);
             if best
                 .as_ref()
                 .is_some_and(|(k, _)| (at, unknown) >= (k.0, k.1))
@@ -373,6 +376,8 @@ pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Op
                     quota: limit.map(|l| (r.project, t, r.amount(), l, released)),
                     borrows: !within_nominal(m, &st.cap.used, r.project, t, r.amount()),
                     freed,
+                    unknown_nodes: chosen.iter().filter(|x| x.0 > 0).map(|x| x.2).collect(),
+                    quota_unknown: at_q == f64::INFINITY,
                 },
             ));
         }

@@ -44,6 +44,7 @@ impl Placement {
     }
 }
 
+#[derive(Clone)]
 pub struct Capacity {
     pub free: Vec<Vec<u16>>,
     pub buckets: Vec<Vec<Vec<usize>>>,

@@ -20,6 +20,7 @@ use rustc_hash::FxHashSet as HashSet;
 use crate::backfill::{anchor, overtaken, reserve, Reservation};
 use crate::budget::{level, Limit};
 use crate::capacity::Placement;
+use crate::explain::{self, Log};
 use crate::model::Model;
 use crate::placement::{node_sets, place};
 use crate::quota::{admits, room, within_nominal};
@@ -90,6 +91,8 @@ pub struct Cycle<'a> {
     pub touched: RefCell<Vec<usize>>,
     /// `room` per (project, type): (admissions when worked out + 1, room); 0: not yet.
     rooms: RefCell<Vec<(usize, f64)>>,
+    /// What an explanation reads, kept only in a cycle run to explain (`explain`).
+    pub log: Option<Box<Log>>,
 }
 
 impl<'a> Cycle<'a> {
@@ -129,6 +132,7 @@ impl<'a> Cycle<'a> {
             freed: RefCell::new(vec![0; m.nodes.len()]),
             touched: RefCell::new(Vec::new()),
             rooms: RefCell::new(vec![(0, 0.0); n * m.n_types]),
+            log: None,
         };
         if m.policy.backfill {
             if let Some((run, types)) = anchor(&c) {
@@ -248,6 +252,9 @@ impl<'a> Cycle<'a> {
     ) -> bool {
         let strict = self.m.policy.strict_fifo;
         if self.blocked[p] {
+            if let Some(log) = self.log.as_mut() {
+                log.hold_behind(p, None, ranges, usize::MAX);
+            }
             ranges.iter_mut().for_each(|rg| rg.lo = rg.hi);
             return false;
         }
@@ -281,22 +288,38 @@ impl<'a> Cycle<'a> {
                 }
             }
             if !strict && self.surely_blocked(run) {
+                if let Some(log) = self.log.as_mut() {
+                    let rg = &ranges[b];
+                    log.lazy(run, (p, rg.queue, rg.lo + 1, rg.hi));
+                }
                 ranges[b].lo = ranges[b].hi;
                 continue;
             }
             let outcome = self.try_run(run);
             let rg = &mut ranges[b];
             if outcome == Outcome::Admitted {
+                if let Some(log) = self.log.as_mut() {
+                    log.met(run, None);
+                }
                 rg.lo += 1;
                 return true;
             }
             if strict && !self.held_for_own(&outcome, p) {
+                if let Some(log) = self.log.as_mut() {
+                    log.met(run, None);
+                    log.hold_behind(p, Some(run), ranges, b);
+                }
                 self.blocked[p] = true;
                 ranges.iter_mut().for_each(|rg| rg.lo = rg.hi);
                 return false;
             }
             match outcome {
-                Outcome::Blocked | Outcome::Admitted => rg.lo = rg.hi,
+                Outcome::Blocked | Outcome::Admitted => {
+                    if let Some(log) = self.log.as_mut() {
+                        log.met(run, Some((p, rg.queue, rg.lo + 1, rg.hi)));
+                    }
+                    rg.lo = rg.hi
+                }
                 Outcome::Reserved => {
                     // identical runs behind it differ only in max_runtime: try the first that
                     // would end before the reservation
@@ -315,6 +338,9 @@ impl<'a> Cycle<'a> {
                             break;
                         }
                         j += 1;
+                    }
+                    if let Some(log) = self.log.as_mut() {
+                        log.met(run, Some((p, rg.queue, rg.lo + 1, j)));
                     }
                     rg.lo = j;
                 }
@@ -413,10 +439,18 @@ impl<'a> Cycle<'a> {
             }
         }
         if (fits_without_reservation || quota_held) && self.reservation.is_some() {
+            if let Some(mut log) = self.log.take() {
+                log.wait(i, explain::reserved(self, i, fits_without_reservation));
+                self.log = Some(log);
+            }
             return Outcome::Reserved;
         }
         if m.policy.preemption && self.victims_possible(i) && self.preempt(i, &types) {
             return Outcome::Admitted; // with its victims
+        }
+        if let Some(mut log) = self.log.take() {
+            log.wait(i, explain::blocked(self, i));
+            self.log = Some(log);
         }
         Outcome::Blocked
     }

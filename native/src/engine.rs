@@ -8,6 +8,7 @@
 use crate::budget::{self, BudgetSpent};
 use crate::capacity;
 use crate::cycle;
+use crate::explain;
 use crate::model::{Model, Node, Order, Policy, Project, Term};
 use crate::parts::{self, PartSpec, Shape, SlotShare};
 use crate::state::{Run, State};
@@ -378,6 +379,33 @@ impl Engine {
             self.st.mark_going(m, v);
         }
         Ok((out_a, out_p))
+    }
+
+    /// Why each queued run waits, as a cycle at `now` would leave it (nothing is applied): its
+    /// reason code and parameters and its ETA (`explain`); the arguments are `cycle`'s.
+    pub fn explain(
+        &mut self,
+        now: f64,
+        history: Option<&[f64]>,
+        spent: &[BudgetSpent],
+    ) -> Result<explain::Explanation, String> {
+        if history.is_some_and(|h| h.len() != self.st.cap.used.len()) {
+            return Err("history: one value per (project, GPU type)".into());
+        }
+        let n = self.m.projects.len();
+        if let Some(b) = spent.iter().find(|b| b.project >= n) {
+            return Err(format!("spent: unknown project {}", b.project));
+        }
+        // a cycle changes the state only through `cap` and the kept anchor: both restored
+        let (cap, anchor) = (self.st.cap.clone(), self.st.anchor);
+        let limits = budget::limits(n, spent);
+        let mut c = cycle::Cycle::new(&self.m, &mut self.st, now, history, limits);
+        c.log = Some(Box::default());
+        c.run();
+        let out = explain::finish(&mut c);
+        drop(c);
+        (self.st.cap, self.st.anchor) = (cap, anchor);
+        Ok(out)
     }
 
     /// The run that held the reservation after the last cycle and still waits (it keeps it

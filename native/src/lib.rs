@@ -14,6 +14,8 @@ pub mod budget;
 mod capacity;
 mod cycle;
 pub mod engine;
+mod eta;
+pub mod explain;
 mod mig;
 mod model;
 pub mod parts;
@@ -31,4 +33,6 @@ pub use engine::{
     Admitted, Engine, Held, NodeSpec, PolicySpec, Preempted, ProjectSpec, QuotaSpec, RunSpec,
     Settings, Slot,
 };
+pub use eta::NoEta;
+pub use explain::{Borrower, Explanation, Pending, QuotaProblem, Reason};
 pub use parts::{Shape, SlotShare};

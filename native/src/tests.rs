@@ -5,6 +5,7 @@
 //! core is the specification; `tests/test_native_core.py` compares the two engines at large.
 
 mod budget;
+mod explain;
 mod host;
 mod parts;
 mod reclaim;

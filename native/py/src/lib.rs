@@ -309,6 +309,108 @@ struct Preempted {
     lost_gpu_s: f64,
 }
 
+/// A reason code and its parameters (`lib::Reason`: which fields each code reads); types and
+/// projects as indices. `quota`: (type, kind, value); `blocks`: (type, largest free block);
+/// `borrowers`: (type, project, GPUs borrowed, reclaimable runs shown, how many, runs not
+/// preemptible shown, how many), each run as (id, expected end or None).
+#[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
+struct Reason {
+    code: &'static str,
+    subject: String,
+    types: Vec<usize>,
+    quota: Vec<(usize, &'static str, f64)>,
+    blocks: Vec<(usize, usize)>,
+    borrowers: Vec<BorrowerTuple>,
+    lent: bool,
+    gpus_held: bool,
+    anchor: String,
+    at: f64,
+    res_project: usize,
+    res_type: usize,
+}
+
+type Shown = Vec<(String, Option<f64>)>;
+type BorrowerTuple = (usize, usize, f64, Shown, usize, Shown, usize);
+
+/// Why runs have no ETA (`lib::NoEta`): (kind, GPUs, project, run ids shown, how many).
+type NoEtaTuple = (&'static str, f64, Option<usize>, Vec<String>, usize);
+
+/// An explanation (`lib::Explanation`): the reasons and no-ETA reasons, each once, and per
+/// pending run (in the order booked) its id, reason, ETA and no-ETA reason.
+#[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
+struct Explanation {
+    reasons: Vec<Py<Reason>>,
+    no_eta: Vec<NoEtaTuple>,
+    run_ids: Vec<String>,
+    reason: Vec<usize>,
+    eta: Vec<Option<f64>>,
+    why: Vec<Option<usize>>,
+}
+
+fn no_eta(w: lib::NoEta) -> NoEtaTuple {
+    match w {
+        lib::NoEta::HeldUnknown(g) => ("held_unknown", g, None, Vec::new(), 0),
+        lib::NoEta::NotEnough => ("not_enough", 0.0, None, Vec::new(), 0),
+        lib::NoEta::CohortLends => ("cohort_lends", 0.0, None, Vec::new(), 0),
+        lib::NoEta::QuotaUnknown(p) => ("quota_unknown", 0.0, p, Vec::new(), 0),
+        lib::NoEta::Plain => ("plain", 0.0, None, Vec::new(), 0),
+        lib::NoEta::Reserved(names, n) => ("reserved", 0.0, None, names, n),
+    }
+}
+
+fn explanation(py: Python<'_>, e: lib::Explanation) -> PyResult<Explanation> {
+    let reasons = e
+        .reasons
+        .into_iter()
+        .map(|r| {
+            Py::new(
+                py,
+                Reason {
+                    code: r.code,
+                    subject: r.subject,
+                    types: r.types,
+                    quota: r
+                        .quota
+                        .into_iter()
+                        .map(|q| (q.gpu_type, q.kind, q.value))
+                        .collect(),
+                    blocks: r.blocks,
+                    borrowers: r
+                        .borrowers
+                        .into_iter()
+                        .map(|b| {
+                            let (t, p, a) = (b.gpu_type, b.project, b.amount);
+                            (t, p, a, b.reclaimable, b.n_reclaimable, b.fixed, b.n_fixed)
+                        })
+                        .collect(),
+                    lent: r.lent,
+                    gpus_held: r.gpus_held,
+                    anchor: r.anchor,
+                    at: r.at,
+                    res_project: r.res_project,
+                    res_type: r.res_type,
+                },
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let n = e.pending.len();
+    let mut out = Explanation {
+        reasons,
+        no_eta: e.no_eta.into_iter().map(no_eta).collect(),
+        run_ids: Vec::with_capacity(n),
+        reason: Vec::with_capacity(n),
+        eta: Vec::with_capacity(n),
+        why: Vec::with_capacity(n),
+    };
+    for p in e.pending {
+        out.run_ids.push(p.run_id);
+        out.reason.push(p.reason);
+        out.eta.push(p.eta);
+        out.why.push(p.no_eta);
+    }
+    Ok(out)
+}
+
 /// A project whose budget for the current window is spent: its runs are served at class
 /// value `lower_to`, or wait (None).
 #[pyclass(frozen, module = "mlops_gpu._engine")]
@@ -372,6 +474,24 @@ impl Engine {
         self.0.anchor()
     }
 
+    /// Why each queued run waits, as a cycle at `now` would leave it (nothing applied).
+    #[pyo3(signature = (now, history=None, spent=None))]
+    fn explain(
+        &mut self,
+        py: Python<'_>,
+        now: f64,
+        history: Option<Vec<f64>>,
+        spent: Option<Vec<BudgetSpent>>,
+    ) -> PyResult<Explanation> {
+        let spent: Vec<lib::BudgetSpent> =
+            spent.unwrap_or_default().into_iter().map(|b| b.0).collect();
+        let e = self
+            .0
+            .explain(now, history.as_deref(), &spent)
+            .map_err(err)?;
+        explanation(py, e)
+    }
+
     #[pyo3(signature = (now, history=None, spent=None))]
     fn cycle(
         &mut self,
@@ -415,6 +535,8 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Held>()?;
     m.add_class::<Admitted>()?;
     m.add_class::<Preempted>()?;
+    m.add_class::<Reason>()?;
+    m.add_class::<Explanation>()?;
     m.add_class::<BudgetSpent>()?;
     m.add_class::<Engine>()?;
     parts::register(m)?;
