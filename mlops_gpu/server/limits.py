@@ -6,21 +6,22 @@ Invariants:
   ``Content-Length``, else as soon as the bytes read pass the limit. A path in ``routes``
   (exact match) has its own limit and 413 message instead (``POST /runs/call``: callables).
 - The rate limit is a token bucket per identity (``rate_per_s``, up to ``burst`` at once), kept
-  in this process's memory.
+  in the server's ``SharedState``: one bucket per identity for every worker of
+  ``server --workers N`` (not N buckets, which would let N times the rate through).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlops_gpu.server.errors import ApiError, body
+from mlops_gpu.server.shared import SharedState
 
 
 class BodyLimit:
@@ -62,23 +63,15 @@ class BodyLimit:
 
 
 class RateLimiter:
-    def __init__(self, rate_per_s: float, burst: int, clock: Any = time.monotonic) -> None:
+    def __init__(self, rate_per_s: float, burst: int, shared: SharedState | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.rate, self.burst, self.clock = rate_per_s, burst, clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, at)
-        self._lock = threading.Lock()
+        self.shared = shared if shared is not None else SharedState.private()
 
     def check(self, name: str) -> None:
         """Take one request from ``name``'s bucket; ApiError 429 when it is empty."""
-        now = self.clock()
-        with self._lock:
-            tokens, at = self._buckets.get(name, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - at) * self.rate)
-            if tokens < 1.0:
-                self._buckets[name] = (tokens, now)
-                wait = math.ceil((1.0 - tokens) / self.rate)
-                raise ApiError(429, "rate_limited",
-                               f"too many requests from {name}: retry in {wait}s",
-                               headers={"Retry-After": str(wait)})  # fmt: skip
-            self._buckets[name] = (tokens - 1.0, now)
-            if len(self._buckets) > 100_000:  # bounded: forget the idle
-                self._buckets.clear()
+        wait_s = self.shared.take(name, self.rate, self.burst, self.clock())
+        if wait_s > 0.0:
+            wait = max(1, math.ceil(wait_s))
+            raise ApiError(429, "rate_limited", f"too many requests from {name}: retry in {wait}s",
+                           headers={"Retry-After": str(wait)})  # fmt: skip
