@@ -15,7 +15,7 @@ from fastapi import Depends, FastAPI, Request
 
 from mlops_gpu.server import errors
 from mlops_gpu.server.audit import AuditTrail, audit_writer
-from mlops_gpu.server.auth import IdentityCache, identity
+from mlops_gpu.server.auth import IdentityCache, authenticate, identity
 from mlops_gpu.server.fast_submit import FastSubmit
 from mlops_gpu.server.limits import BodyLimit, RateLimiter
 from mlops_gpu.server.routes import cluster, health, members, metrics, runs, sdk
@@ -82,7 +82,9 @@ def create_app(
     for extra in extras:
         extra(app)
     app.add_middleware(FastSubmit, api=app)  # inside the body limit and the audit trail
+    # the large limit of POST /runs/call only for an identity that passed (401 before the body)
     app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes,
-                       routes={API + sdk.CALL_PATH: sdk.call_body_limit(srv)})  # fmt: skip
+                       routes={API + sdk.CALL_PATH: sdk.call_body_limit(srv)},
+                       gate=lambda scope: authenticate(app.state, scope))  # fmt: skip
     app.add_middleware(AuditTrail, writer=app.state.audit_writer)
     return app
