@@ -26,19 +26,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import mmap
 import os
 import struct
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 ENV = "MLOPS_GPU_SERVER_SHARED"
 SLOTS = 16_384
 WINDOW = 64
 _HEADER = 64  # the generation (int64) and room to spare
+_GEN = struct.Struct("=q")
 _SLOT = struct.Struct("=Qdd")  # key hash, tokens, at
 SIZE = _HEADER + SLOTS * _SLOT.size
 
@@ -79,28 +80,39 @@ class SharedState:
             with contextlib.suppress(OSError):
                 self.path.unlink()
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with self._lock:
-            if self._fd is None:
-                yield
-                return
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+    # (plain acquire/release, not a context manager: this runs on every request)
+    def _acquire(self) -> None:
+        self._lock.acquire()
+        if self._fd is not None:
             try:
-                yield
-            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._lock.release()
+                raise
+
+    def _release(self) -> None:
+        try:
+            if self._fd is not None:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._lock.release()
 
     def generation(self) -> int:
-        with self._locked():
-            return int(struct.unpack_from("=q", self._mem, 0)[0])
+        self._acquire()
+        try:
+            return int(_GEN.unpack_from(self._mem, 0)[0])
+        finally:
+            self._release()
 
     def bump(self) -> int:
         """The generation plus one, in every process."""
-        with self._locked():
-            gen = int(struct.unpack_from("=q", self._mem, 0)[0]) + 1
-            struct.pack_into("=q", self._mem, 0, gen)
+        self._acquire()
+        try:
+            gen = int(_GEN.unpack_from(self._mem, 0)[0]) + 1
+            _GEN.pack_into(self._mem, 0, gen)
             return gen
+        finally:
+            self._release()
 
     def take(self, name: str, rate: float, burst: int, now: float) -> float:
         """Take one token from ``name``'s bucket (``rate`` per second, at most ``burst``):
@@ -108,9 +120,10 @@ class SharedState:
         key = _hash(name)
         home = key % SLOTS
         cap = float(burst)
-        with self._locked():
+        self._acquire()
+        try:
             spot: int | None = None  # a free slot in the window, the first seen
-            fullest, most = home, -1.0  # the slot to forget when none is free
+            fullest, most = _HEADER + home * _SLOT.size, -1.0  # to forget when none is free
             for i in range(WINDOW):
                 off = _HEADER + ((home + i) % SLOTS) * _SLOT.size
                 k, tokens, at = _SLOT.unpack_from(self._mem, off)
@@ -127,8 +140,11 @@ class SharedState:
                     fullest, most = off, level
             _SLOT.pack_into(self._mem, fullest if spot is None else spot, key, cap - 1.0, now)
             return 0.0
+        finally:
+            self._release()
 
 
+@functools.lru_cache(maxsize=65_536)
 def _hash(name: str) -> int:
     digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little") or 1  # 0 marks an unused slot
