@@ -7,7 +7,8 @@ Invariants:
   ``routes`` (exact match) has its own limit and 413 message instead (``POST /runs/call``:
   callables), granted only to an authenticated identity: ``gate`` (``auth.authenticate``)
   runs first, on the headers alone, and its 401 or 429 is answered before a byte of the body
-  is read (the connection is then closed by the server, not drained).
+  is read, with ``Connection: close``: the server closes the connection after it instead of
+  taking the rest of the body.
 - The bytes of the body read so far are in ``scope["state"][BODY_BYTES]`` (a route holds the
   parts of a large body to their own limits).
 - The rate limit is a token bucket per identity (``rate_per_s``, up to ``burst`` at once), kept
@@ -31,6 +32,8 @@ from mlops_gpu.server.shared import SharedState
 log = logging.getLogger("mlops_gpu.server")
 
 BODY_BYTES = "body_bytes"
+#: an answer sent before the body was read ends the connection (the body is not read)
+_CLOSE = {"Connection": "close"}
 
 
 class BodyLimit:
@@ -86,13 +89,16 @@ class BodyLimit:
             await self.gate(scope)
             return True
         except ApiError as e:
-            await send_error(send, e.status, e.code, e.message, e.field, e.headers)
+            await send_error(send, e.status, e.code, e.message, e.field,
+                             {**(e.headers or {}), **_CLOSE})  # fmt: skip
         except (StoreError, SetupError) as e:
             log.error("store unavailable for %s %s: %s", scope["method"], scope["path"], e)
-            await send_error(send, 503, "unavailable", "the store is unavailable; retry later")
+            await send_error(send, 503, "unavailable", "the store is unavailable; retry later",
+                             headers=_CLOSE)  # fmt: skip
         except Exception:
             log.exception("internal error for %s %s", scope["method"], scope["path"])
-            await send_error(send, 500, "internal", "internal error (logged by the server)")
+            await send_error(send, 500, "internal", "internal error (logged by the server)",
+                             headers=_CLOSE)  # fmt: skip
         return False
 
 
