@@ -15,10 +15,11 @@ from fastapi import Depends, FastAPI, Request
 
 from mlops_gpu.server import errors
 from mlops_gpu.server.audit import AuditTrail, audit_writer
-from mlops_gpu.server.auth import IdentityCache, identity
+from mlops_gpu.server.auth import IdentityCache, authenticate, identity
 from mlops_gpu.server.fast_submit import FastSubmit
 from mlops_gpu.server.limits import BodyLimit, RateLimiter
 from mlops_gpu.server.routes import cluster, health, members, metrics, runs, sdk
+from mlops_gpu.server.shared import SharedState
 from mlops_gpu.server.submits import submit_writer
 
 API = "/api/v1"
@@ -28,9 +29,12 @@ def create_app(
     rt: Any,
     scheduler: Any = None,
     extras: Iterable[Callable[[FastAPI], None]] = (),
+    shared: SharedState | None = None,
 ) -> FastAPI:
     """The API of ``rt`` (a ``controller.Runtime``); ``scheduler``: the ``SchedulerThread``
-    beside it, or None (``--no-scheduler``), for ``/readyz`` and ``/api/v1/scheduler``."""
+    beside it, or None (``--no-scheduler``), for ``/readyz`` and ``/api/v1/scheduler``;
+    ``shared``: the state every worker of the server shares (rate limit, identity cache
+    generation), else this process's own."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -47,14 +51,15 @@ def create_app(
     app.state.rt = rt
     app.state.scheduler = scheduler
     srv = rt.cfg.server
+    shared = shared if shared is not None else SharedState.private()
     app.state.limiter = (
-        RateLimiter(srv.rate_per_s, srv.rate_burst) if srv.rate_per_s is not None else None
+        RateLimiter(srv.rate_per_s, srv.rate_burst, shared) if srv.rate_per_s is not None else None
     )
     # writes of concurrent requests in one transaction each (``group_commit``), and identities
     # read from the store at most every ``IDENTITY_TTL_S`` per token
     app.state.submits = submit_writer(rt)
     app.state.audit_writer = audit_writer(rt.store)
-    app.state.identities = IdentityCache()
+    app.state.identities = IdentityCache(shared=shared)
 
     def _close_writers() -> None:  # after uvicorn drained the requests in flight
         app.state.submits.close()
@@ -77,7 +82,9 @@ def create_app(
     for extra in extras:
         extra(app)
     app.add_middleware(FastSubmit, api=app)  # inside the body limit and the audit trail
+    # the large limit of POST /runs/call only for an identity that passed (401 before the body)
     app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes,
-                       routes={API + sdk.CALL_PATH: sdk.call_body_limit(srv)})  # fmt: skip
+                       routes={API + sdk.CALL_PATH: sdk.call_body_limit(srv)},
+                       gate=lambda scope: authenticate(app.state, scope))  # fmt: skip
     app.add_middleware(AuditTrail, writer=app.state.audit_writer)
     return app

@@ -24,6 +24,7 @@ from fastapi import Request
 from mlops_gpu.config.server import ROLE_RANK
 from mlops_gpu.model import Run
 from mlops_gpu.server.errors import ApiError
+from mlops_gpu.server.shared import SharedState
 from mlops_gpu.state import users as users_mod
 
 
@@ -111,36 +112,58 @@ def token_identity(rt: Any, token: str) -> Identity | None:
 #: Seconds an identity read from the store serves requests of the same token (or proxied
 #: name) before it is read again: a revocation (``users revoke``), an expired user or a
 #: changed membership takes effect within this long in every server; a membership changed
-#: through this server's API at once in this server.
+#: through this server's API (any of its workers) at once.
 IDENTITY_TTL_S = 2.0
 
 
 class IdentityCache:
     """Identities by token hash (``t:...``) or proxied name (``p:...``), each kept at most
     ``ttl_s`` and never past its token's expiry. Bounded: cleared when it grows past
-    ``max_size``."""
+    ``max_size``.
+
+    Generations (``invalidate``): each entry carries the generation of ``shared`` read before
+    its store read began (``generation``, passed to ``put``), and is served only while the
+    generation is still that one. ``invalidate`` (after a membership change committed) adds
+    one to it in every worker that shares ``shared``: every entry cached before, and every
+    store read in flight during the change, is never served, so no pre-change role comes
+    back."""
 
     def __init__(self, ttl_s: float = IDENTITY_TTL_S, max_size: int = 10_000,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.time,
+                 shared: SharedState | None = None) -> None:  # fmt: skip
         self.ttl_s, self.max_size, self.clock = ttl_s, max_size, clock
-        self._items: dict[str, tuple[float, Identity]] = {}  # key -> (valid until, identity)
+        self.shared = shared if shared is not None else SharedState.private()
+        # key -> (valid until, generation it was read under, identity)
+        self._items: dict[str, tuple[float, int, Identity]] = {}
+
+    def generation(self) -> int:
+        """Read before a store read whose identity is then ``put``."""
+        return self.shared.generation()
 
     def get(self, key: str) -> Identity | None:
         hit = self._items.get(key)
         if hit is None:
             return None
-        if hit[0] <= self.clock():
+        if hit[0] <= self.clock() or hit[1] != self.shared.generation():
             self._items.pop(key, None)
             return None
-        return hit[1]
+        return hit[2]
 
-    def put(self, key: str, who: Identity, expires_at: float | None = None) -> None:
+    def put(self, key: str, who: Identity, generation: int,
+            expires_at: float | None = None) -> None:  # fmt: skip
+        """Cache ``who``, read from the store after ``generation`` was read (a read that
+        began before an invalidation is not kept)."""
+        if generation != self.shared.generation():
+            return
         if len(self._items) >= self.max_size:
             self._items.clear()
         until = self.clock() + self.ttl_s
-        self._items[key] = (until if expires_at is None else min(until, expires_at), who)
+        until = until if expires_at is None else min(until, expires_at)
+        self._items[key] = (until, generation, who)
 
-    def clear(self) -> None:
+    def invalidate(self) -> None:
+        """Forget every identity, in every worker sharing this cache's generation."""
+        self.shared.bump()
         self._items.clear()
 
 
@@ -179,13 +202,17 @@ def _key(request: Request) -> tuple[str, str]:
     return key_of(auth, request.scope.get("client"), first_headers(request.scope["headers"]))
 
 
-def _load(request: Request, key: str, secret: str) -> Identity:
+#: ``scope["state"]`` key: the request's identity was established and rate-limited already
+#: (``authenticate`` before its body was read)
+CHECKED = "identity_checked"
+
+
+def _load(rt: Any, cache: IdentityCache, key: str, secret: str) -> Identity:
     """The identity of ``secret`` read from the store (a thread: it blocks), then cached."""
-    rt = request.app.state.rt
-    cache: IdentityCache = request.app.state.identities
+    generation = cache.generation()  # before the read: a change during it is not cached
     if key.startswith("p:"):
         who = _of(rt, secret, users_mod.get_user(rt.store, secret))
-        cache.put(key, who)
+        cache.put(key, who, generation)
         return who
     found = users_mod.token_user(rt.store, secret)
     if found is None:  # not cached: a token that becomes valid is never one (hashes are unique)
@@ -193,22 +220,37 @@ def _load(request: Request, key: str, secret: str) -> Identity:
                        headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
     user, expires_at = found
     who = _of(rt, user.name, user)
-    cache.put(key, who, expires_at)
+    cache.put(key, who, generation, expires_at)
+    return who
+
+
+async def authenticate(state: Any, scope: Any) -> Identity:
+    """The identity of the request ``scope`` (ApiError 401 without one), rate-limited (429);
+    ``state``: the app's state. A cached identity (``IdentityCache``) is answered without a
+    thread or a store read. Needs only the headers: a route may call it before the body is
+    read (``limits.BodyLimit``)."""
+    rt = state.rt
+    key, secret = key_of(rt.cfg.server.auth, scope.get("client"), first_headers(scope["headers"]))
+    who = state.identities.get(key)
+    if who is None:
+        who = await anyio.to_thread.run_sync(_load, rt, state.identities, key, secret)
+    req_state = scope.setdefault("state", {})
+    req_state["identity"] = who
+    if state.limiter is not None:
+        state.limiter.check(who.name)
+    req_state[CHECKED] = True
     return who
 
 
 async def identity(request: Request) -> Identity:
-    """The request's identity (401 without one), rate-limited per identity (429). A cached
-    identity (``IdentityCache``) is answered without a thread or a store read."""
-    key, secret = _key(request)
-    who = request.app.state.identities.get(key)
-    if who is None:
-        who = await anyio.to_thread.run_sync(_load, request, key, secret)
-    request.state.identity = who
-    limiter = request.app.state.limiter
-    if limiter is not None:
-        limiter.check(who.name)
-    return who
+    """The request's identity (401 without one), rate-limited per identity (429): the FastAPI
+    dependency of every ``/api/v1`` route (once per request: ``authenticate`` may have run
+    before the body was read)."""
+    req_state = request.scope.get("state") or {}
+    if req_state.get(CHECKED):
+        who: Identity = req_state["identity"]
+        return who
+    return await authenticate(request.app.state, request.scope)
 
 
 def require_admin(who: Identity) -> None:

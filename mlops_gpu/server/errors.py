@@ -46,6 +46,18 @@ def error_response(
     return JSONResponse(body(code, message, field), status_code=status, headers=headers)
 
 
+async def send_error(send: Any, status: int, code: str, message: str, field: str | None = None,
+                     headers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """The JSON error answered straight to an ASGI ``send`` (a middleware, outside FastAPI's
+    exception handlers)."""
+    data = json.dumps(body(code, message, field)).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.lower().encode("latin-1"), str(v).encode("latin-1"))
+            for k, v in (headers or {}).items()]  # fmt: skip
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
 def _field(loc: tuple[Any, ...]) -> str | None:
     # ("body", "runs", 0, "gpus") -> "runs.0.gpus"; ("query", "limit") -> "limit"
     parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path") else []

@@ -88,7 +88,7 @@ def _serve_workers(rt: Any, thread: Any, workers: int, common: dict[str, Any]) -
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    from mlops_gpu.server import worker
+    from mlops_gpu.server import shared, worker
     from mlops_gpu.server.dashboard import session
 
     if rt.cfg.source is None:
@@ -100,10 +100,13 @@ def _serve_workers(rt: Any, thread: Any, workers: int, common: dict[str, Any]) -
     os.environ[worker.ENV_SCHEDULER] = "1" if thread is not None else "0"
     # one dashboard CSRF key for every worker (a form may be posted to another worker)
     os.environ.setdefault(session.ENV_SECRET, os.urandom(32).hex())
+    # one rate limit and one identity cache generation for every worker
+    state = shared.SharedState.create()
+    os.environ[shared.ENV] = str(state.path)
     config = uvicorn.Config("mlops_gpu.server.worker:app", factory=True, workers=workers,
                             **common)  # fmt: skip
-    return (
-        0
-        if _run_bound(rt, thread, config, lambda s: Multiprocess(config, sockets=[s]).run())
-        else 1
-    )
+    try:
+        bound = _run_bound(rt, thread, config, lambda s: Multiprocess(config, sockets=[s]).run())
+    finally:
+        state.close(remove=True)
+    return 0 if bound else 1

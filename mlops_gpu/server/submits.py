@@ -5,6 +5,10 @@ Each spec of a batch is checked on its own, as ``Runtime.submit_many`` checks a 
 stored in one transaction (``Store.submit_many``) after their folders were proven writable, so
 each request is answered after its run was committed, and a failing store fails the whole batch
 with nothing stored. The inventory is read once per batch, not once per request.
+
+Folders are proven per backend a spec names (``prepare_folders`` of that spec alone, once per
+batch for each backend name): a run whose backend's folder cannot be written fails its own
+request with the ``SetupError`` (503, as a lone submit), and the rest of the batch is stored.
 """
 
 from __future__ import annotations
@@ -20,21 +24,33 @@ def submit_writer(rt: Any) -> GroupCommit[RunSpec, Run]:
     """The group commit of single-run submits into ``rt``'s store (``rt``: a ``Runtime``)."""
     from mlops_gpu.controller import SubmitError
     from mlops_gpu.controller.prepare import prepare_folders
+    from mlops_gpu.state import SetupError
 
     def write(specs: Sequence[RunSpec]) -> list[Run | BaseException]:
         nodes = rt.nodes()
         out: list[Run | BaseException | None] = [None] * len(specs)
         good: list[int] = []
+        # backend name (None: any) -> its folders' SetupError, or None once proven writable
+        folders: dict[str | None, SetupError | None] = {}
         for i, spec in enumerate(specs):
             problems = rt.problems(spec, nodes)
             if problems:
                 out[i] = SubmitError(f"1 of 1 runs rejected, none queued: run 0 ({spec.name}): "
                                      + "; ".join(problems))  # fmt: skip
+                continue
+            if spec.backend not in folders:
+                try:
+                    prepare_folders(rt.cfg, [spec])
+                    folders[spec.backend] = None
+                except SetupError as e:
+                    folders[spec.backend] = e
+            failed = folders[spec.backend]
+            if failed is not None:
+                out[i] = SetupError(str(failed))  # (one exception object per request)
             else:
                 good.append(i)
         if good:
             chosen = [specs[i] for i in good]
-            prepare_folders(rt.cfg, chosen)
             for i, run in zip(good, rt.store.submit_many(chosen), strict=True):
                 out[i] = run
         return [x for x in out if x is not None]

@@ -5,6 +5,8 @@ its own ``Runtime`` from the config file the parent names in ``MLOPS_GPU_SERVER_
 Invariants:
 - A worker never schedules: the parent runs the one ``SchedulerThread`` (unless
   ``--no-scheduler``), so a server with N workers is still one candidate for the lease.
+- The workers share one rate limit and one identity cache generation (``shared``: memory the
+  parent made and names in ``MLOPS_GPU_SERVER_SHARED``).
 - A worker tells the scheduler's role (``/readyz``, ``/api/v1/scheduler``) from the store's
   lease: ``leader`` while the lease's holder is its parent process, else ``standby``.
 """
@@ -37,8 +39,10 @@ def app() -> Any:
     from mlops_gpu.config import load_config
     from mlops_gpu.controller import Runtime
     from mlops_gpu.server.app import create_app
+    from mlops_gpu.server.shared import ENV, SharedState
 
     rt = Runtime(load_config(os.environ[ENV_CONFIG]))
     _ = rt.store  # opened before the first request
     role = LeaseRole(rt.store, os.getppid()) if os.environ.get(ENV_SCHEDULER) == "1" else None
-    return create_app(rt, role)
+    # the rate limit and the identity cache's generation, one for all the parent's workers
+    return create_app(rt, role, shared=SharedState.attach(os.environ[ENV]))

@@ -65,13 +65,14 @@ def test_identity_cache_expires_with_its_ttl_or_the_token() -> None:
     now = [100.0]
     cache = IdentityCache(ttl_s=2.0, max_size=3, clock=lambda: now[0])
     who = Identity("mem", roles={"p": "member"})
-    cache.put("t:a", who)
-    cache.put("t:b", who, expires_at=101.0)  # the token expires before the TTL
+    gen = cache.generation()
+    cache.put("t:a", who, gen)
+    cache.put("t:b", who, gen, expires_at=101.0)  # the token expires before the TTL
     assert cache.get("t:a") is who and cache.get("t:b") is who
     now[0] = 101.0
     assert cache.get("t:a") is who and cache.get("t:b") is None
     now[0] = 102.0
     assert cache.get("t:a") is None
     for k in ("t:1", "t:2", "t:3", "t:4"):  # bounded
-        cache.put(k, who)
+        cache.put(k, who, gen)
     assert cache.get("t:1") is None and cache.get("t:4") is who

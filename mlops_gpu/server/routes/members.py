@@ -28,7 +28,8 @@ def _set(request: Request, who: Identity, project: str, user: str, role: str | N
         set_membership(request.app.state.rt.store, user, project, role)
     except UserError as e:
         raise ApiError(404, "not_found", str(e), "user") from None
-    request.app.state.identities.clear()  # the new role counts from the next request on
+    # committed: the new role counts from the next request on, in every worker
+    request.app.state.identities.invalidate()
 
 
 @router.put("/projects/{project}/members/{user}", summary="Give a user a role in a project")

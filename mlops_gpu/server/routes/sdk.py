@@ -4,6 +4,9 @@ the server's settings (``GET /settings``: the callable limit, the MLflow trackin
 artifact root).
 
 Invariants:
+- The body of ``POST /runs/call`` is read only for an authenticated identity (``limits``: a
+  401 comes before the body). Its ``payload`` is held to ``server.max_call_bytes`` and the
+  rest of the body to ``server.max_body_bytes`` (413 naming the setting beyond).
 - The server never unpickles a payload: it checks the size (``server.max_call_bytes``, 413
   naming it beyond) and the pickle framing, stores it where local-mode callables are stored
   (``controller.calls``), and the run's command is the server's own ``python -m
@@ -29,6 +32,7 @@ from mlops_gpu.model import TERMINAL_PHASES
 from mlops_gpu.model.public import run_to_public
 from mlops_gpu.server.auth import Identity, identity
 from mlops_gpu.server.errors import ApiError
+from mlops_gpu.server.limits import BODY_BYTES
 from mlops_gpu.server.routes.runs import RunId, _deps_visible, _spec, _visible_run
 from mlops_gpu.server.schemas import Arg, SubmitBody
 
@@ -66,6 +70,11 @@ def submit_call(body: CallBody, request: Request, who: Who) -> dict[str, Any]:
 
     rt = request.app.state.rt
     limit = rt.cfg.server.max_call_bytes
+    rest = int((request.scope.get("state") or {}).get(BODY_BYTES, 0)) - len(body.payload)
+    if rest > rt.cfg.server.max_body_bytes:  # the body's other fields: the general limit
+        raise ApiError(413, "too_large", f"the request without its payload is over the "
+                       f"server's limit of {rt.cfg.server.max_body_bytes} bytes "
+                       "(server.max_body_bytes)")  # fmt: skip
     try:
         payload = base64.b64decode(body.payload, validate=True)
     except (binascii.Error, ValueError):
