@@ -40,5 +40,9 @@ def app() -> Any:
 
     rt = Runtime(load_config(os.environ[ENV_CONFIG]))
     _ = rt.store  # opened before the first request
+    from mlops_gpu.server.serve import freeze_heap
+
     role = LeaseRole(rt.store, os.getppid()) if os.environ.get(ENV_SCHEDULER) == "1" else None
-    return create_app(rt, role)
+    built = create_app(rt, role)
+    freeze_heap()
+    return built
