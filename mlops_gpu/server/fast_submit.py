@@ -93,8 +93,8 @@ class FastSubmit:
             # cost a burst of slow answers every TTL (the submit p99)
             try:
                 who = await anyio.to_thread.run_sync(_load, Request(scope), key, secret)
-            except ApiError:
-                return False  # an unknown token: the route answers (and audits) the 401
+            except Exception:  # an unknown token (401), the store unavailable (503), ...:
+                return False  # the route reads it again and answers (and audits) its own way
         try:
             obj = json.loads(data)
             sub = SubmitBody.model_validate(obj) if isinstance(obj, dict) else None
