@@ -17,8 +17,9 @@ store, listing 50,000 pending runs page by page, and the fail-over of two server
 Targets (2 cores): ``api_submits_per_s`` >= 500 with ``submit_p99_ms`` <= 100, ``list_p99_ms``
 <= 100 for a page of 500 with 50,000 pending, ``failover_s`` <= 15.
 
-The machine may be shared: the table also gives the server's CPU seconds per request (from
-/proc) and the load average, which the wall-clock figures depend on.
+The machine may be shared: the table also gives the CPU per request of the server and of the
+PostgreSQL backends serving it (from /proc: PostgreSQL must run on this machine) and the load
+average, which the wall-clock figures depend on.
 
     MLOPS_GPU_TEST_PG_URL=postgresql+psycopg://... python benchmarks/api_throughput.py
 
@@ -199,6 +200,48 @@ def cpu_s(pids: list[int]) -> float:
     return total
 
 
+class PgCpu:
+    """CPU seconds of the PostgreSQL backends serving ``url``'s database (the server's pool;
+    /proc, so PostgreSQL must run on this machine): read at ``start`` and at ``seconds``. A
+    backend that started in between counts from 0; one that ended in between is missed."""
+
+    def __init__(self, url: str) -> None:
+        from sqlalchemy import create_engine
+        from sqlalchemy.pool import NullPool
+
+        self.eng = create_engine(url, poolclass=NullPool)
+        self.at0: dict[int, float] = {}
+        self.sessions0 = 0
+
+    def _pids(self) -> list[int]:
+        from sqlalchemy import text
+
+        with self.eng.connect() as conn:
+            q = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND pid <> pg_backend_pid()")  # fmt: skip
+            return [int(p) for (p,) in conn.execute(text(q))]
+
+    def _sessions(self) -> int:
+        from sqlalchemy import text
+
+        with self.eng.connect() as conn:
+            q = "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+            return int(conn.execute(text(q)).scalar_one())
+
+    def start(self) -> None:
+        self.at0 = {p: cpu_s([p]) for p in self._pids()}
+        self.sessions0 = self._sessions()
+
+    def seconds(self) -> float:
+        return sum(cpu_s([p]) - self.at0.get(p, 0.0) for p in self._pids())
+
+    def sessions(self) -> int:
+        """Connections opened since ``start`` (a pool that closes and reopens them costs
+        PostgreSQL a backend process each; their CPU is missed by ``seconds``), less the
+        readings' own."""
+        return self._sessions() - self.sessions0 - 2
+
+
 def tree(pid: int) -> list[int]:
     """``pid`` and its descendants."""
     out, todo = [], [pid]
@@ -222,7 +265,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def bench_submits(port: int, server_pid: int, tokens: list[str], runs: int,
-                  procs: int, warm: int) -> dict[str, Any]:  # fmt: skip
+                  procs: int, warm: int, pg: PgCpu) -> dict[str, Any]:  # fmt: skip
     clients = len(tokens)
     per_client = runs // clients
     groups = [tokens[i::procs] for i in range(procs)]
@@ -230,6 +273,7 @@ def bench_submits(port: int, server_pid: int, tokens: list[str], runs: int,
 
     pids = tree(server_pid)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pg.start()
     cpu0, t0 = cpu_s(pids), time.perf_counter()
     loaders = []
     for g in groups:
@@ -247,6 +291,7 @@ def bench_submits(port: int, server_pid: int, tokens: list[str], runs: int,
         spans.append(res["span"])
     wall = time.perf_counter() - t0
     cpu = cpu_s(pids) - cpu0
+    pg_cpu, pg_sessions = pg.seconds(), pg.sessions()
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     client_cpu = kids.ru_utime + kids.ru_stime - kids0.ru_utime - kids0.ru_stime
     done = per_client * clients
@@ -258,6 +303,8 @@ def bench_submits(port: int, server_pid: int, tokens: list[str], runs: int,
         "submit_p99_ms": pct(lat, 0.99) * 1000,
         "server_cpu_ms_per_submit": cpu * 1000 / (done + warm * clients),
         "server_cpu_s": cpu,
+        "pg_cpu_ms_per_submit": pg_cpu * 1000 / (done + warm * clients),
+        "pg_sessions_submits": pg_sessions,
         "client_cpu_ms_per_submit": client_cpu * 1000 / (done + warm * clients),
         "load_wall_s": wall,
     }
@@ -297,7 +344,7 @@ def fill_pending(cfg: Path, target: int) -> int:
         store.close()
 
 
-def bench_list(port: int, server_pid: int, token: str, page: int) -> dict[str, Any]:
+def bench_list(port: int, server_pid: int, token: str, page: int, pg: PgCpu) -> dict[str, Any]:
     import httpx
 
     lat: list[float] = []
@@ -306,6 +353,7 @@ def bench_list(port: int, server_pid: int, token: str, page: int) -> dict[str, A
                       headers={"Authorization": f"Bearer {token}"}) as c:  # fmt: skip
         c.get("/api/v1/runs", params={"phase": "pending", "limit": page})  # warm
         pids = tree(server_pid)
+        pg.start()
         cpu0 = cpu_s(pids)
         cursor: str | None = None
         while True:
@@ -322,9 +370,12 @@ def bench_list(port: int, server_pid: int, token: str, page: int) -> dict[str, A
             if cursor is None:
                 break
         cpu = cpu_s(pids) - cpu0
+        pg_cpu, pg_sessions = pg.seconds(), pg.sessions()
     return {"pages": len(lat), "listed": seen, "list_p50_ms": pct(lat, 0.5) * 1000,
             "list_p99_ms": pct(lat, 0.99) * 1000,
-            "server_cpu_ms_per_page": cpu * 1000 / max(1, len(lat))}  # fmt: skip
+            "server_cpu_ms_per_page": cpu * 1000 / max(1, len(lat)),
+            "pg_cpu_ms_per_page": pg_cpu * 1000 / max(1, len(lat)),
+            "pg_sessions_list": pg_sessions}  # fmt: skip
 
 
 def bench_failover(d: Path, url: str, runs: int) -> dict[str, Any]:
@@ -422,22 +473,24 @@ def main() -> None:
         cfg = write_config(d, args.store)
         tokens = make_users(cfg, args.clients)
         proc, port = start_server(cfg, d / "server.log", "--no-scheduler", *args.server_arg)
+        pg = PgCpu(args.store)
         try:
             res.update(bench_submits(port, proc.pid, tokens[:-1], args.runs,
-                                     args.load_procs, args.warm))  # fmt: skip
+                                     args.load_procs, args.warm, pg))  # fmt: skip
             res["direct_submits_per_s"] = (
                 None if "direct" in args.skip else bench_direct(cfg, res["runs"])
             )
             if "list" not in args.skip:
                 res["pending"] = fill_pending(cfg, args.pending)
                 res["page"] = args.page
-                res.update(bench_list(port, proc.pid, tokens[-1], args.page))
+                res.update(bench_list(port, proc.pid, tokens[-1], args.page, pg))
             else:
                 res["list_p99_ms"] = None
         except Exception:
             print((d / "server.log").read_text()[-3000:], file=sys.stderr)
             raise
         finally:
+            pg.eng.dispose()
             stop(proc)
         if "failover" not in args.skip:
             res.update(bench_failover(d, args.store, args.failover_runs))
@@ -452,16 +505,20 @@ def main() -> None:
          else f"{res['direct_submits_per_s']:.0f}"),
         ("submit p50 / p99 ms", f"{res['submit_p50_ms']:.1f} / {res['submit_p99_ms']:.1f}"),
         ("server CPU ms/submit", f"{res['server_cpu_ms_per_submit']:.2f}"),
+        ("PostgreSQL CPU ms/submit", f"{res['pg_cpu_ms_per_submit']:.2f}"),
+        ("PostgreSQL sessions opened", f"{res['pg_sessions_submits']}"),
         ("client CPU ms/submit", f"{res['client_cpu_ms_per_submit']:.2f}"),
         ("list p50 / p99 ms", "-" if res["list_p99_ms"] is None
          else f"{res['list_p50_ms']:.1f} / {res['list_p99_ms']:.1f}"),
         ("server CPU ms/page", "-" if res["list_p99_ms"] is None
          else f"{res['server_cpu_ms_per_page']:.1f}"),
+        ("PostgreSQL CPU ms/page", "-" if res["list_p99_ms"] is None
+         else f"{res['pg_cpu_ms_per_page']:.1f}"),
         ("failover s", "-" if res["failover_s"] is None else f"{res['failover_s']:.2f}"),
         ("load average 1m", f"{res['load_average_1m']}"),
     ]  # fmt: skip
     for k, v in rows:
-        print(f"{k:<22}{v}")
+        print(f"{k:<26}{v}")
     for k, v in list(res.items()):
         if isinstance(v, float):
             res[k] = round(v, 2)

@@ -56,10 +56,22 @@ def serve(
     if workers > 1:
         return _serve_workers(rt, thread, workers, common)
     config = uvicorn.Config(create_app(rt, thread, extras), **common)
+    freeze_heap()
     server = uvicorn.Server(config)
     if not _run_bound(rt, thread, config, lambda sock: server.run(sockets=[sock])):
         return 1
     return 0 if server.started else 1
+
+
+def freeze_heap() -> None:
+    """Move what is alive once the app is built (the modules of FastAPI, SQLAlchemy, pydantic,
+    the config) out of the garbage collector's reach: its full passes walk every tracked
+    object, and those hundreds of thousands of start-up objects, never garbage, made each
+    pass cost tens of milliseconds of some unlucky request's latency."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _run_bound(rt: Any, thread: Any, config: Any, run: Callable[[Any], None]) -> bool:

@@ -43,6 +43,10 @@ def app() -> Any:
 
     rt = Runtime(load_config(os.environ[ENV_CONFIG]))
     _ = rt.store  # opened before the first request
+    from mlops_gpu.server.serve import freeze_heap
+
     role = LeaseRole(rt.store, os.getppid()) if os.environ.get(ENV_SCHEDULER) == "1" else None
     # the rate limit and the identity cache's generation, one for all the parent's workers
-    return create_app(rt, role, shared=SharedState.attach(os.environ[ENV]))
+    built = create_app(rt, role, shared=SharedState.attach(os.environ[ENV]))
+    freeze_heap()
+    return built

@@ -23,11 +23,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Row, select
 from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import TERMINAL_PHASES, Dependency, Phase, Run, RunSpec
-from mlops_gpu.state.bulk import CHUNK, Move, bump, locked_rows, move_many, rows_of
+from mlops_gpu.state.bulk import CHUNK, Move, bump, locked_rows, move_many
 from mlops_gpu.state.errors import DependencyError
 from mlops_gpu.state.schema import events, runs
 
@@ -134,15 +134,13 @@ def submit_runs(
                 if any(s.dependencies for s in final) or job.after_names:
                     final = _resolve(conn, final, job)
                     _check_acyclic(ids, final)
-                _insert(conn, ids, final, now, job.held, aid)
+                rows = _insert(conn, ids, final, now, job.held, aid)
             break
         except IntegrityError:  # an id collision: draw them all again
             continue
     else:  # pragma: no cover - 40 random bits colliding five times in a row
         raise RuntimeError("could not allocate unique run ids")
-    with store._ro() as conn:
-        rows = rows_of(conn, ids)
-    return [store._run(rows[run_id]) for run_id in ids]
+    return [store._run(row) for row in rows]
 
 
 def _insert(
@@ -152,10 +150,12 @@ def _insert(
     now: float,
     held: bool,
     array_id: str | None,
-) -> None:
+) -> Sequence[Row[Any]]:
+    """Insert the runs and their ``submitted`` events; the runs' rows as stored, in the order
+    of ``ids`` (``RETURNING``: read back in the same statement, not by a second query)."""
     rev = bump(conn)
-    conn.execute(
-        runs.insert(),
+    stored = conn.execute(
+        runs.insert().returning(*runs.c, sort_by_parameter_order=True),
         [
             {
                 "id": run_id,
@@ -177,7 +177,7 @@ def _insert(
             }
             for run_id, spec in zip(ids, specs, strict=True)
         ],
-    )
+    ).all()  # fetched before the next statement
     why = "submitted (held)" if held else "submitted"
     conn.execute(
         events.insert(),
@@ -187,6 +187,7 @@ def _insert(
             for run_id in ids
         ],
     )  # fmt: skip
+    return stored
 
 
 _HELD = "held by user"

@@ -91,7 +91,9 @@ def _engine(url: str) -> Engine:
     # A server that does not answer fails the open in seconds, not after TCP's minutes (unless
     # the URL sets its own connect_timeout).
     args = {} if "connect_timeout" in make_url(url).query else {"connect_timeout": 10}
-    return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4, connect_args=args)
+    # all 10 kept open once opened: with 2 kept (4 more allowed), a server's bursts (identity
+    # reads) connected and closed the rest each time, a PostgreSQL backend started for each
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=0, connect_args=args)
 
 
 def _row_to_run(r: Row[Any], spec: RunSpec | None = None) -> Run:

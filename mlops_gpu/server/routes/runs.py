@@ -168,7 +168,7 @@ def list_runs(
     cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
-    from mlops_gpu.state.pages import page_runs
+    from mlops_gpu.state.pages import page_public
 
     visible = who.visible_projects()
     projects: set[str] | None = visible
@@ -176,7 +176,7 @@ def list_runs(
         projects = {project} if visible is None or project in visible else set()
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=timezone.utc)
-    runs, nxt = page_runs(
+    page, nxt = page_public(
         request.app.state.rt.store,
         projects=projects,
         user=user,
@@ -187,7 +187,7 @@ def list_runs(
     )
     # the page's dicts hold only JSON types: written as they are (FastAPI's encoder would walk
     # every value of every run again)
-    return json_response({"runs": [run_to_public(r) for r in runs],
+    return json_response({"runs": page,
                           "next_cursor": str(nxt) if nxt is not None else None})  # fmt: skip
 
 
