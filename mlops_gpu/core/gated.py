@@ -15,7 +15,9 @@ engine, which knows nothing of job control, stays equal to the Python one.
 The caller reports how each run ended (``ended``, also for a pending run cancelled), and, for a
 dependency that is neither pending nor active here, its final phase or None (unknown) before
 it submits the run that depends on it; ``finish`` alone (a victim about to be requeued) is not
-an end.
+an end. The inner engine is told each end as well when it judges dependencies itself
+(``FromScratch`` runs ``decide``, which gates again: without the ends it would find a met
+dependency unknown).
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ class Gated:
         self.inner = inner
         self.pending: dict[str, Run] = {}  # every pending run, in the inner engine or not
         self.ended_phase: dict[str, Phase | None] = {}
+        #: the inner engine's own record of ends, where it judges dependencies itself
+        self._inner_ended: Callable[[str, Phase | None], None] | None = getattr(
+            inner, "ended", None
+        )
         self._live = _Live(self)
         #: Whether a run this engine does not hold is live (the controller's runs admitted
         #: without a placement); a dependency on one waits.
@@ -170,6 +176,8 @@ class Gated:
         that waits for two of them must not find the second gone and not yet ended)."""
         items = list(items)
         for run_id, phase in items:
+            if self._inner_ended is not None:
+                self._inner_ended(run_id, phase)
             self.ended_phase[run_id] = phase
         again: set[str] = set()
         for run_id, _ in items:
