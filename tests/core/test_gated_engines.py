@@ -34,7 +34,7 @@ def _resolve(eng: Gated, run: Any, store: dict[str, Phase]) -> None:
 def _drive(engines: list[Gated], events: list[tuple[Any, ...]]) -> list[Any]:
     """Feed the same events to each engine; return the decisions of the first, asserting
     that every other decides the same. ``ended_phase`` of a ``forget_ended`` engine never
-    holds an end that no pending run names."""
+    holds, after a cycle, an end that no pending run names."""
     store: dict[str, Phase] = {}  # every end, as the store keeps them
     lead = engines[0]
     out: list[Any] = []
@@ -42,7 +42,7 @@ def _drive(engines: list[Gated], events: list[tuple[Any, ...]]) -> list[Any]:
 
     def submit(run: Any) -> None:
         for eng in engines:
-            if getattr(eng, "forget_ended", False):
+            if eng.forget_ended:
                 _resolve(eng, run, store)
             eng.submit(run)
 
@@ -70,6 +70,10 @@ def _drive(engines: list[Gated], events: list[tuple[Any, ...]]) -> list[Any]:
                 submit(run)
         elif ev[0] == "cycle":
             ds = [eng.cycle(now) for eng in engines]
+            for eng in engines:
+                if eng.forget_ended:  # only the ends a pending run names are kept
+                    named = {d.run_id for r in eng.pending.values() for d in r.spec.dependencies}
+                    assert set(eng.ended_phase) <= named
             for d in ds[1:]:
                 assert [(a.run_id, a.placement) for a in d.admissions] == [
                     (a.run_id, a.placement) for a in ds[0].admissions
@@ -80,10 +84,6 @@ def _drive(engines: list[Gated], events: list[tuple[Any, ...]]) -> list[Any]:
                 for eng in engines:
                     eng.remove_pending(p.run_id)
                 end(p.run_id, Phase.CANCELLED)
-        for eng in engines:
-            if getattr(eng, "forget_ended", False):
-                named = {d.run_id for r in eng.pending.values() for d in r.spec.dependencies}
-                assert set(eng.ended_phase) <= named
     return out
 
 
@@ -107,3 +107,38 @@ def test_gated_from_scratch_admits_a_run_whose_dependency_succeeded() -> None:
     d = eng.cycle(2.0)
     assert [a.run_id for a in d.admissions] == ["b"]
     assert d.doomed == ()
+
+
+def _forgetting(template: Any) -> Gated:
+    eng = Gated(Incremental(template))
+    eng.forget_ended = True
+    return eng
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_forgetting_ends_decides_as_keeping_them(
+    scenario: tuple[Any, list[tuple[Any, ...]]],
+) -> None:
+    template, events = scenario
+    _drive([Gated(Incremental(template)), _forgetting(template)], events)
+
+
+def test_ended_phase_stays_bounded_over_many_ended_runs() -> None:
+    """2,000 runs end; one pending run waits on the last of them: one end is kept, not 2,000,
+    and the waiting run still starts once its dependency succeeded."""
+    template = make_snapshot([make_node("n1", 8)], [make_project("p", 8)], [], [], now=0.0)
+    eng = _forgetting(template)
+    now = 0.0
+    for i in range(2000):
+        now += 1.0
+        eng.submit(make_run(f"r{i}", seq=2 * i))
+        if i == 1999:
+            eng.submit(make_run("w", seq=2 * i + 1, dependencies=(Dependency("afterok", "r1999"),)))
+        assert [a.run_id for a in eng.cycle(now).admissions] == [f"r{i}"]
+        eng.finish(f"r{i}")
+        eng.ended(f"r{i}", Phase.SUCCEEDED)
+    assert eng.ended_phase == {"r1999": Phase.SUCCEEDED}
+    d = eng.cycle(now + 1)
+    assert [a.run_id for a in d.admissions] == ["w"]
+    assert eng.ended_phase == {}
