@@ -25,16 +25,19 @@ def page_runs(
     since: float | None = None,
     before_seq: int | None = None,
     limit: int = 100,
+    array_id: str | None = None,
 ) -> tuple[list[Run], int | None]:
     """(up to ``limit`` runs newest first, the cursor of the next page or None).
 
     ``projects``: only runs of these projects (None: every project); ``since``: submitted at
-    or after this time."""
+    or after this time; ``array_id``: only that array's elements."""
     q = select(runs)
     if projects is not None:
         q = q.where(runs.c.project.in_(list(projects)))
     if user is not None:
         q = q.where(runs.c.user == user)
+    if array_id is not None:
+        q = q.where(runs.c.array_id == array_id)
     if phases is not None:
         q = q.where(runs.c.phase.in_([p.value for p in phases]))
     if since is not None:

@@ -163,6 +163,7 @@ def list_runs(
     who: Who,
     project: Annotated[str | None, Query(max_length=200)] = None,
     user: Annotated[str | None, Query(max_length=200)] = None,
+    array_id: Annotated[str | None, Query(max_length=200)] = None,
     phase: Annotated[list[Phase] | None, Query()] = None,
     since: datetime | None = None,
     cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
@@ -184,6 +185,7 @@ def list_runs(
         since=since.timestamp() if since is not None else None,
         before_seq=int(cursor) if cursor is not None else None,
         limit=limit,
+        array_id=array_id,
     )
     # the page's dicts hold only JSON types: written as they are (FastAPI's encoder would walk
     # every value of every run again)
