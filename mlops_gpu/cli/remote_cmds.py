@@ -251,15 +251,24 @@ def nodes(t: Any, as_json: bool) -> None:
 
 def update(t: Any, run_id: str, changes: dict[str, Any], as_json: bool) -> None:
     """``update`` remotely: only the fields given travel (``PATCH /api/v1/runs/{id}``)."""
+    from mlops_gpu.cli.jobs import array_lines
     from mlops_gpu.remote import RemoteError
 
     body = {k: v for k, v in changes.items() if v is not None}
     try:
         with client(t) as c:
-            _get(c, run_id, False)
-            out = c.update(run_id, body)
+            try:
+                out = c.update(run_id, body)
+            except RemoteError as e:
+                if e.status in (404, 422):  # unknown: as local mode says it
+                    _get_many(c, run_id, False)
+                raise
     except RemoteError as e:
         raise failing(e) from None
+    if "runs" in out:  # an array id
+        for line in array_lines(out["elements"], out["runs"], as_json):
+            click.echo(visible(line))
+        return
     click.echo(json.dumps(out["run"]) if as_json else visible(f"{run_id}: {out['result']}"))
 
 

@@ -1,6 +1,7 @@
 """Arrays in remote mode print what local mode prints, against a real server: ``status
 ARRAY_ID`` (its elements), ``queue``/``status`` folding an array into one line unless
-``--expand``, and ``hold``/``release``/``cancel``/``update`` of an array id."""
+``--expand``, and ``hold``/``release``/``cancel``/``update`` of an array id (``PATCH`` of an
+array id changes its pending elements)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ def test_array_ids_remotely_as_locally(make_server: Callable[..., Server], tmp_p
         r = run_cli("--config", str(srv.cfg), *args, env={"MLOPS_GPU_USER": "mem"})
         return r.returncode, r.stdout, r.stderr
 
-    rc, out, err = remote("submit", "-p", "p", "--hold", "--array", "0-3%2", "-n", "sweep",
-                          "--", "true")  # fmt: skip
+    # (held, and after that not before an hour: released elements stay pending)
+    rc, out, err = remote("submit", "-p", "p", "--hold", "--begin", "now+1h", "--array",
+                          "0-3%2", "-n", "sweep", "--", "true")  # fmt: skip
     assert rc == 0, err
     aid = out.strip()
     rc, out, err = remote("submit", "-p", "p", "--hold", "-n", "single", "--", "true")
@@ -67,6 +69,25 @@ def test_array_ids_remotely_as_locally(make_server: Callable[..., Server], tmp_p
     assert remote("release", aid)[1] == f"{aid}: 4 of 4 elements released\n"
     assert local("hold", aid)[1] == f"{aid}: 4 of 4 elements held\n"
     assert remote("release", single)[1] == f"{single}: released\n"
+    # update of the array id (PATCH /runs/{array id}): every pending element, a line each
+    rc, out, err = remote("update", aid, "--priority", "high")
+    assert rc == 0 and out.splitlines() == [
+        f"{e}: updated by user: priority normal -> high" for e in elements
+    ], err
+    r, lo = remote("update", aid, "--priority", "high", "--json"), local(
+        "update", aid, "--priority", "high", "--json")  # fmt: skip
+    assert r[0] == 0 and json.loads(r[1]) == json.loads(lo[1]), (r, lo)
+    assert [x["priority"] for x in json.loads(r[1])] == ["high"] * 4
+    r, lo = remote("update", aid, "--gpus", "9"), local("update", aid, "--gpus", "9")
+    assert r[0] == lo[0] == 2 and "gpus: 9 GPUs per node" in lo[2], (r, lo)
+    # (remote mode names the server before the server's message)
+    assert r[2] == lo[2].replace("error: ", f"error: {srv.url}: "), (r, lo)
+    r = remote("update", "r0000000000", "--gpus", "1")
+    assert r[2] == "mlops-gpu: error: no run with id 'r0000000000'\n", r
+    with srv.client("vic") as c:  # a viewer of p may not
+        assert c.patch(f"/api/v1/runs/{aid}", json={"priority": "low"}).status_code == 403
     rc, out, err = remote("cancel", aid)
     assert rc == 0 and out.splitlines() == [f"{e}: cancelled" for e in elements], err
+    r = remote("update", aid, "--priority", "low")
+    assert r[0] == 2 and f"array {aid} has no pending element" in r[2], r
     no_5xx(srv)
