@@ -19,7 +19,7 @@ from mlops_gpu.state import Store
 PUBLIC_KEYS = {
     "id", "name", "project", "user", "priority", "phase", "gpus", "num_nodes", "gpu_fraction",
     "mig", "gpu_type", "backend", "node_names", "devices", "attempt", "submitted_at",
-    "started_at", "finished_at", "reason_code", "reason", "eta",
+    "started_at", "finished_at", "reason_code", "reason", "eta", "array_id", "array_index",
 }
 # fmt: on
 RUN_ID = re.compile(r"^r[0-9a-f]{10}$")

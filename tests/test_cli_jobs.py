@@ -145,3 +145,53 @@ def test_history_with_json_csv_and_user_filters(tmp_path: Path) -> None:
     assert rc == 0 and "History: 3 finished since" in out and "exit 3" not in out, err
     rc, _, err = cli(cfg, "history", "--since", "yesterday")
     assert rc == 2 and err.startswith("mlops-gpu: error: --since: expected an age such as 2h")
+
+
+def test_history_and_report_csv_quote_commas_quotes_and_newlines(tmp_path: Path) -> None:
+    """Values with the CSV's own separators (a name, a user, a failure reason) parse back
+    unchanged: the writers quote them (the ``csv`` module), they are not joined by hand."""
+    cfg = tmp_path / "mlops-gpu.yaml"
+    cfg.write_text(config_yaml(projects={"p": (4, 0)}))
+    name, user = 'a,"b"\nc', 'eve,"x"'
+    rc, out, err = cli(cfg, "submit", "--no-start", "-p", "p", "-n", name, "--",
+                       "sh", "-c", 'echo "1,2" && exit 4', user=user)  # fmt: skip
+    assert rc == 0, err
+    rid = out.strip()
+    settle(cfg, [rid])
+    (row,) = js(cfg, "history")
+    rc, out, err = cli(cfg, "history", "--csv")
+    assert rc == 0, err
+    (parsed,) = list(csv.DictReader(io.StringIO(out)))
+    assert (parsed["name"], parsed["user"], parsed["exit_code"]) == (row["name"], user, "4")
+    assert parsed == {k: "" if v is None else str(v) for k, v in row.items()}
+    rc, out, err = cli(cfg, "report", "--by", "user", "--format", "csv")
+    assert rc == 0, err
+    (rep,) = list(csv.DictReader(io.StringIO(out)))
+    assert rep["user"] == user
+
+
+def test_a_run_stopped_for_a_shortened_max_runtime_that_exits_0_still_fails(
+    tmp_path: Path,
+) -> None:
+    """The controller stops it (its limit was shortened after launch); it traps SIGTERM and
+    exits 0. It ran past its max runtime: failed with that reason, as when the backend's own
+    limit stops it, not succeeded."""
+    cfg = tmp_path / "mlops-gpu.yaml"
+    cfg.write_text(config_yaml(nodes=[("node-a", 2)], projects={"p": (2, 0)}))
+    rc, out, err = cli(cfg, "submit", "--no-start", "-p", "p", "--grace", "5s", "--", "sh", "-c",
+                       "trap 'echo trapped; exit 0' TERM; sleep 60 & wait")  # fmt: skip
+    assert rc == 0, err
+    rid = out.strip()
+    deadline = time.monotonic() + 30
+    while js(cfg, "status", rid)[0]["phase"] != "running":
+        assert time.monotonic() < deadline
+        cli(cfg, "scheduler", "--once")
+    rc, out, err = cli(cfg, "update", rid, "--max-runtime", "1s")
+    assert rc == 0, err
+    runs = settle(cfg, [rid])
+    assert runs[rid]["phase"] == "failed", runs[rid]
+    assert runs[rid]["reason"] == "stopped after exceeding max_runtime 1s"
+    (row,) = js(cfg, "history")
+    assert (row["phase"], row["exit_code"]) == ("failed", 0)
+    rc, out, err = cli(cfg, "logs", rid)
+    assert rc == 0 and "trapped" in out, (out, err)

@@ -97,16 +97,32 @@ def update(
     if (target := remote.remote_target(ctx)) is not None:
         remote.update(target, run_id, changes, as_json)
         return
-    from mlops_gpu.cli.main import _runtime
-    from mlops_gpu.controller.update import UpdateError, update_run
+    from mlops_gpu.cli.main import _ids_of, _runtime
+    from mlops_gpu.controller.update import UpdateError, update_array, update_run
 
     rt = _runtime(ctx)
     types = changes.pop("gpu_types")
+    changes["gpu_types"] = tuple(types) if types else None
     try:
-        run, what = update_run(rt, run_id, gpu_types=tuple(types) if types else None, **changes)
+        if rt.store.get(run_id) is None:  # an array id: its pending elements, a line each
+            done = update_array(rt, _ids_of(rt, run_id), **changes)
+            for line in array_lines(
+                [run_to_public(r) for r, _ in done], {r.id: what for r, what in done}, as_json
+            ):
+                click.echo(line)
+            return
+        run, what = update_run(rt, run_id, **changes)
     except UpdateError as e:
         raise _error(str(e)) from None
     click.echo(json.dumps(run_to_public(run)) if as_json else f"{run_id}: {what}")
+
+
+def array_lines(elements: list[dict[str, Any]], what: dict[str, str], as_json: bool) -> list[str]:
+    """What ``update ARRAY_ID`` prints, locally and remotely: the elements as JSON, or a line
+    per element saying what happened to it."""
+    if as_json:
+        return [json.dumps(elements)]
+    return [f"{e['id']}: {what[e['id']]}" for e in elements]
 
 
 @click.command()

@@ -126,7 +126,7 @@ def queue(
     from mlops_gpu.model.public import run_to_public
 
     if (target := remote.remote_target(ctx)) is not None:
-        remote.queue(target, project, as_json, user, mine)
+        remote.queue(target, project, as_json, user, mine, expand)
         return
     rt = _runtime(ctx)
     runs = queue_runs(rt, project, whose(user, mine, local_me))
@@ -167,7 +167,7 @@ def status(
 
     if (target := remote.remote_target(ctx)) is not None:
         lim = None if show_all else limit
-        remote.status(target, run_ids, project, lim, events, as_json, user, mine)
+        remote.status(target, run_ids, project, lim, events, as_json, user, mine, expand)
         return
     rt = _runtime(ctx)
     who = whose(user, mine, local_me)

@@ -72,7 +72,13 @@ def hold(t: Any, run_ids: tuple[str, ...], held: bool) -> None:
     try:
         with client(t) as c:
             for rid in run_ids:
-                click.echo(f"{rid}: {c.hold(rid, held)['result']}")
+                done = c.hold(rid, held)["runs"]
+                if list(done) == [rid]:
+                    click.echo(visible(f"{rid}: {done[rid]}"))
+                else:  # an array id: one line, as local mode prints
+                    n = sum(1 for what in done.values() if what in ("held", "released"))
+                    verb = "held" if held else "released"
+                    click.echo(f"{rid}: {n} of {len(done)} elements {verb}")
     except RemoteError as e:
         raise failing(e) from None
 
@@ -96,7 +102,7 @@ def _whose(c: Any, user: str | None, mine: bool) -> str | None:
 
 
 def queue(t: Any, project: str | None, as_json: bool, user: str | None = None,
-          mine: bool = False) -> None:  # fmt: skip
+          mine: bool = False, expand: bool = True) -> None:  # fmt: skip
     from mlops_gpu.cli.render import public_runs_table
     from mlops_gpu.remote import RemoteError
 
@@ -106,7 +112,8 @@ def queue(t: Any, project: str | None, as_json: bool, user: str | None = None,
             if as_json:
                 click.echo(json.dumps(runs, indent=2))
             else:
-                public_runs_table(runs, title=f"Queue: {len(runs)} pending", with_reason=True)
+                public_runs_table(runs, title=f"Queue: {len(runs)} pending", with_reason=True,
+                                  expand=expand)  # fmt: skip
             _warn_if_none(c)
     except RemoteError as e:
         raise failing(e) from None
@@ -114,7 +121,7 @@ def queue(t: Any, project: str | None, as_json: bool, user: str | None = None,
 
 def status(
     t: Any, run_ids: tuple[str, ...], project: str | None, limit: int | None, events: bool,
-    as_json: bool, user: str | None = None, mine: bool = False,
+    as_json: bool, user: str | None = None, mine: bool = False, expand: bool = True,
 ) -> None:  # fmt: skip
     from mlops_gpu.cli.render import events_table, public_runs_table
     from mlops_gpu.remote import RemoteError
@@ -123,7 +130,7 @@ def status(
         with client(t) as c:
             who = _whose(c, user, mine)
             if run_ids:
-                runs = [_get(c, rid, events) for rid in run_ids]
+                runs = [r for rid in run_ids for r in _get_many(c, rid, events)]
                 runs = [r for r in runs if who in (None, r["user"])]
             else:
                 runs = list(c.runs(project=project, limit=limit, user=who))
@@ -133,7 +140,7 @@ def status(
                 click.echo(json.dumps(runs, indent=2))
             else:
                 shown = [{k: v for k, v in r.items() if k != "events"} for r in runs]
-                public_runs_table(shown, title="Runs", with_reason=True)
+                public_runs_table(shown, title="Runs", with_reason=True, expand=expand or events)
                 for r in runs if events else ():
                     events_table(r["id"], [_Event(e) for e in r["events"]])
             _warn_if_none(c)
@@ -162,6 +169,23 @@ def _get(c: Any, run_id: str, events: bool) -> dict[str, Any]:
         if e.status in (404, 422):  # unknown, not visible, or not a run id: as local mode says
             raise UserError(f"no run with id {run_id!r}") from None
         raise
+
+
+def _get_many(c: Any, run_or_array: str, events: bool) -> list[dict[str, Any]]:
+    """The run, or an array's elements in index order (as local mode's ``_ids_of``)."""
+    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.remote import RemoteError
+
+    try:
+        return [dict(c.get(run_or_array, events=events))]
+    except RemoteError as e:
+        if e.status not in (404, 422):
+            raise
+    # (the server's pages are newest first; an array whose elements are all hidden is unknown)
+    elements = list(c.runs(array_id=run_or_array))[::-1]
+    if not elements:
+        raise UserError(f"no run with id {run_or_array!r}") from None
+    return [dict(c.get(r["id"], events=True)) for r in elements] if events else elements
 
 
 def cancel(t: Any, run_ids: tuple[str, ...]) -> None:
@@ -227,15 +251,24 @@ def nodes(t: Any, as_json: bool) -> None:
 
 def update(t: Any, run_id: str, changes: dict[str, Any], as_json: bool) -> None:
     """``update`` remotely: only the fields given travel (``PATCH /api/v1/runs/{id}``)."""
+    from mlops_gpu.cli.jobs import array_lines
     from mlops_gpu.remote import RemoteError
 
     body = {k: v for k, v in changes.items() if v is not None}
     try:
         with client(t) as c:
-            _get(c, run_id, False)
-            out = c.update(run_id, body)
+            try:
+                out = c.update(run_id, body)
+            except RemoteError as e:
+                if e.status in (404, 422):  # unknown: as local mode says it
+                    _get_many(c, run_id, False)
+                raise
     except RemoteError as e:
         raise failing(e) from None
+    if "runs" in out:  # an array id
+        for line in array_lines(out["elements"], out["runs"], as_json):
+            click.echo(visible(line))
+        return
     click.echo(json.dumps(out["run"]) if as_json else visible(f"{run_id}: {out['result']}"))
 
 

@@ -69,46 +69,51 @@ def _gpus(run: Run) -> str:
     return f"{shape} {types}"
 
 
+Row = tuple[dict[str, Any], str, float | None]  # (public run, GPUs shown, submit time)
+
+
 def runs_table(runs: Sequence[Run], *, title: str, with_reason: bool, expand: bool = True) -> None:
     """``expand`` False: an array's elements fold into one line (``_fold``)."""
-    rows = [(run_to_public(r), _gpus(r), r.submitted_at) for r in runs] if expand else _fold(runs)
-    _runs_rows(rows, title, with_reason)
+    rows = [(run_to_public(r), _gpus(r), r.submitted_at) for r in runs]
+    _runs_rows(rows if expand else _fold(rows), title, with_reason)
 
 
-def _fold(runs: Sequence[Run]) -> list[tuple[dict[str, Any], str, float | None]]:
+def _fold(rows: Sequence[Row]) -> list[Row]:
     """One line per array where its first element would be: the array id, its elements'
-    phases counted, the reason and ETA of its first pending element."""
+    phases counted, the reason and ETA of its first pending element. Local and remote mode
+    fold the same public rows, so they print the same lines."""
     from collections import Counter
 
-    groups: dict[str, list[Run]] = {}
-    order: list[Run | str] = []
-    for r in runs:
-        aid = r.spec.array_id
+    groups: dict[str, list[Row]] = {}
+    order: list[Row | str] = []
+    for row in rows:
+        aid = row[0].get("array_id")
         if aid is None:
-            order.append(r)
+            order.append(row)
             continue
         if aid not in groups:
             groups[aid] = []
             order.append(aid)
-        groups[aid].append(r)
-    out = []
+        groups[aid].append(row)
+    out: list[Row] = []
     for item in order:
-        if isinstance(item, Run) or len(groups[item]) == 1:
-            r = item if isinstance(item, Run) else groups[item][0]
-            out.append((run_to_public(r), _gpus(r), r.submitted_at))
+        if not isinstance(item, str) or len(groups[item]) == 1:
+            out.append(item if not isinstance(item, str) else groups[item][0])
             continue
         elements = groups[item]
-        counts = Counter(e.phase.value for e in elements)
-        waiting = [e for e in elements if e.phase.value == "pending"]
-        pub = {**run_to_public(waiting[0] if waiting else elements[0]), "id": item,
+        counts = Counter(e[0]["phase"] for e in elements)
+        waiting = [e[0] for e in elements if e[0]["phase"] == "pending"]
+        pub = {**(waiting[0] if waiting else elements[0][0]), "id": item,
                "phase": ", ".join(f"{n} {p}" for p, n in sorted(counts.items())),
                "node_names": [], "devices": []}  # fmt: skip
         pub["name"] = f"{pub['name']} [{len(elements)} elements]"
-        out.append((pub, _gpus(elements[0]), elements[0].submitted_at))
+        out.append((pub, elements[0][1], elements[0][2]))
     return out
 
 
-def public_runs_table(runs: Sequence[dict[str, Any]], *, title: str, with_reason: bool) -> None:
+def public_runs_table(
+    runs: Sequence[dict[str, Any]], *, title: str, with_reason: bool, expand: bool = True
+) -> None:
     """``runs_table`` of runs as the server sends them (the JSON of ``status --json``); a
     request for any of several GPU types shows as ``(any type)`` until placed."""
     from datetime import datetime
@@ -119,12 +124,10 @@ def public_runs_table(runs: Sequence[dict[str, Any]], *, title: str, with_reason
         when = pub["submitted_at"]
         t = datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp() if when else None
         rows.append((pub, f"{shape} {pub['gpu_type'] or '(any type)'}", t))
-    _runs_rows(rows, title, with_reason)
+    _runs_rows(rows if expand else _fold(rows), title, with_reason)
 
 
-def _runs_rows(
-    runs: Sequence[tuple[dict[str, Any], str, float | None]], title: str, with_reason: bool
-) -> None:
+def _runs_rows(runs: Sequence[Row], title: str, with_reason: bool) -> None:
     cols = ["ID", "NAME", "PROJECT", "PRIORITY", "PHASE", "GPUS", "WHERE", "AGE"]
     if with_reason:
         cols += ["REASON", "ETA"]

@@ -43,7 +43,7 @@ from mlops_gpu.backends import (
 )
 from mlops_gpu.controller import accounting, gate
 from mlops_gpu.controller.mirror import Mirror
-from mlops_gpu.controller.overtime import overdue
+from mlops_gpu.controller.overtime import ended_overdue, overdue
 from mlops_gpu.controller.pools import PoolControl
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.controller.samples import GpuSamples
@@ -575,8 +575,9 @@ class Controller:
             return
         if run.cancel_requested:
             phase, why = Phase.CANCELLED, "cancelled by user"
-        elif st.reason == "max_runtime" or (st.state is not JobState.SUCCEEDED
-                                            and overdue(run, st.finished_at or now)):  # fmt: skip
+        elif st.reason == "max_runtime" or ended_overdue(
+            run, st.state is JobState.SUCCEEDED, st.finished_at, now
+        ):
             phase = Phase.FAILED
             why = f"stopped after exceeding max_runtime {run.spec.max_runtime_s:g}s"
         elif st.state is JobState.SUCCEEDED:

@@ -197,6 +197,7 @@ class Mirror:
     def _gated(self, inner: Incremental | native.NativeEngine) -> Gated:
         engine = Gated(inner)
         engine.live_elsewhere = self.runs.__contains__  # (live runs the engine does not hold)
+        engine.forget_ended = True  # ``_resolve`` asks the store for the others: stays bounded
         self.gate = engine
         self._resolve(list(self.runs.values()))
         return engine

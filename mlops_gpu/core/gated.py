@@ -15,7 +15,16 @@ engine, which knows nothing of job control, stays equal to the Python one.
 The caller reports how each run ended (``ended``, also for a pending run cancelled), and, for a
 dependency that is neither pending nor active here, its final phase or None (unknown) before
 it submits the run that depends on it; ``finish`` alone (a victim about to be requeued) is not
-an end.
+an end. The inner engine is told each end as well when it judges dependencies itself
+(``FromScratch`` runs ``decide``, which gates again: without the ends it would find a met
+dependency unknown).
+
+Bounded memory: with ``forget_ended`` set (the controller's mirror, whose store answers for
+any other id before a dependent is submitted), ``ended_phase`` keeps, from one cycle to the
+next, only the ends some pending run here names: an end is dropped when the last pending run
+naming it leaves, and one that no pending run named by the next cycle is dropped then (the
+mirror reports ends before it submits the runs that name them). Without it (the simulator, the
+benchmark: no store to ask) every end is kept, since a run submitted later may name any.
 """
 
 from __future__ import annotations
@@ -72,6 +81,15 @@ class Gated:
         self.inner = inner
         self.pending: dict[str, Run] = {}  # every pending run, in the inner engine or not
         self.ended_phase: dict[str, Phase | None] = {}
+        #: Drop an end once no pending run here names it (see the module docstring).
+        self.forget_ended = False
+        #: dependency id -> how many pending runs here name it (what ``ended_phase`` keeps)
+        self._named: dict[str, int] = defaultdict(int)
+        self._unnamed: set[str] = set()  # ends recorded that no pending run named then
+        #: the inner engine's own record of ends, where it judges dependencies itself
+        self._inner_ended: Callable[[str, Phase | None], None] | None = getattr(
+            inner, "ended", None
+        )
         self._live = _Live(self)
         #: Whether a run this engine does not hold is live (the controller's runs admitted
         #: without a placement); a dependency on one waits.
@@ -99,6 +117,8 @@ class Gated:
         if isinstance(self.inner, NativeEngine) and (why := run_unsupported(run)):
             raise NotSupported(why)  # now, not when the run becomes eligible
         self.pending[run.id] = run
+        for rid in {d.run_id for d in run.spec.dependencies}:
+            self._named[rid] += 1
         if not el.controlled(run):
             self.inner.submit(run)
         else:
@@ -141,8 +161,20 @@ class Gated:
                 self._dirty.add(aid)
             self._queued[aid].discard(rid)
 
+    def _left(self, run: Run) -> None:
+        """``run`` is no longer pending here: the ends only it named may go."""
+        for rid in {d.run_id for d in run.spec.dependencies}:
+            n = self._named[rid] - 1
+            if n > 0:
+                self._named[rid] = n
+                continue
+            del self._named[rid]
+            if self.forget_ended:
+                self.ended_phase.pop(rid, None)
+
     def remove_pending(self, run_id: str) -> Run:
         run = self.pending.pop(run_id)
+        self._left(run)
         if run_id in self.inner.pending:
             self.inner.remove_pending(run_id)
         self._unstage(run)
@@ -170,7 +202,11 @@ class Gated:
         that waits for two of them must not find the second gone and not yet ended)."""
         items = list(items)
         for run_id, phase in items:
+            if self._inner_ended is not None:
+                self._inner_ended(run_id, phase)
             self.ended_phase[run_id] = phase
+            if self.forget_ended and run_id not in self._named:
+                self._unnamed.add(run_id)
         again: set[str] = set()
         for run_id, _ in items:
             again.update(self._dependents.pop(run_id, ()))
@@ -190,6 +226,10 @@ class Gated:
     def _prepare(self, now: float) -> None:
         """Move in what became eligible by ``now`` (begin times, array room)."""
         self._now = now
+        for rid in self._unnamed:  # (``forget_ended``) still named by nobody: the store has it
+            if rid not in self._named:
+                self.ended_phase.pop(rid, None)
+        self._unnamed.clear()
         while self._begins and self._begins[0][0] <= now:
             _, _, rid = heapq.heappop(self._begins)
             run = self.pending.get(rid)
@@ -214,6 +254,7 @@ class Gated:
         d: Decision = self.inner.cycle(now, *args)
         for a in d.admissions:
             run = self.pending.pop(a.run_id)
+            self._left(run)
             aid = run.spec.array_id
             if aid is not None:
                 self._running[aid] += 1

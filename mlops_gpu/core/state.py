@@ -83,6 +83,10 @@ def shape_key(snap: Snapshot, run: Run) -> ShapeKey:
         r.mig,
         r.topology_key,
         r.topology_required,
+        # host CPU and memory: runs asking for different amounts are not interchangeable (one
+        # asking for less may fit where the head does not); the Rust engine's key has them too
+        r.cpu_milli,
+        r.host_memory_mb,
         run.spec.backend,
         run.spec.preemptible,
     )

@@ -66,6 +66,10 @@ def run_to_public(run: Run) -> dict[str, Any]:
         "reason_code": run.reason_code,
         "reason": run.reason,
         "eta": iso(run.eta),
+        # an array's element: its array and index (None otherwise), so that a client folds
+        # an array into one line as local mode does
+        "array_id": spec.array_id,
+        "array_index": spec.array_index,
     }
 
 

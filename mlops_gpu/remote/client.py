@@ -84,9 +84,15 @@ class Client:
         return dict(self.call("GET", f"/runs/{run_id}", params=params))
 
     def runs(
-        self, *, project: str | None = None, limit: int | None = None, user: str | None = None
+        self,
+        *,
+        project: str | None = None,
+        limit: int | None = None,
+        user: str | None = None,
+        array_id: str | None = None,
     ) -> Iterator[Any]:
-        """Runs newest first, page by page (``limit``: at most that many)."""
+        """Runs newest first, page by page (``limit``: at most that many; ``array_id``: only
+        that array's elements)."""
         cursor, n = None, 0
         while True:
             page_size = min(1000, limit - n) if limit is not None else 1000
@@ -97,6 +103,8 @@ class Client:
                 params["project"] = project
             if user is not None:
                 params["user"] = user
+            if array_id is not None:
+                params["array_id"] = array_id
             if cursor is not None:
                 params["cursor"] = cursor
             page = self.call("GET", "/runs", params=params)

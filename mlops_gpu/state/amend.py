@@ -10,6 +10,8 @@ Invariants:
 - The change raises the store revision (the scheduler's ``Mirror`` reads it through
   ``Store.changed_since`` and re-queues the run as it now is) and is one ``updated`` event whose
   reason lists each field as ``old -> new``.
+- ``amend_many`` changes several runs (an array's pending elements) in one transaction, each
+  change its own ``updated`` event: all or none.
 - Validation against the config (known class, GPU type, a request that fits) is the caller's
   (``controller.update``); this module checks only what can change under the lock.
 
@@ -94,31 +96,46 @@ def amend_run(
     """Replace ``old`` with ``new`` on ``run_id`` if the run still has ``old`` and its phase
     allows the change (``active_problem``); the run as it is after. ``KeyError``: no such run;
     ``ConflictError``: the run moved or changed meanwhile (nothing written)."""
-    changes = spec_changes(old, new)
-    if not changes:
-        raise ConflictError(f"run {run_id}: nothing to change (the values given are its own)")
-    now = time.time() if now is None else now
-    text = json.dumps(new.to_dict())
-    with store._tx() as conn:
-        row = conn.execute(select(runs).where(runs.c.id == run_id).with_for_update()).first()
-        if row is None:
-            raise KeyError(run_id)
-        if RunSpec.from_dict(json.loads(row.spec)) != old:
-            raise ConflictError(f"run {run_id} was updated meanwhile; look at it and try again")
-        problem = active_problem(run_id, Phase(row.phase), old, new)
-        if problem is not None:
-            raise ConflictError(problem)
-        conn.execute(
-            runs.update()
-            .where(runs.c.id == run_id)
-            .values(spec=text, priority=new.priority, rev=bump(conn))
-        )
-        conn.execute(
-            events.insert().values(
-                run_id=run_id, time=now, kind="updated", phase_from=None, phase_to=None,
-                attempt=row.attempt, reason=describe(changes),
-            )
-        )  # fmt: skip
+    amend_many(store, [(run_id, old, new)], now)
     got = store.get(run_id)
     assert got is not None
     return got
+
+
+def amend_many(
+    store: Store,
+    items: list[tuple[str, RunSpec, RunSpec]],
+    now: float | None = None,
+    pending_only: bool = False,
+) -> None:
+    """``amend_run`` for several runs (run id, old spec, new spec) in one transaction: all are
+    changed, or (``KeyError``, ``ConflictError``) none. ``pending_only``: a run that left
+    pending meanwhile is a conflict (an array's update changes its pending elements only)."""
+    now = time.time() if now is None else now
+    with store._tx() as conn:
+        for run_id, old, new in items:
+            changes = spec_changes(old, new)
+            if not changes:
+                raise ConflictError(f"run {run_id}: nothing to change (the values given are "
+                                    "its own)")  # fmt: skip
+            row = conn.execute(select(runs).where(runs.c.id == run_id).with_for_update()).first()
+            if row is None:
+                raise KeyError(run_id)
+            if RunSpec.from_dict(json.loads(row.spec)) != old:
+                raise ConflictError(f"run {run_id} was updated meanwhile; look at it and try again")
+            if pending_only and row.phase != Phase.PENDING.value:
+                raise ConflictError(f"run {run_id} became {row.phase} meanwhile; try again")
+            problem = active_problem(run_id, Phase(row.phase), old, new)
+            if problem is not None:
+                raise ConflictError(problem)
+            conn.execute(
+                runs.update()
+                .where(runs.c.id == run_id)
+                .values(spec=json.dumps(new.to_dict()), priority=new.priority, rev=bump(conn))
+            )
+            conn.execute(
+                events.insert().values(
+                    run_id=run_id, time=now, kind="updated", phase_from=None, phase_to=None,
+                    attempt=row.attempt, reason=describe(changes),
+                )
+            )  # fmt: skip

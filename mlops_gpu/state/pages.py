@@ -35,12 +35,13 @@ def page_runs(
     since: float | None = None,
     before_seq: int | None = None,
     limit: int = 100,
+    array_id: str | None = None,
 ) -> tuple[list[Run], int | None]:
     """(up to ``limit`` runs newest first, the cursor of the next page or None).
 
     ``projects``: only runs of these projects (None: every project); ``since``: submitted at
-    or after this time."""
-    q = _query(projects, user, phases, since, before_seq, limit)
+    or after this time; ``array_id``: only that array's elements."""
+    q = _query(projects, user, phases, since, before_seq, limit, array_id)
     with store._ro() as conn:
         rows = conn.execute(q).all()
     out = [store._run(r) for r in rows[:limit]]
@@ -56,9 +57,10 @@ def page_public(
     since: float | None = None,
     before_seq: int | None = None,
     limit: int = 100,
+    array_id: str | None = None,
 ) -> tuple[list[dict[str, Any]], int | None]:
     """``page_runs``' page, each run as ``run_to_public`` has it."""
-    q = _query(projects, user, phases, since, before_seq, limit)
+    q = _query(projects, user, phases, since, before_seq, limit, array_id)
     with store._ro() as conn:
         rows = conn.execute(q).all()
     out = [_public(r) for r in rows[:limit]]
@@ -72,12 +74,15 @@ def _query(
     since: float | None,
     before_seq: int | None,
     limit: int,
+    array_id: str | None = None,
 ) -> Select[Any]:
     q = select(runs)
     if projects is not None:
         q = q.where(runs.c.project.in_(list(projects)))
     if user is not None:
         q = q.where(runs.c.user == user)
+    if array_id is not None:
+        q = q.where(runs.c.array_id == array_id)
     if phases is not None:
         q = q.where(runs.c.phase.in_([p.value for p in phases]))
     if since is not None:
@@ -93,6 +98,7 @@ def _public(row: Row[Any]) -> dict[str, Any]:
     spec = json.loads(row.spec)
     req = spec.get("request", {})
     types = req.get("gpu_types", ())
+    arr = spec.get("array") or {}
     p = Placement.from_dict(json.loads(row.placement)) if row.placement else None
     return {
         "id": row.id,
@@ -116,4 +122,6 @@ def _public(row: Row[Any]) -> dict[str, Any]:
         "reason_code": row.reason_code,
         "reason": row.reason,
         "eta": iso(row.eta),
+        "array_id": arr.get("id"),
+        "array_index": arr.get("index"),
     }

@@ -51,7 +51,8 @@ def test_submit_with_job_control_and_hold_release_roles(
     assert out.returncode == 0, out.stderr
     aid2 = out.stdout.strip()
     rel = run_cli("release", aid2, cwd=home, env=env)
-    assert rel.returncode == 0 and rel.stdout.strip() == f"{aid2}: 2 elements: released"
+    # (the line local mode prints for an array id)
+    assert rel.returncode == 0 and rel.stdout.strip() == f"{aid2}: 2 of 2 elements released"
     gone = run_cli("cancel", aid2, cwd=home, env=env)
     assert gone.stdout.splitlines() == [f"{aid2}_1: cancelled", f"{aid2}_2: cancelled"]
     nope = run_cli("cancel", "rdeadbeef00", cwd=home, env=env)

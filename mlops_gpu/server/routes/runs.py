@@ -163,6 +163,7 @@ def list_runs(
     who: Who,
     project: Annotated[str | None, Query(max_length=200)] = None,
     user: Annotated[str | None, Query(max_length=200)] = None,
+    array_id: Annotated[str | None, Query(max_length=200)] = None,
     phase: Annotated[list[Phase] | None, Query()] = None,
     since: datetime | None = None,
     cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
@@ -184,6 +185,7 @@ def list_runs(
         since=since.timestamp() if since is not None else None,
         before_seq=int(cursor) if cursor is not None else None,
         limit=limit,
+        array_id=array_id,
     )
     # the page's dicts hold only JSON types: written as they are (FastAPI's encoder would walk
     # every value of every run again)
@@ -224,21 +226,56 @@ def update(run_id: RunId, body: UpdateBody, request: Request, who: Who) -> dict[
     from mlops_gpu.controller.update import UpdateError, update_run
 
     request.state.audit_target = run_id
+    types = tuple(body.gpu_types) if body.gpu_types is not None else None
+    changes: dict[str, Any] = {"priority": body.priority, "max_runtime_s": body.max_runtime_s,
+                               "gpus": body.gpus, "gpu_types": types}  # fmt: skip
+    if request.app.state.rt.store.get(run_id) is None:  # an array id: its pending elements
+        return _update_array(run_id, request, who, changes)
     run = _visible_run(request, who, run_id)
     if not who.can_cancel(run):
         raise ApiError(403, "forbidden", f"you cannot update run {run_id} (a member updates "
                        "its own runs; a maintainer any run of the project)")  # fmt: skip
-    types = tuple(body.gpu_types) if body.gpu_types is not None else None
     try:
-        after, what = update_run(request.app.state.rt, run_id, priority=body.priority,
-                                 max_runtime_s=body.max_runtime_s, gpus=body.gpus,
-                                 gpu_types=types)  # fmt: skip
+        after, what = update_run(request.app.state.rt, run_id, **changes)
     except UpdateError as e:
-        code = {404: "not_found", 409: "conflict"}.get(e.status, "invalid")
-        raise ApiError(e.status, code, str(e)) from None
+        raise _update_error(e) from None
     request.state.audit_detail = what[:300]
     return {"id": run_id, "phase": after.phase.value, "result": what,
             "run": run_to_public(after)}  # fmt: skip
+
+
+def _update_error(e: Any) -> ApiError:
+    code = {404: "not_found", 409: "conflict"}.get(e.status, "invalid")
+    return ApiError(e.status, code, str(e))
+
+
+def _update_array(
+    run_id: str, request: Request, who: Identity, changes: dict[str, Any]
+) -> dict[str, Any]:
+    """PATCH of an array id: every pending element, in one transaction (``update_array``):
+    {"id", "phase": null, "result", "runs": {element: what}, "elements": [runs after]}."""
+    from mlops_gpu.controller.update import UpdateError, update_array
+    from mlops_gpu.state.jobs import expand_ids
+
+    rt = request.app.state.rt
+    try:
+        ids = expand_ids(rt.store, [run_id])
+    except KeyError:
+        raise ApiError(404, "not_found", f"no run with id {run_id!r}", "run_id") from None
+    for rid in ids:
+        if not who.can_cancel(_visible_run(request, who, rid)):
+            raise ApiError(403, "forbidden", f"you cannot update run {rid} (a member updates "
+                           "its own runs; a maintainer any run of the project)")  # fmt: skip
+    try:
+        done = update_array(rt, ids, **changes)
+    except UpdateError as e:
+        raise _update_error(e) from None
+    runs = {r.id: what for r, what in done}
+    n = sum(1 for r, what in done if r.phase is Phase.PENDING and what.startswith("updated"))
+    what = f"{n} of {len(ids)} elements updated"
+    request.state.audit_detail = what
+    return {"id": run_id, "phase": None, "result": what, "runs": runs,
+            "elements": [run_to_public(r) for r, _ in done]}  # fmt: skip
 
 
 def _cancel_array(run_id: str, request: Request, who: Identity) -> dict[str, Any]:
