@@ -1,0 +1,148 @@
+"""Shortest-first preemption across projects: taking a long run that borrows.
+
+Under ``order: shortest`` a run R preempts a run of its own project and class expected to run
+on for more than ``shortest_preempt_ratio`` x R's whole ``max_runtime``. With
+``policy.shortest_preempt_borrowers`` (off by default) R may also preempt such a run V of
+ANOTHER project when all of these hold:
+- V's project P is in R's cohort tree and borrowed V's GPU type when the cycle began
+  (``Cycle._borrowed_at_start``, the usage the reclaim of lent quota reads);
+- V is of R's class and expected to run on for more than the ratio x R's ``max_runtime``
+  (``Cycle._outlasts``; a run without ``max_runtime`` never is);
+- P's fair share (``Shares.share``, as the cycle's order reads it at that moment) is above R's
+  project's by more than ``borrower_share_margin`` (without fair share every share is 0: the
+  rule never applies);
+- V is ready as a same-class victim of R's own project must be (the Day-one rules,
+  ``Cycle._ready``: a checkpoint reported unless ``preempt_uncheckpointed``, and at least
+  ``min_runtime_before_preemption_s`` run);
+- the plan does not trade places (``keeps``): with the plan's victims gone, either R's project
+  stays within its nominal quota with R placed, or no such victim would be within its own
+  project's nominal quota if it were queued again. Else the victim, requeued within nominal,
+  would reclaim R's borrowed GPUs at once.
+Quota is judged as for every plan (``QuotaBook.admits`` with the victims gone), so R never
+exceeds its project's limits. A victim and its preemptor never swap back: V's time to go
+exceeds the ratio (>= 1) x R's whole max_runtime, so R's time to go can never exceed the ratio x
+V's max_runtime.
+
+What the caches rely on: ``may_ever`` holds only what time cannot make true (the borrowing at
+the start is in the search memo's key; a time to go only shrinks), so a failure the memo keeps
+stays certain; the share comparison changes with the clock and with each admission, so it is
+part of ``ready``, and the parking lot (``parking._may_have_victims``) over-estimates without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from mlops_gpu.core.backfill import expected_end
+from mlops_gpu.core.placement import request_amount
+from mlops_gpu.model import Placement, Run
+
+if TYPE_CHECKING:
+    from mlops_gpu.core.policy import Cycle
+
+_EPS = 1e-9
+
+
+def enabled(c: Cycle) -> bool:
+    """Whether the rule applies in this cycle's policy."""
+    p = c.snap.policy
+    return p.shortest_preempt_borrowers and p.order == "shortest" and p.preemption
+
+
+def may_ever(c: Cycle, run: Run, victim: Run) -> bool:
+    """The rule's conditions that time cannot make true (``victim`` of another project)."""
+    if not enabled(c) or victim.placement is None:
+        return False
+    snap = c.snap
+    if snap.priority_of(victim) != snap.priority_of(run):
+        return False
+    root = c.quota.root.get(victim.project)
+    if root is None or root != c.quota.root.get(run.project):
+        return False
+    if not c._borrowed_at_start(victim.project, victim.placement.gpu_type):
+        return False
+    end = expected_end(snap, victim)
+    return end is not None and c._outlasts(run, end - snap.now)
+
+
+def share_above(c: Cycle, run: Run, victim: Run) -> bool:
+    """Whether ``victim``'s project's fair share is above ``run``'s by more than the margin."""
+    margin = c.snap.policy.borrower_share_margin
+    return c.shares.share(victim.project) > c.shares.share(run.project) + margin + _EPS
+
+
+def possible(c: Cycle, run: Run, gpu_type: str) -> bool:
+    """Whether a run of another project might be the rule's victim for ``run`` on
+    ``gpu_type`` now (an over-estimate of ``may_ever`` and ``share_above``; False is
+    certain): ``Cycle._victims_possible`` asks it."""
+    if not enabled(c):
+        return False
+    root = c.quota.root.get(run.project)
+    if root is None:
+        return False
+    cls = c.snap.priority_of(run)
+    for m in c.lenders_at_start(root, gpu_type):
+        if m == run.project or not c._outlasts(run, _to_go(c, m, gpu_type, cls)):
+            continue
+        margin = c.snap.policy.borrower_share_margin
+        if c.shares.share(m) > c.shares.share(run.project) + margin + _EPS:
+            return True
+    return False
+
+
+def hoped(c: Cycle, project: str, head: Run, cls: int, gpu_type: str) -> bool:
+    """``possible`` without the shares (they move within a cycle and with the clock): what
+    the parking lot may keep for a queue head of ``project`` and class ``cls``."""
+    if not enabled(c):
+        return False
+    root = c.quota.root.get(project)
+    if root is None:
+        return False
+    return any(
+        m != project and c._outlasts(head, _to_go(c, m, gpu_type, cls))
+        for m in c.lenders_at_start(root, gpu_type)
+    )
+
+
+def _to_go(c: Cycle, project: str, gpu_type: str, cls: int) -> float:
+    return c.state.longest_to_go(project, gpu_type, cls, c.snap.now)
+
+
+def taken_by_rule(c: Cycle, run: Run, victim: Run) -> bool:
+    """Whether ``victim`` (chosen for ``run``) was taken by this rule, not by the reclaim of
+    lent quota or as a lower class: for the plan's check and the preemption's message."""
+    return (
+        victim.project != run.project
+        and c.snap.priority_of(victim) == c.snap.priority_of(run)
+        and not c._reclaims(run, victim)
+    )
+
+
+def keeps(c: Cycle, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
+    """Whether the plan does not trade places (see the module docstring)."""
+    victims = list(victims)
+    taken = [v for v in victims if taken_by_rule(c, run, v)]
+    if not taken:
+        return True
+    gone = [v for v in victims if v.placement is not None]
+    for v in gone:
+        c.cap.release(v.project, v.placement, v.request.gpu_types)  # type: ignore[arg-type]
+    try:
+        t, q = placement.gpu_type, c.quota
+        if q.within_nominal(run.project, t, placement.gpu_amount):
+            return True
+        return not any(q.within_nominal(v.project, t, request_amount(v)) for v in taken)
+    finally:
+        for v in gone:
+            c.cap.take(v.project, v.placement, v.request.gpu_types)  # type: ignore[arg-type]
+
+
+def why(c: Cycle, run: Run, victim: Run) -> str:
+    """The preemption's message for a victim taken by this rule."""
+    s = c.shares
+    return (
+        f"preempted for run {run.id} of project {run.project} (shortest first across "
+        f"projects: project {victim.project} was borrowing, at fair share "
+        f"{s.share(victim.project):.3f} against {s.share(run.project):.3f})"
+    )
