@@ -220,10 +220,10 @@ class PolicyConfig(_Strict):
     #: run is expected to go on for more than this many times the new run's max_runtime.
     shortest_preempt_ratio: float = Field(8.0, ge=1)
     #: Under ``shortest``: that preemption also takes such a run of another project of the
-    #: cohort that borrows the GPU type, when that project's fair share is above the new
-    #: run's project's by more than ``borrower_share_margin`` (Python engine only).
+    #: cohort that borrows the GPU type, when that project's fair share is more than
+    #: ``borrower_share_ratio`` times the new run's project's (Python engine only).
     shortest_preempt_borrowers: bool = False
-    borrower_share_margin: float = Field(0.0, ge=0)
+    borrower_share_ratio: float = Field(1.0, ge=1)
     #: A run of the preemptor's own project and class is preempted only after running this
     #: many seconds (a guaranteed minimum runtime; lower classes and reclaim ignore it).
     min_runtime_before_preemption_s: float = Field(600.0, ge=0)
@@ -471,7 +471,7 @@ class Config(_Strict):
             order=p.order,
             shortest_preempt_ratio=p.shortest_preempt_ratio,
             shortest_preempt_borrowers=p.shortest_preempt_borrowers,
-            borrower_share_margin=p.borrower_share_margin,
+            borrower_share_ratio=p.borrower_share_ratio,
             min_runtime_before_preemption_s=p.min_runtime_before_preemption_s,
             preempt_uncheckpointed=p.preempt_uncheckpointed,
             las_thresholds_gpu_s=tuple(sorted(p.las_thresholds_gpu_s)),

@@ -8,9 +8,10 @@ ANOTHER project when all of these hold:
   (``Cycle._borrowed_at_start``, the usage the reclaim of lent quota reads);
 - V is of R's class and expected to run on for more than the ratio x R's ``max_runtime``
   (``Cycle._outlasts``; a run without ``max_runtime`` never is);
-- P's fair share (``Shares.share``, as the cycle's order reads it at that moment) is above R's
-  project's by more than ``borrower_share_margin`` (without fair share every share is 0: the
-  rule never applies);
+- P's fair share (``Shares.share``, as the cycle's order reads it at that moment) is more than
+  ``borrower_share_ratio`` (>= 1) times R's project's (shares are divided by the projects'
+  weights, so a ratio, not a difference, is the margin that means the same at every scale;
+  without fair share every share is 0: the rule never applies);
 - V is ready as a same-class victim of R's own project must be (the Day-one rules,
   ``Cycle._ready``: a checkpoint reported unless ``preempt_uncheckpointed``, and at least
   ``min_runtime_before_preemption_s`` run);
@@ -67,9 +68,13 @@ def may_ever(c: Cycle, run: Run, victim: Run) -> bool:
 
 
 def share_above(c: Cycle, run: Run, victim: Run) -> bool:
-    """Whether ``victim``'s project's fair share is above ``run``'s by more than the margin."""
-    margin = c.snap.policy.borrower_share_margin
-    return c.shares.share(victim.project) > c.shares.share(run.project) + margin + _EPS
+    """Whether ``victim``'s project's fair share is above the ratio x ``run``'s."""
+    return _above(c, victim.project, run.project)
+
+
+def _above(c: Cycle, theirs: str, mine: str) -> bool:
+    ratio = c.snap.policy.borrower_share_ratio
+    return c.shares.share(theirs) > c.shares.share(mine) * ratio + _EPS
 
 
 def possible(c: Cycle, run: Run, gpu_type: str) -> bool:
@@ -85,8 +90,7 @@ def possible(c: Cycle, run: Run, gpu_type: str) -> bool:
     for m in c.lenders_at_start(root, gpu_type):
         if m == run.project or not c._outlasts(run, _to_go(c, m, gpu_type, cls)):
             continue
-        margin = c.snap.policy.borrower_share_margin
-        if c.shares.share(m) > c.shares.share(run.project) + margin + _EPS:
+        if _above(c, m, run.project):
             return True
     return False
 

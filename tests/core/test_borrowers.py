@@ -73,9 +73,7 @@ def _world(
 CASES = {
     # b borrows 2 of c's idle nominal at share 3/4; a (share 0) would borrow too, so this is
     # no reclaim: only the new rule takes one of b's runs (the latest checkpoint: b2)
-    "a-borrower-of-a-higher-share-is-taken": Case(
-        _world(), admit={"s": "n1"}, preempt={"b2"}
-    ),
+    "a-borrower-of-a-higher-share-is-taken": Case(_world(), admit={"s": "n1"}, preempt={"b2"}),
     "off-by-default-it-waits": Case(
         _world(shortest_preempt_borrowers=False), codes={"s": RC.QUOTA}
     ),
@@ -87,13 +85,17 @@ CASES = {
     "a-project-below-the-preemptors-share-is-not-taken": Case(
         _world(history={("a", A100): 4 * HOUR * HOUR}), codes={"s": RC.QUOTA}
     ),
-    "a-margin-above-the-share-gap-takes-nothing": Case(
-        _world(borrower_share_margin=0.8), codes={"s": RC.QUOTA}
+    # a's share 1/4 (an hour of 1 GPU lately, weight 1), b's 3/4: above 2x but not 4x
+    "a-share-ratio-met-takes-it": Case(
+        _world(history={("a", A100): HOUR}, borrower_share_ratio=2.0),
+        admit={"s": "n1"},
+        preempt={"b2"},
+    ),
+    "a-share-ratio-not-met-takes-nothing": Case(
+        _world(history={("a", A100): HOUR}, borrower_share_ratio=4.0), codes={"s": RC.QUOTA}
     ),
     # the Day-one rules: a checkpoint reported, the minimum runtime run
-    "an-uncheckpointed-borrower-is-not-taken": Case(
-        _world(checkpoint=None), codes={"s": RC.QUOTA}
-    ),
+    "an-uncheckpointed-borrower-is-not-taken": Case(_world(checkpoint=None), codes={"s": RC.QUOTA}),
     "a-borrower-inside-its-minimum-runtime-is-not-taken": Case(
         _world(started=600.0, checkpoint=700.0), codes={"s": RC.QUOTA}
     ),
@@ -180,7 +182,7 @@ def crowded(draw: st.DrawFn) -> Snapshot:
         now=1000.0,
         shortest_preempt_borrowers=True,
         shortest_preempt_ratio=draw(st.sampled_from([1.0, 2.0, 8.0])),
-        borrower_share_margin=draw(st.sampled_from([0.0, 0.1])),
+        borrower_share_ratio=draw(st.sampled_from([1.0, 2.0])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 600.0])),
         usage_history={(p.name, A100): draw(st.floats(0, 20_000)) for p in projects},
     )

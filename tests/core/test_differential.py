@@ -59,7 +59,7 @@ def scenarios(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
         preempt_uncheckpointed=draw(st.booleans()),
         # shortest-first preemption of other projects' borrowers (``core.borrowers``)
         shortest_preempt_borrowers=draw(st.booleans()),
-        borrower_share_margin=draw(st.sampled_from([0.0, 0.1])),
+        borrower_share_ratio=draw(st.sampled_from([1.0, 1.5])),
     )
     events: list[tuple[object, ...]] = []
     for i in range(draw(st.integers(5, 40))):
@@ -126,7 +126,7 @@ def contended(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
         preempt_uncheckpointed=draw(st.booleans()),
         # shortest-first preemption of other projects' borrowers (``core.borrowers``)
         shortest_preempt_borrowers=draw(st.booleans()),
-        borrower_share_margin=draw(st.sampled_from([0.0, 0.1])),
+        borrower_share_ratio=draw(st.sampled_from([1.0, 1.5])),
     )
     events: list[tuple[object, ...]] = []
     for i in range(draw(st.integers(20, 60))):
