@@ -8,10 +8,12 @@ ANOTHER project when all of these hold:
   (``Cycle._borrowed_at_start``, the usage the reclaim of lent quota reads);
 - V is of R's class and expected to run on for more than the ratio x R's ``max_runtime``
   (``Cycle._outlasts``; a run without ``max_runtime`` never is);
-- P's fair share (``Shares.share``, as the cycle's order reads it at that moment) is more than
-  ``borrower_share_ratio`` (>= 1) times R's project's (shares are divided by the projects'
-  weights, so a ratio, not a difference, is the margin that means the same at every scale;
-  without fair share every share is 0: the rule never applies);
+- P's fair share with V gone (``Shares.share_with``, from the shares as the cycle's order reads
+  them at that moment) stays more than ``borrower_share_ratio`` (>= 1) times R's project's with
+  R admitted: the move never turns the two projects' order around, so it only narrows the gap
+  between them (shares are divided by the projects' weights, so a ratio, not a difference, is
+  the margin that means the same at every scale; without fair share every share is 0: the rule
+  never applies);
 - V is ready as a same-class victim of R's own project must be (the Day-one rules,
   ``Cycle._ready``: a checkpoint reported unless ``preempt_uncheckpointed``, and at least
   ``min_runtime_before_preemption_s`` run);
@@ -68,8 +70,14 @@ def may_ever(c: Cycle, run: Run, victim: Run) -> bool:
 
 
 def share_above(c: Cycle, run: Run, victim: Run) -> bool:
-    """Whether ``victim``'s project's fair share is above the ratio x ``run``'s."""
-    return _above(c, victim.project, run.project)
+    """Whether ``victim``'s project's fair share without it stays above the ratio x
+    ``run``'s project's with ``run`` admitted on the victim's GPU type."""
+    placed = victim.placement
+    assert placed is not None
+    s, t = c.shares, placed.gpu_type
+    theirs = s.share_with(victim.project, t, -placed.gpu_amount)
+    mine = s.share_with(run.project, t, request_amount(run))
+    return theirs > mine * c.snap.policy.borrower_share_ratio + _EPS
 
 
 def _above(c: Cycle, theirs: str, mine: str) -> bool:
@@ -80,7 +88,8 @@ def _above(c: Cycle, theirs: str, mine: str) -> bool:
 def possible(c: Cycle, run: Run, gpu_type: str) -> bool:
     """Whether a run of another project might be the rule's victim for ``run`` on
     ``gpu_type`` now (an over-estimate of ``may_ever`` and ``share_above``; False is
-    certain): ``Cycle._victims_possible`` asks it."""
+    certain; the shares before the move bound those after it): ``Cycle._victims_possible``
+    asks it."""
     if not enabled(c):
         return False
     root = c.quota.root.get(run.project)
@@ -124,11 +133,14 @@ def taken_by_rule(c: Cycle, run: Run, victim: Run) -> bool:
 
 
 def keeps(c: Cycle, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
-    """Whether the plan does not trade places (see the module docstring)."""
+    """Whether the plan keeps the order of shares and does not trade places (see the module
+    docstring): ``ready`` judged each victim alone, this judges the plan's whole move."""
     victims = list(victims)
     taken = [v for v in victims if taken_by_rule(c, run, v)]
     if not taken:
         return True
+    if not _keeps_order(c, run, victims, taken, placement):
+        return False
     gone = [v for v in victims if v.placement is not None]
     for v in gone:
         c.cap.release(v.project, v.placement, v.request.gpu_types)  # type: ignore[arg-type]
@@ -140,6 +152,24 @@ def keeps(c: Cycle, run: Run, victims: Iterable[Run], placement: Placement) -> b
     finally:
         for v in gone:
             c.cap.take(v.project, v.placement, v.request.gpu_types)  # type: ignore[arg-type]
+
+
+def _keeps_order(
+    c: Cycle, run: Run, victims: list[Run], taken: list[Run], placement: Placement
+) -> bool:
+    """With every victim gone and ``run`` placed, each project a victim was taken from by this
+    rule keeps a share above the ratio x ``run``'s project's."""
+    t = placement.gpu_type
+    freed: dict[str, float] = {}
+    for v in victims:
+        if v.placement is not None and v.placement.gpu_type == t:
+            freed[v.project] = freed.get(v.project, 0.0) + v.placement.gpu_amount
+    s, ratio = c.shares, c.snap.policy.borrower_share_ratio
+    mine = s.share_with(run.project, t, placement.gpu_amount - freed.get(run.project, 0.0))
+    return all(
+        s.share_with(p, t, -freed.get(p, 0.0)) > mine * ratio + _EPS
+        for p in sorted({v.project for v in taken})
+    )
 
 
 def why(c: Cycle, run: Run, victim: Run) -> str:

@@ -28,18 +28,20 @@ HOUR = 3600.0
 
 
 def _world(
-    a_nominal: int = 1,
+    a_nominal: int = 0,
     b_nominal: int = 1,
     *,
     history: dict[tuple[str, str], float] | None = None,
-    b_runs: int = 3,
+    b_runs: int = 4,
+    s_gpus: int = 1,
     long_s: float = 100_000.0,
     checkpoint: float | None = 500.0,
     started: float = 0.0,
     **policy: object,
 ) -> Snapshot:
     """One node of 4 GPUs. Project b runs ``b_runs`` 1-GPU runs of ``long_s`` s; project c
-    lends its idle nominal (the rest of the 4); a's run ``s`` asks for 2 GPUs for 100 s."""
+    lends its idle nominal (the rest of the 4); a's run ``s`` asks for ``s_gpus`` GPUs for
+    100 s."""
     c_nominal = 4 - a_nominal - b_nominal
     projects = [
         make_project("a", a_nominal, None, cohort=ORG),
@@ -58,7 +60,7 @@ def _world(
         )
         for i in range(b_runs)
     ]
-    pending = [make_run("s", "a", gpus=2, max_runtime_s=100.0)]
+    pending = [make_run("s", "a", gpus=s_gpus, max_runtime_s=100.0)]
     return make_snapshot(
         [make_node("n1", 4)],
         projects,
@@ -71,28 +73,38 @@ def _world(
 
 
 CASES = {
-    # b borrows 2 of c's idle nominal at share 3/4; a (share 0) would borrow too, so this is
-    # no reclaim: only the new rule takes one of b's runs (the latest checkpoint: b2)
-    "a-borrower-of-a-higher-share-is-taken": Case(_world(), admit={"s": "n1"}, preempt={"b2"}),
+    # b borrows c's 3 idle GPUs (share 1); a (share 0) would borrow too, so this is no
+    # reclaim: only the new rule takes one of b's runs (the latest checkpoint: b3), and b's
+    # share without it (3/4) stays above a's with s (1/4)
+    "a-borrower-of-a-higher-share-is-taken": Case(_world(), admit={"s": "n1"}, preempt={"b3"}),
     "off-by-default-it-waits": Case(
         _world(shortest_preempt_borrowers=False), codes={"s": RC.QUOTA}
     ),
-    # b holds exactly its nominal (3 of 3): it borrows nothing, so none of its runs is taken
+    # b holds exactly its nominal (4 of 4): it borrows nothing, so none of its runs is taken
     "a-run-within-its-projects-nominal-is-not-taken": Case(
-        _world(a_nominal=1, b_nominal=3), codes={"s": RC.QUOTA}
+        _world(b_nominal=4), codes={"s": RC.QUOTA}
     ),
-    # a ran 4 GPUs for hours lately: its share (about 1.0) is above b's (0.75)
+    # a ran 4 GPUs for hours lately: its share is far above b's
     "a-project-below-the-preemptors-share-is-not-taken": Case(
         _world(history={("a", A100): 4 * HOUR * HOUR}), codes={"s": RC.QUOTA}
     ),
-    # a's share 1/4 (an hour of 1 GPU lately, weight 1), b's 3/4: above 2x but not 4x
+    # a held 2 GPUs lately (share 1/2, below b's 1), but the move would leave both at 3/4
+    "a-move-that-would-not-keep-the-order-of-shares-is-not-made": Case(
+        _world(history={("a", A100): 2 * HOUR}), codes={"s": RC.QUOTA}
+    ),
+    # each of two victims alone passes (b without one: 3/4, a with s: 2/4), the plan does not
+    # (b without both: 2/4)
+    "a-plan-that-would-level-the-shares-is-not-made": Case(_world(s_gpus=2), codes={"s": RC.QUOTA}),
+    # a's share with s: (1/4 + 1) / 4 (a quarter hour of 1 GPU lately, weight 1); b's without
+    # one run: 3/4: above 2x but not 4x
     "a-share-ratio-met-takes-it": Case(
-        _world(history={("a", A100): HOUR}, borrower_share_ratio=2.0),
+        _world(history={("a", A100): HOUR / 4}, borrower_share_ratio=2.0),
         admit={"s": "n1"},
-        preempt={"b2"},
+        preempt={"b3"},
     ),
     "a-share-ratio-not-met-takes-nothing": Case(
-        _world(history={("a", A100): HOUR}, borrower_share_ratio=4.0), codes={"s": RC.QUOTA}
+        _world(history={("a", A100): HOUR / 4}, borrower_share_ratio=4.0),
+        codes={"s": RC.QUOTA},
     ),
     # the Day-one rules: a checkpoint reported, the minimum runtime run
     "an-uncheckpointed-borrower-is-not-taken": Case(_world(checkpoint=None), codes={"s": RC.QUOTA}),
@@ -113,7 +125,7 @@ def test_cross_project_shortest_preemption(case: Case) -> None:
 
 def test_the_victim_is_told_why() -> None:
     (p,) = decide(_world()).preemptions
-    assert p.run_id == "b2" and p.for_run == "s"
+    assert p.run_id == "b3" and p.for_run == "s"
     assert "shortest first across projects: project b was borrowing" in p.reason
 
 
