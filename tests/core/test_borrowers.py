@@ -8,17 +8,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mlops_gpu.config import ConfigError, load_config
 from mlops_gpu.core import ReasonCode as RC
 from mlops_gpu.core import Snapshot, decide
 from mlops_gpu.core.native import unsupported
 from mlops_gpu.core.quota import cohort_roots
-from mlops_gpu.model import Phase, Quota
-from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
+from mlops_gpu.model import Phase, PolicySettings, Quota
+from mlops_gpu.testing import config_yaml, make_node, make_project, make_run, make_snapshot
 from mlops_gpu.testing.builders import placed
 from tests.core.cases import A100, Case, busy, check
 
@@ -241,3 +243,21 @@ def test_quotas_are_never_exceeded(snap: Snapshot) -> None:
             assert roots[v.project] is not None and roots[v.project] == roots[run.project]
             assert before[v.project] > snap.projects[v.project].quota(A100).nominal
     assert decide(replace(snap)) == d
+
+
+def test_the_config_reads_the_settings(tmp_path: Path) -> None:
+    good = config_yaml(
+        extra={"policy": {"shortest_preempt_borrowers": True, "borrower_share_ratio": 1.5}}
+    )
+    (tmp_path / "ok.yaml").write_text(good)
+    p = load_config(tmp_path / "ok.yaml").policy_settings()
+    assert p.shortest_preempt_borrowers and p.borrower_share_ratio == 1.5
+    assert not load_config_text(tmp_path, config_yaml()).shortest_preempt_borrowers
+    bad = config_yaml(extra={"policy": {"borrower_share_ratio": 0.5}})
+    with pytest.raises(ConfigError, match="borrower_share_ratio"):
+        load_config_text(tmp_path, bad)
+
+
+def load_config_text(tmp_path: Path, text: str) -> PolicySettings:
+    (tmp_path / "c.yaml").write_text(text)
+    return load_config(tmp_path / "c.yaml").policy_settings()
