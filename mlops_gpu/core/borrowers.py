@@ -10,8 +10,8 @@ ANOTHER project when all of these hold:
   (``Cycle._outlasts``; a run without ``max_runtime`` never is);
 - P's fair share with V gone (``Shares.share_with``, from the shares as the cycle's order reads
   them at that moment) stays more than ``borrower_share_ratio`` (>= 1) times R's project's with
-  R admitted: the move never turns the two projects' order around, so it only narrows the gap
-  between them (shares are divided by the projects' weights, so a ratio, not a difference, is
+  R admitted (each victim alone in ``share_above``, the whole plan in ``keeps``): the move
+  never turns the two projects' order around, so it only narrows the gap between them (shares are divided by the projects' weights, so a ratio, not a difference, is
   the margin that means the same at every scale; without fair share every share is 0: the rule
   never applies);
 - V is ready as a same-class victim of R's own project must be (the Day-one rules,
