@@ -219,6 +219,11 @@ class PolicyConfig(_Strict):
     #: Under ``shortest``: a run preempts a run of its own project and class only when that
     #: run is expected to go on for more than this many times the new run's max_runtime.
     shortest_preempt_ratio: float = Field(8.0, ge=1)
+    #: Under ``shortest``: that preemption also takes such a run of another project of the
+    #: cohort that borrows the GPU type, when that project's fair share is more than
+    #: ``borrower_share_ratio`` times the new run's project's (Python engine only).
+    shortest_preempt_borrowers: bool = False
+    borrower_share_ratio: float = Field(1.0, ge=1)
     #: A run of the preemptor's own project and class is preempted only after running this
     #: many seconds (a guaranteed minimum runtime; lower classes and reclaim ignore it).
     min_runtime_before_preemption_s: float = Field(600.0, ge=0)
@@ -465,6 +470,8 @@ class Config(_Strict):
             queueing=p.queueing,
             order=p.order,
             shortest_preempt_ratio=p.shortest_preempt_ratio,
+            shortest_preempt_borrowers=p.shortest_preempt_borrowers,
+            borrower_share_ratio=p.borrower_share_ratio,
             min_runtime_before_preemption_s=p.min_runtime_before_preemption_s,
             preempt_uncheckpointed=p.preempt_uncheckpointed,
             las_thresholds_gpu_s=tuple(sorted(p.las_thresholds_gpu_s)),

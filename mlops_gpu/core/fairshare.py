@@ -100,6 +100,24 @@ class Shares:
             self._share[project] = s
         return s
 
+    def share_with(self, project: str, gpu_type: str, amount: float) -> float:
+        """``share`` as it would be with ``amount`` more of ``gpu_type`` held (nothing changes:
+        a what-if must not move the floats a later decision reads)."""
+        if not self.snap.policy.fair_share:
+            return 0.0
+        weight = self.snap.projects[project].weight if project in self.snap.projects else 1.0
+        return (
+            max(
+                (
+                    (self.load[(project, t)] + (amount if t == gpu_type else 0.0)) / c
+                    for t, c in self.capacity.items()
+                    if c > 0
+                ),
+                default=0.0,
+            )
+            / weight
+        )
+
     def add(self, project: str, gpu_type: str, amount: float) -> None:
         self.load[(project, gpu_type)] += amount
         self._share.pop(project, None)

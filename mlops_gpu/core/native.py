@@ -89,6 +89,11 @@ def unsupported(template: Snapshot) -> str | None:
     p = template.policy
     if p.order not in ("shortest", "submit", "las"):
         return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
+    if p.shortest_preempt_borrowers:
+        return (
+            "policy.shortest_preempt_borrowers (the native engine does not preempt borrowers"
+            " of other projects shortest-first)"
+        )
     for n in template.nodes:
         if n.shared and p.placement != "best-fit":
             return (

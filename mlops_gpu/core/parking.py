@@ -28,6 +28,7 @@ import itertools
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from mlops_gpu.core import borrowers
 from mlops_gpu.core.backfill import could_be_admitted
 from mlops_gpu.core.placement import indexed_buckets, place, request_amount
 from mlops_gpu.core.state import Age, ShapeKey, Signature, age_of, shape_key
@@ -89,7 +90,7 @@ def _hope(c: Cycle, project: str) -> Hope:
             m != project and st.victims.get((m, t)) for m in c.lenders_at_start(owner, t)
         ):
             reclaim = quota.quota(project, t).nominal - quota.used[(project, t)]
-        if lowest is not None or reclaim >= 0:
+        if lowest is not None or reclaim >= 0 or borrowers.enabled(c):
             out[t] = (lowest, -1.0 if end is None else end, reclaim)
     st.hopes[project] = out
     return out
@@ -124,6 +125,8 @@ def _may_have_victims(
         ):
             return True
         if amount <= reclaim + _EPS:
+            return True
+        if borrowers.hoped(c, head.project, head, cls, t):
             return True
     return False
 

@@ -72,7 +72,7 @@ from enum import Enum
 from itertools import accumulate
 from typing import Any
 
-from mlops_gpu.core import eligibility, parking, search_memo
+from mlops_gpu.core import borrowers, eligibility, parking, search_memo
 from mlops_gpu.core import reason_text as rt
 from mlops_gpu.core.backfill import (
     EtaBook,
@@ -589,6 +589,8 @@ class Cycle:
             pool = self.state.victims.get((run.project, t))
             if pool and (any(v < mine for v in pool) or (mine in pool and self.peers(run, t))):
                 return True
+            if borrowers.possible(self, run, t):
+                return True
             if root is None or not self.quota.within_nominal(run.project, t, amount):
                 continue
             for m in self.lenders_at_start(root, t):
@@ -658,10 +660,16 @@ class Cycle:
         ``_may_ever_preempt``): a victim of ``run``'s own project and class has reported a
         checkpoint (unless ``preempt_uncheckpointed``) and has run for at least
         ``min_runtime_before_preemption_s`` since it started (else was admitted; with
-        neither, it has not run). Lower classes and reclaimed borrowing need neither."""
+        neither, it has not run). Lower classes and reclaimed borrowing need neither; a run of
+        another project taken by ``borrowers`` needs both, and its project's share above."""
         snap = self.snap
-        if victim.project != run.project or snap.priority_of(victim) != snap.priority_of(run):
+        if snap.priority_of(victim) != snap.priority_of(run):
             return True
+        if victim.project != run.project:
+            if self._reclaims(run, victim):
+                return True
+            if not borrowers.share_above(self, run, victim):
+                return False
         pol = snap.policy
         if victim.last_checkpoint_at is None and not pol.preempt_uncheckpointed:
             return False
@@ -690,6 +698,10 @@ class Cycle:
                 end = expected_end(snap, victim)
                 return end is not None and self._outlasts(run, end - snap.now)
             return False
+        return self._reclaims(run, victim) or borrowers.may_ever(self, run, victim)
+
+    def _reclaims(self, run: Run, victim: Run) -> bool:
+        """Whether ``run`` may take ``victim`` (another project's) back as lent quota."""
         t = victim.placement.gpu_type if victim.placement else ""
         root = self.quota.root.get(victim.project)
         return (
@@ -726,22 +738,19 @@ class Cycle:
             self.remembered.append(run.id)
         if plan is None or not self._keeps_what_it_frees(run, plan.victims, plan.placement):
             return False
+        if not borrowers.keeps(self, run, plan.victims, plan.placement):
+            return False
+        whys = {v.id: self._why_preempted(run, v) for v in plan.victims}  # (before any goes)
         for v in plan.victims:
             self.going.add(v.id)
             placed = v.placement
             assert placed is not None
             self.cap.release(v.project, placed, v.request.gpu_types)
             self.shares.add(v.project, placed.gpu_type, -placed.gpu_amount)
-            why = (
-                f"preempted for run {run.id} (priority {run.spec.priority})"
-                if v.project == run.project
-                else f"reclaimed: project {run.project} needs its nominal quota back; project "
-                f"{v.project} was borrowing"
-            )
             self.preemptions.append(
                 Preemption(
                     v.id,
-                    why,
+                    whys[v.id],
                     v.spec.checkpoint.signal,
                     v.spec.checkpoint.grace_s,
                     run.id,
@@ -753,6 +762,16 @@ class Cycle:
         self._exhausted.clear()
         self._admit(run, plan.placement)
         return True
+
+    def _why_preempted(self, run: Run, v: Run) -> str:
+        if v.project == run.project:
+            return f"preempted for run {run.id} (priority {run.spec.priority})"
+        if borrowers.taken_by_rule(self, run, v):
+            return borrowers.why(self, run, v)
+        return (
+            f"reclaimed: project {run.project} needs its nominal quota back; project "
+            f"{v.project} was borrowing"
+        )
 
     def _keeps_what_it_frees(self, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
         """Whether a run that preempts runs of its own class (``las``, ``shortest``) would get

@@ -25,6 +25,12 @@ class PolicySettings:
     #: large, which keeps most of the JCT gain with far less lost work and churn (measured in
     #: ``benchmarks/philly_week.py``).
     shortest_preempt_ratio: float = 8.0
+    #: Under ``shortest``: that preemption also takes a run of another project of the cohort
+    #: tree that borrowed its GPU type when the cycle began, when that project's fair share is
+    #: more than ``borrower_share_ratio`` times the preemptor's (``core.borrowers``; the Python
+    #: engine only; shares are divided by weights, so a ratio is their one scale-free margin).
+    shortest_preempt_borrowers: bool = False
+    borrower_share_ratio: float = 1.0
     #: A run of the preemptor's own project and class (``las``, ``shortest``) is a victim
     #: only after running this long (KAI-Scheduler's guaranteed minimum runtime): seconds
     #: since it started (or was admitted). Lower classes and reclaimed borrowing ignore it.

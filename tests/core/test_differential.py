@@ -57,6 +57,9 @@ def scenarios(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
         # same-class victims become ready as the clock moves (1 s per event) or they checkpoint
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 10.0])),
         preempt_uncheckpointed=draw(st.booleans()),
+        # shortest-first preemption of other projects' borrowers (``core.borrowers``)
+        shortest_preempt_borrowers=draw(st.booleans()),
+        borrower_share_ratio=draw(st.sampled_from([1.0, 1.5])),
     )
     events: list[tuple[object, ...]] = []
     for i in range(draw(st.integers(5, 40))):
@@ -121,6 +124,9 @@ def contended(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
         backfill=draw(st.booleans()),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 4.0])),
         preempt_uncheckpointed=draw(st.booleans()),
+        # shortest-first preemption of other projects' borrowers (``core.borrowers``)
+        shortest_preempt_borrowers=draw(st.booleans()),
+        borrower_share_ratio=draw(st.sampled_from([1.0, 1.5])),
     )
     events: list[tuple[object, ...]] = []
     for i in range(draw(st.integers(20, 60))):

@@ -108,6 +108,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         backfill=draw(st.booleans()),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 300.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
+        shortest_preempt_borrowers=draw(st.booleans()),
         usage_history={(p.name, t): draw(st.floats(0, 50_000)) for p in projects for t in TYPES},
     )
 
