@@ -50,6 +50,7 @@ class PolicySpec:
         shortest_preempt_ratio: float,
         min_runtime_before_preemption_s: float,
         preempt_uncheckpointed: bool,
+        placement: str,
     ) -> None: ...
 
 @final
@@ -90,6 +91,7 @@ class RunSpec:
         submitted_at: float,
         last_checkpoint_at: float | None,
         attained_gpu_s: float,
+        accepts: list[str],
     ) -> None: ...
     @property
     def id(self) -> str: ...

@@ -72,8 +72,8 @@ def native(native_module: Any) -> Any:
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
-    # nodes tracking host CPU and memory: under best-fit placement (the native engine has no
-    # fragmentation-aware placement)
+    # nodes tracking host CPU and memory, under either placement (fragmentation-aware placement
+    # weighs them: the mix of active runs' shapes, the types' headroom)
     host = draw(st.booleans())
     nodes = [
         make_node(
@@ -123,7 +123,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         half_life_s=draw(st.sampled_from([60.0, 3600.0])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
-        placement="best-fit" if host else draw(st.sampled_from(["fragmentation", "best-fit"])),
+        placement=draw(st.sampled_from(["fragmentation", "fragmentation", "best-fit"])),
     )
     # a cohort tree: team lends and borrows within org
     template = replace(template, cohorts={"org": Cohort("org"), "team": Cohort("team", "org")})
@@ -414,10 +414,12 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
         NativeEngine(bogus, native)
     shared = make_snapshot([make_node("n0", 4, TYPES[0], shared=True)], [make_project("p0")])
     assert "node n0" in str(unsupported(shared))
-    # host CPU tracked: best-fit placement only (no fragmentation-aware placement here)
+    # host CPU tracked, under either placement; a shape prior (the packing simulator's) is not
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
-    assert "tracks host CPU" in str(unsupported(host))
+    assert host.policy.placement == "fragmentation" and unsupported(host) is None
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
+    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0})
+    assert "shape prior" in str(unsupported(prior))
     eng = NativeEngine(template, native)
     for run, what in (
         (make_run("f", "p0", gpu_fraction=0.5), "shared"),

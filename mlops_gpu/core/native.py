@@ -89,11 +89,8 @@ def unsupported(template: Snapshot) -> str | None:
                 f"node {n.name} has MIG slices or shared devices "
                 "(the native engine places whole GPUs only)"
             )
-        if (n.cpu_milli is not None or n.host_memory_mb is not None) and p.placement != "best-fit":
-            return (
-                f"node {n.name} tracks host CPU or memory under policy.placement {p.placement!r} "
-                "(the native engine has no fragmentation-aware placement: best-fit only there)"
-            )
+    if template.shape_prior:
+        return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"
     return None
 
 
@@ -210,6 +207,7 @@ class NativeEngine:
                     shortest_preempt_ratio=float(p.shortest_preempt_ratio),
                     min_runtime_before_preemption_s=float(p.min_runtime_before_preemption_s),
                     preempt_uncheckpointed=p.preempt_uncheckpointed,
+                    placement=p.placement,
                 ),
             )
         )
@@ -261,6 +259,7 @@ class NativeEngine:
             submitted_at=run.submitted_at,
             last_checkpoint_at=run.last_checkpoint_at,
             attained_gpu_s=run.attained_gpu_s,
+            accepts=list(req.gpu_types),
         )
 
     def remove_pending(self, run_id: str) -> Run:

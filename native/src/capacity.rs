@@ -9,6 +9,7 @@
 //! - `cpu_free[node]` / `mem_free[node]`: host resources not held (None: not tracked);
 //! - `take` and `release` are exact inverses (a preemption trial undoes itself).
 
+use crate::fragmentation::{Mix, Shape};
 use crate::model::Model;
 
 /// Where a run runs: one backend, one type, one slot (node, devices) per gang member on a node
@@ -22,6 +23,8 @@ pub struct Placement {
     pub gpus: usize,
     /// Host CPU (millicores) and memory (MB) it holds on each slot's node.
     pub host: (i64, i64),
+    /// Its run's accepted GPU types (`Mix::intern`), for the shape it adds to `Capacity::mix`.
+    pub accepts: u32,
 }
 
 impl Placement {
@@ -39,6 +42,9 @@ pub struct Capacity {
     /// tracked).
     pub cpu_free: Vec<Option<i64>>,
     pub mem_free: Vec<Option<i64>>,
+    /// The shapes of the slots held on GPUs, kept while fragmentation-aware placement is on
+    /// (`fragmentation`).
+    pub mix: Mix,
 }
 
 impl Capacity {
@@ -71,6 +77,7 @@ impl Capacity {
             used: vec![0.0; m.projects.len() * m.n_types],
             cpu_free: m.nodes.iter().map(|n| n.cpu_milli).collect(),
             mem_free: m.nodes.iter().map(|n| n.host_memory_mb).collect(),
+            mix: Mix::new(m.n_types),
         }
     }
 
@@ -94,6 +101,9 @@ impl Capacity {
                 self.rebucket(*node, before, after);
             }
             self.book_host(*node, p.host, -1);
+            if let Some(s) = self.shape(p, devs) {
+                self.mix.add(s);
+            }
         }
         self.used[m.pt(project, p.ty)] += p.amount();
     }
@@ -112,6 +122,9 @@ impl Capacity {
                 self.rebucket(*node, before, after);
             }
             self.book_host(*node, p.host, 1);
+            if let Some(s) = self.shape(p, devs) {
+                self.mix.remove(s);
+            }
         }
         self.used[m.pt(project, p.ty)] -= p.amount();
     }
@@ -124,6 +137,18 @@ impl Capacity {
         if let Some(x) = self.mem_free[node].as_mut() {
             *x += sign * mem;
         }
+    }
+
+    /// The mix shape of a slot of `p` holding `devs` (`capacity.slot_shape`), where the mix is
+    /// kept and the slot holds GPUs.
+    fn shape(&self, p: &Placement, devs: &[u16]) -> Option<Shape> {
+        (self.mix.enabled && !devs.is_empty()).then(|| Shape {
+            gpus: devs.len(),
+            share_bits: 1.0f64.to_bits(),
+            cpu: p.host.0,
+            mem: p.host.1,
+            accepts: p.accepts,
+        })
     }
 
     /// Whether the node has the run's host CPU and memory free (`Capacity.host_fits`).

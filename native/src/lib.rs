@@ -4,7 +4,8 @@
 //!
 //! The same decisions as `mlops_gpu.core.engine.Incremental` for the requests and policies it
 //! serves (whole GPUs, nodes without MIG or shared devices; host CPU and memory under
-//! best-fit placement: `capacity`; budgets: `budget`; topology: `topology`); `mlops_gpu/core/native.py` checks that, turns names into indices and
+//! best-fit placement: `capacity`; fragmentation-aware placement with host resources: `fgd`,
+//! `fragmentation`, `type_choice`; budgets: `budget`; topology: `topology`); `mlops_gpu/core/native.py` checks that, turns names into indices and
 //! builds the `Decision`. Pure: the clock comes in each call. `engine` is the whole public
 //! API (`Engine`, `Settings`, `RunSpec`, ...).
 
@@ -13,14 +14,18 @@ pub mod budget;
 mod capacity;
 mod cycle;
 pub mod engine;
+mod fgd;
+mod fragmentation;
 mod model;
 mod placement;
 mod preempt;
+mod pyfloat;
 mod quota;
 mod state;
 #[cfg(test)]
 mod tests;
 mod topology;
+mod type_choice;
 
 pub use budget::BudgetSpent;
 pub use engine::{

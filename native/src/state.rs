@@ -28,6 +28,8 @@ pub struct Run {
     pub nodes: usize,
     /// The cluster's types the run accepts, ascending (`State.types_of`).
     pub types: Vec<usize>,
+    /// Its `gpu_types` names, interned (`fragmentation::Mix::intern`; 0: any, or no mix kept).
+    pub accepts: u32,
     pub pinned: Option<usize>,
     /// The topology key its nodes must share a value of (`topology_key`), and whether they
     /// must (else it is preferred).

@@ -67,6 +67,7 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         gpus,
         nodes: 1,
         types: vec![0],
+        accepts: 0,
         pinned: None,
         topology: None,
         topology_required: false,
@@ -107,6 +108,7 @@ fn busy(
         slots: vec![(0, (0..8).collect())],
         gpus: 8,
         host: (0, 0),
+        accepts: 0,
     };
     st.hold(m, v, p, false).expect("hold");
     st.enqueue(run("r", 1, NORMAL, 4, Some(100.0)))
@@ -224,6 +226,7 @@ fn a_run_loaded_as_being_preempted_holds_nothing() {
         slots: vec![(0, (0..8).collect())],
         gpus: 8,
         host: (0, 0),
+        accepts: 0,
     };
     st.hold(&m, v, p, true).expect("hold");
     assert_eq!(st.cap.used, vec![0.0]);
@@ -260,6 +263,7 @@ fn holders(m: &Model, n: usize, max_runtime: Option<f64>) -> State {
             slots: vec![(0, vec![d as u16])],
             gpus: 1,
             host: (0, 0),
+            accepts: 0,
         };
         st.hold(m, h, p, false).expect("hold");
     }

@@ -68,6 +68,7 @@ pub fn place_topology(
         backend: m.nodes[chosen[0]].backend,
         gpus: r.gpus * r.nodes,
         host: r.host(),
+        accepts: r.accepts,
         slots: chosen
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))

@@ -102,7 +102,7 @@ impl PolicySpec {
     #[pyo3(signature = (
         *, order, las_thresholds_gpu_s, strict_fifo, fair_share, half_life_s, preemption,
         backfill, shortest_preempt_ratio, min_runtime_before_preemption_s,
-        preempt_uncheckpointed
+        preempt_uncheckpointed, placement
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -116,6 +116,7 @@ impl PolicySpec {
         shortest_preempt_ratio: f64,
         min_runtime_before_preemption_s: f64,
         preempt_uncheckpointed: bool,
+        placement: String,
     ) -> Self {
         PolicySpec(lib::PolicySpec {
             order,
@@ -128,6 +129,7 @@ impl PolicySpec {
             shortest_preempt_ratio,
             min_runtime_before_preemption_s,
             preempt_uncheckpointed,
+            placement,
         })
     }
 
@@ -149,6 +151,7 @@ impl Settings {
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         n_types: usize,
         nodes: Vec<NodeSpec>,
         multi_node: Vec<bool>,
@@ -167,6 +170,8 @@ impl Settings {
             capacity_by_type,
             of_type,
             policy: policy.0,
+            // this interpreter's sum() of floats, which the fragmentation scores must match
+            compensated_sum: py.version_info() >= (3, 12),
         })
     }
 
@@ -186,7 +191,7 @@ impl RunSpec {
     #[pyo3(signature = (
         *, id, seq, project, priority, gpus, nodes, gpu_types, backend, topology_key,
         topology_required, cpu_milli, host_memory_mb, max_runtime_s, preemptible, grace_s,
-        submitted_at, last_checkpoint_at, attained_gpu_s
+        submitted_at, last_checkpoint_at, attained_gpu_s, accepts
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -208,6 +213,7 @@ impl RunSpec {
         submitted_at: f64,
         last_checkpoint_at: Option<f64>,
         attained_gpu_s: f64,
+        accepts: Vec<String>,
     ) -> Self {
         RunSpec(lib::RunSpec {
             id,
@@ -228,6 +234,7 @@ impl RunSpec {
             submitted_at,
             last_checkpoint_at,
             attained_gpu_s,
+            accepts,
         })
     }
 

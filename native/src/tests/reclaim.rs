@@ -52,6 +52,7 @@ fn hold(m: &Model, st: &mut State, id: &str, project: usize, class: i64, dev: u1
         slots: vec![(0, vec![dev])],
         gpus: 1,
         host: (0, 0),
+        accepts: 0,
     };
     st.hold(m, r, p, false).expect("hold");
 }
