@@ -154,6 +154,8 @@ pub struct Preempted {
 pub struct Engine {
     m: Model,
     st: State,
+    /// Runs' `gpu_types` lists as named -> their number (`Run::request_types`).
+    type_lists: std::collections::HashMap<Vec<String>, u32>,
 }
 
 impl Engine {
@@ -256,7 +258,11 @@ impl Engine {
         let mut st = State::new(&m);
         st.cap.mix.enabled = fgd;
         st.cap.mix.compensated = s.compensated_sum;
-        Ok(Engine { m, st })
+        Ok(Engine {
+            m,
+            st,
+            type_lists: Default::default(),
+        })
     }
 
     /// A run joins its project's queue.
@@ -411,6 +417,8 @@ impl Engine {
             Order::Submit => (0, r.submitted_at, r.seq),
             Order::Las => (policy.las_level(r.attained_gpu_s), r.submitted_at, r.seq),
         };
+        let next = self.type_lists.len() as u32;
+        let request_types = *self.type_lists.entry(r.accepts.clone()).or_insert(next);
         let mix = &mut self.st.cap.mix;
         let accepts = if mix.enabled && !r.accepts.is_empty() {
             mix.intern(r.accepts, &r.gpu_types)
@@ -419,6 +427,7 @@ impl Engine {
         };
         Ok(Run {
             accepts,
+            request_types,
             id,
             project: r.project,
             class: r.priority,

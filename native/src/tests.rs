@@ -68,6 +68,7 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         nodes: 1,
         types: vec![0],
         accepts: 0,
+        request_types: 0,
         pinned: None,
         topology: None,
         topology_required: false,
