@@ -11,8 +11,11 @@ It serves what the extension implements, and says what it does not (``unsupporte
 - whole GPUs on nodes without MIG slices or shared devices; with a topology
   (``topology_key``, required or preferred: nodes' labels cross as numbers, each key's values
   in name order); with host CPU and memory (runs' requests per node, nodes' capacities),
-  but nodes that track host resources only under ``policy.placement: best-fit`` (there is no
-  fragmentation-aware placement here);
+  under either ``policy.placement``: ``fragmentation`` (the default) places one-node runs by
+  the growth of expected fragmentation and orders a run's GPU types by headroom and growth
+  (``core/fragmentation.py``, ``type_choice``), as the Python core does to the last bit of
+  its ``round()`` and ``sum()`` (runs' ``gpu_types`` cross as named: ``accepts``); not with a
+  ``Snapshot.shape_prior`` (the packing simulator's, which runs the Python engine);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
   projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
