@@ -7,9 +7,10 @@ preempt alike at every cycle (``test_native_core.replay``, which also checks ``d
 
 The scenarios are drawn so that the rules decide often: nodes of several sizes and CPU
 amounts (the score classes and the CPU balance differ between them), runs restricted to one
-type next to runs that accept both (the headroom rule), quotas that rarely bind. Each rule was
-checked to matter here: changing it on the Python side alone (the CPU balance's sign, the
-headroom step, the weights' quantum, the growth class) fails this test.
+type next to runs that accept both (the headroom rule), quotas that rarely bind. Changing a rule
+on the Python side alone was checked to fail this test: the CPU balance's sign in a node's
+score and in a type's, the headroom step 8 -> 2 GPUs. (The weights' quantum 1000 -> 10 did not:
+its effect on the score classes is too rare at this size.)
 """
 
 from __future__ import annotations
