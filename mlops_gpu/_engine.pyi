@@ -51,6 +51,7 @@ class PolicySpec:
         shortest_preempt_ratio: float,
         min_runtime_before_preemption_s: float,
         preempt_uncheckpointed: bool,
+        placement: str,
     ) -> None: ...
 
 @final
@@ -92,6 +93,7 @@ class RunSpec:
         submitted_at: float,
         last_checkpoint_at: float | None,
         attained_gpu_s: float,
+        accepts: list[str],
         shape: ShapeSpec | None = None,
     ) -> None: ...
     @property

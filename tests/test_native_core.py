@@ -84,10 +84,12 @@ def native(native_module: Any) -> Any:
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
-    # nodes tracking host CPU and memory: under best-fit placement (the native engine has no
-    # fragmentation-aware placement)
+    # nodes tracking host CPU and memory, under either placement (fragmentation-aware placement
+    # weighs them: the mix of active runs' shapes, the types' headroom)
     host = draw(st.booleans())
-    best_fit = host or draw(st.booleans())  # (shared devices too: best-fit only there)
+    placement = draw(st.sampled_from(["fragmentation", "fragmentation", "best-fit"]))
+    best_fit = placement == "best-fit"  # (shared devices: best-fit only there)
+    weighs = host and not best_fit  # (MIG slices: not where fragmentation weighs host shapes)
     nodes = [
         make_node(
             f"n{i}",
@@ -98,7 +100,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             labels=draw(st.sampled_from(LABELS)),
             cpu_milli=draw(st.sampled_from([None, 8000, 16000])) if host else None,
             host_memory_mb=draw(st.sampled_from([None, 64000])) if host else None,
-            mig=draw(st.sampled_from(MIG)),
+            mig={} if weighs else draw(st.sampled_from(MIG)),
             shared=best_fit and draw(st.booleans()),
             gpu_memory_mb=draw(st.sampled_from([None, 80000])),
         )
@@ -141,7 +143,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         half_life_s=draw(st.sampled_from([60.0, 3600.0])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
-        placement="best-fit" if best_fit else "fragmentation",
+        placement=placement,
     )
     # a cohort tree: team lends and borrows within org
     template = replace(template, cohorts={"org": Cohort("org"), "team": Cohort("team", "org")})
@@ -531,10 +533,22 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     assert unsupported(replace(shared, policy=replace(shared.policy, placement="best-fit"))) is None
     sliced = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)})], [])
     assert unsupported(sliced) is None
-    # host CPU tracked: best-fit placement only (no fragmentation-aware placement here)
+    # MIG slices where fragmentation-aware placement weighs host shapes: not here
+    mixed = make_snapshot(
+        [
+            make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}),
+            make_node("n1", 4, TYPES[0], cpu_milli=8000),
+        ],
+        [],
+    )
+    assert "node n0 has MIG slices" in str(unsupported(mixed))
+    assert unsupported(replace(mixed, policy=replace(mixed.policy, placement="best-fit"))) is None
+    # host CPU tracked, under either placement; a shape prior (the packing simulator's) is not
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
-    assert "tracks host CPU" in str(unsupported(host))
+    assert host.policy.placement == "fragmentation" and unsupported(host) is None
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
+    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0})
+    assert "shape prior" in str(unsupported(prior))
     eng = NativeEngine(template, native)
     cpu = make_run("c", "p0", gpus=0, cpu_milli=1000)
     assert run_unsupported(make_run("m", "p0", mig="1g.10gb")) is None

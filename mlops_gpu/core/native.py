@@ -10,14 +10,20 @@ It serves what the extension implements, and says what it does not (``unsupporte
 ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
 - whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
   as numbers, each key's values in name order); with host CPU and memory (runs' requests per
-  node, nodes' capacities), but nodes that track host resources only under
-  ``policy.placement: best-fit`` (there is no fragmentation-aware placement here);
+  node, nodes' capacities), under either ``policy.placement``: ``fragmentation`` (the default)
+  places one-node runs by the growth of expected fragmentation and orders a run's GPU types by
+  headroom and growth (``core/fragmentation.py``, ``type_choice``), as the Python core does to
+  the last bit of its ``round()`` and ``sum()`` (runs' ``gpu_types`` cross as named:
+  ``accepts``); not with a ``Snapshot.shape_prior`` (the packing simulator's, which runs the
+  Python engine);
 - MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
   their whole devices, profiles numbered in name order) and parts of shared devices by
   fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``), but
-  shared devices only under ``policy.placement: best-fit``; active runs holding slices or
-  parts cross with each slot's share (``_engine.SlotShare``), and every slot of such a run
-  must be on a node of the cluster; not CPU-only runs (``gpus`` 0);
+  shared devices only under ``policy.placement: best-fit``, and MIG slices not where
+  fragmentation-aware placement weighs the cluster's shapes (``fragmentation`` with nodes that
+  track host resources); active runs holding slices or parts cross with each slot's share
+  (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster; not
+  CPU-only runs (``gpus`` 0);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
   projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
@@ -94,17 +100,24 @@ def unsupported(template: Snapshot) -> str | None:
             "policy.shortest_preempt_borrowers (the native engine does not preempt borrowers"
             " of other projects shortest-first)"
         )
+    # fragmentation-aware placement weighs every held slot's shape (the Rust engine keeps that
+    # mix where nodes track host resources, as whole GPUs only)
+    weighs = p.placement == "fragmentation" and any(
+        n.cpu_milli is not None or n.host_memory_mb is not None for n in template.nodes
+    )
     for n in template.nodes:
         if n.shared and p.placement != "best-fit":
             return (
                 f"node {n.name} has shared devices under policy.placement {p.placement!r} "
-                "(the native engine has no fragmentation-aware placement: best-fit only there)"
+                "(the native engine places shared devices under best-fit only)"
             )
-        if (n.cpu_milli is not None or n.host_memory_mb is not None) and p.placement != "best-fit":
+        if n.mig and weighs:
             return (
-                f"node {n.name} tracks host CPU or memory under policy.placement {p.placement!r} "
-                "(the native engine has no fragmentation-aware placement: best-fit only there)"
+                f"node {n.name} has MIG slices on a cluster tracking host CPU or memory under "
+                "policy.placement 'fragmentation' (the native engine weighs whole GPUs only there)"
             )
+    if template.shape_prior:
+        return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"
     return None
 
 
@@ -228,6 +241,7 @@ class NativeEngine:
                     shortest_preempt_ratio=float(p.shortest_preempt_ratio),
                     min_runtime_before_preemption_s=float(p.min_runtime_before_preemption_s),
                     preempt_uncheckpointed=p.preempt_uncheckpointed,
+                    placement=p.placement,
                 ),
                 parts=self._parts(template),
             )
@@ -307,6 +321,7 @@ class NativeEngine:
             submitted_at=run.submitted_at,
             last_checkpoint_at=run.last_checkpoint_at,
             attained_gpu_s=run.attained_gpu_s,
+            accepts=list(req.gpu_types),
             shape=self._shape(run),
         )
 

@@ -10,6 +10,7 @@
 //! - `cpu_free[node]` / `mem_free[node]`: host resources not held (None: not tracked);
 //! - `take` and `release` are exact inverses (a preemption trial undoes itself).
 
+use crate::fragmentation::{Mix, Shape};
 use crate::model::Model;
 use crate::parts::{self, SlotShare};
 
@@ -26,6 +27,8 @@ pub struct Placement {
     pub host: (i64, i64),
     /// Per slot, the share of each device it holds (`parts`); empty: whole devices.
     pub shares: Vec<SlotShare>,
+    /// Its run's accepted GPU types (`Mix::intern`), for the shape it adds to `Capacity::mix`.
+    pub accepts: u32,
 }
 
 impl Placement {
@@ -58,6 +61,9 @@ pub struct Capacity {
     /// (`parts`).
     pub mig_free: Vec<Vec<Vec<u16>>>,
     pub shared: Vec<Vec<(u16, f64, i64)>>,
+    /// The shapes of the slots held on GPUs, kept while fragmentation-aware placement is on
+    /// (`fragmentation`).
+    pub mix: Mix,
 }
 
 impl Capacity {
@@ -92,6 +98,7 @@ impl Capacity {
             mem_free: m.nodes.iter().map(|n| n.host_memory_mb).collect(),
             mig_free: parts::mig_free(m),
             shared: vec![Vec::new(); m.nodes.len()],
+            mix: Mix::new(m.n_types),
         }
     }
 
@@ -114,6 +121,9 @@ impl Capacity {
                 self.take_parts(m, *node, devs, share);
             }
             self.book_host(*node, p.host, -1);
+            if let Some(s) = self.shape(p, devs) {
+                self.mix.add(s);
+            }
         }
         self.used[m.pt(project, p.ty)] += p.amount();
     }
@@ -127,6 +137,9 @@ impl Capacity {
                 self.release_parts(m, *node, devs, share);
             }
             self.book_host(*node, p.host, 1);
+            if let Some(s) = self.shape(p, devs) {
+                self.mix.remove(s);
+            }
         }
         self.used[m.pt(project, p.ty)] -= p.amount();
     }
@@ -165,6 +178,18 @@ impl Capacity {
         if let Some(x) = self.mem_free[node].as_mut() {
             *x += sign * mem;
         }
+    }
+
+    /// The mix shape of a slot of `p` holding `devs` (`capacity.slot_shape`), where the mix is
+    /// kept and the slot holds GPUs.
+    fn shape(&self, p: &Placement, devs: &[u16]) -> Option<Shape> {
+        (self.mix.enabled && !devs.is_empty()).then(|| Shape {
+            gpus: devs.len(),
+            share_bits: 1.0f64.to_bits(),
+            cpu: p.host.0,
+            mem: p.host.1,
+            accepts: p.accepts,
+        })
     }
 
     /// Whether the node has the run's host CPU and memory free (`Capacity.host_fits`).

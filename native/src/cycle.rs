@@ -25,6 +25,7 @@ use crate::model::Model;
 use crate::placement::{node_sets, place};
 use crate::quota::{admits, room, within_nominal};
 use crate::state::{key_cmp, Key, State};
+use crate::type_choice::order_types;
 
 const EPS: f64 = 1e-9;
 
@@ -409,8 +410,18 @@ impl<'a> Cycle<'a> {
     fn try_run(&mut self, i: usize) -> Outcome {
         let m = self.m;
         let (mut fits_without_reservation, mut quota_held) = (false, false);
-        let types = self.st.runs[i].types.clone();
-        for &t in &types {
+        let mut types = self.st.runs[i].types.clone();
+        let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled {
+            // any of several types: headroom, then the placement that fragments least
+            let placed: Vec<_> = types.iter().map(|&t| self.place_for(i, t)).collect();
+            let order = order_types(m, &self.st.cap, &types, &placed, true);
+            let mut placed: Vec<_> = placed.into_iter().map(Some).collect();
+            types = order.iter().map(|&k| types[k]).collect();
+            order.iter().map(|&k| placed[k].take()).collect()
+        } else {
+            Vec::new()
+        };
+        for (k, &t) in types.iter().enumerate() {
             let r = &self.st.runs[i];
             let ends = r.max_runtime.map(|mr| self.now + mr);
             // (the anchor itself: nothing is held from it; nor, from a borrowing anchor, a
@@ -420,7 +431,10 @@ impl<'a> Cycle<'a> {
                 .as_ref()
                 .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
             let flt = res.map(|res| (res, ends));
-            let placed = place(m, &self.st.cap, r, t, flt);
+            let placed = match placed_first.get_mut(k) {
+                Some(p) => p.take().expect("placed once"),
+                None => place(m, &self.st.cap, r, t, flt),
+            };
             if placed.is_none() && flt.is_some() {
                 fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
             }
@@ -453,6 +467,17 @@ impl<'a> Cycle<'a> {
             self.log = Some(log);
         }
         Outcome::Blocked
+    }
+
+    /// Where run `i` fits on `t` now, with the reservation's hold (as `try_run` places it).
+    fn place_for(&self, i: usize, t: usize) -> Option<Placement> {
+        let (m, r) = (self.m, &self.st.runs[i]);
+        let ends = r.max_runtime.map(|mr| self.now + mr);
+        let res = self
+            .reservation
+            .as_ref()
+            .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
+        place(m, &self.st.cap, r, t, res.map(|res| (res, ends)))
     }
 
     pub fn admit(&mut self, i: usize, p: Placement) {

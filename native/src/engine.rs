@@ -60,6 +60,8 @@ pub struct PolicySpec {
     pub shortest_preempt_ratio: f64,
     pub min_runtime_before_preemption_s: f64,
     pub preempt_uncheckpointed: bool,
+    /// `best-fit` or `fragmentation` (`fgd`: on where nodes track host CPU or memory).
+    pub placement: String,
 }
 
 /// What an engine is built around (see `model.rs` for how the indices are numbered).
@@ -79,6 +81,8 @@ pub struct Settings {
     pub policy: PolicySpec,
     /// The nodes with MIG slices or shared devices (`parts`).
     pub parts: Vec<PartSpec>,
+    /// Whether Python's `sum()` of floats is compensated (CPython 3.12 and later: `pyfloat`).
+    pub compensated_sum: bool,
 }
 
 /// A run as the engine queues it (`mlops_gpu.model.Run`).
@@ -111,6 +115,9 @@ pub struct RunSpec {
     pub submitted_at: f64,
     pub last_checkpoint_at: Option<f64>,
     pub attained_gpu_s: f64,
+    /// Its `gpu_types` as named (unsorted, duplicates kept; empty: any): the shape it adds to
+    /// the fragmentation mix (`fragmentation::AcceptSet`).
+    pub accepts: Vec<String>,
 }
 
 /// GPUs on one node: (node, device numbers).
@@ -159,6 +166,8 @@ pub struct Preempted {
 pub struct Engine {
     m: Model,
     st: State,
+    /// Runs' `gpu_types` lists as named -> their number (`Run::request_types`).
+    type_lists: std::collections::HashMap<Vec<String>, u32>,
 }
 
 impl Engine {
@@ -249,8 +258,26 @@ impl Engine {
             },
             parts: node_parts,
         };
-        let st = State::new(&m);
-        Ok(Engine { m, st })
+        let fgd = match p.placement.as_str() {
+            "fragmentation" => m
+                .nodes
+                .iter()
+                .any(|n| n.cpu_milli.is_some() || n.host_memory_mb.is_some()),
+            "best-fit" => false,
+            other => {
+                return Err(format!(
+                    "policy.placement: expected best-fit or fragmentation, got {other:?}"
+                ))
+            }
+        };
+        let mut st = State::new(&m);
+        st.cap.mix.enabled = fgd;
+        st.cap.mix.compensated = s.compensated_sum;
+        Ok(Engine {
+            m,
+            st,
+            type_lists: Default::default(),
+        })
     }
 
     /// A run joins its project's queue.
@@ -290,6 +317,7 @@ impl Engine {
             gpus: held.gpus,
             host: run.host(),
             shares: held.shares,
+            accepts: run.accepts,
         };
         self.st.hold(&self.m, run, p, held.going)
     }
@@ -417,7 +445,7 @@ impl Engine {
     }
 
     /// A run as the engine keeps it, checked.
-    fn run(&self, r: RunSpec) -> Result<Run, String> {
+    fn run(&mut self, r: RunSpec) -> Result<Run, String> {
         let id = r.id;
         if r.project >= self.m.projects.len() || r.gpu_types.iter().any(|&t| t >= self.m.n_types) {
             return Err(format!("run {id}: unknown project or GPU type"));
@@ -440,7 +468,17 @@ impl Engine {
             Order::Submit => (0, r.submitted_at, r.seq),
             Order::Las => (policy.las_level(r.attained_gpu_s), r.submitted_at, r.seq),
         };
+        let next = self.type_lists.len() as u32;
+        let request_types = *self.type_lists.entry(r.accepts.clone()).or_insert(next);
+        let mix = &mut self.st.cap.mix;
+        let accepts = if mix.enabled && !r.accepts.is_empty() {
+            mix.intern(r.accepts, &r.gpu_types)
+        } else {
+            0
+        };
         Ok(Run {
+            accepts,
+            request_types,
             id,
             project: r.project,
             class: r.priority,

@@ -4,8 +4,9 @@
 //!
 //! The same decisions as `mlops_gpu.core.engine.Incremental` for the requests and policies it
 //! serves (whole GPUs; MIG slices and shared devices: `parts`, `mig`, `shared`, shared ones
-//! under best-fit placement; host CPU and memory under
-//! best-fit placement: `capacity`; budgets: `budget`; topology: `topology`); `mlops_gpu/core/native.py` checks that, turns names into indices and
+//! under best-fit placement; host CPU and memory: `capacity`, under fragmentation-aware
+//! placement `fgd`, `fragmentation`, `type_choice`; budgets: `budget`; topology: `topology`);
+//! `mlops_gpu/core/native.py` checks that, turns names into indices and
 //! builds the `Decision`. Pure: the clock comes in each call. `engine` is the whole public
 //! API (`Engine`, `Settings`, `RunSpec`, ...).
 
@@ -16,17 +17,21 @@ mod cycle;
 pub mod engine;
 mod eta;
 pub mod explain;
+mod fgd;
+mod fragmentation;
 mod mig;
 mod model;
 pub mod parts;
 mod placement;
 mod preempt;
+mod pyfloat;
 mod quota;
 mod shared;
 mod state;
 #[cfg(test)]
 mod tests;
 mod topology;
+mod type_choice;
 
 pub use budget::BudgetSpent;
 pub use engine::{

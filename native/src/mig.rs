@@ -44,6 +44,7 @@ pub fn place_mig(
         slots: vec![(n, cap.mig_free[n][k][..r.gpus].to_vec())],
         gpus: r.gpus,
         host: r.host(),
+        accepts: r.accepts,
         shares: vec![SlotShare {
             fraction: share,
             memory_mb: None,

@@ -2,10 +2,12 @@
 //! (`mlops_gpu.core.placement._place_whole_indexed`): per backend, the first `nodes` nodes
 //! that fit, fewest free devices first, then by name; the backend whose choice leaves the
 //! fewest free devices (then the names) wins; each node gives its first free devices. A run
-//! with a topology key is placed by `topology`.
+//! with a topology key is placed by `topology`; a one-node run under fragmentation-aware
+//! placement by `fgd`.
 
 use crate::backfill::Reservation;
 use crate::capacity::{Capacity, Placement};
+use crate::fgd::place_whole_fgd;
 use crate::model::Model;
 use crate::parts::{self, Shape};
 use crate::state::Run;
@@ -30,6 +32,9 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
     }
     if r.topology.is_some() {
         return place_topology(m, cap, r, t, flt);
+    }
+    if cap.mix.enabled && r.nodes == 1 {
+        return place_whole_fgd(m, cap, r, t, flt);
     }
     let mut best: Option<(usize, Vec<usize>, usize)> = None;
     for g in 0..m.groups.len() {
@@ -74,6 +79,7 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
         gpus: r.gpus * r.nodes,
         host: r.host(),
         shares: Vec::new(),
+        accepts: r.accepts,
         slots: chosen
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))

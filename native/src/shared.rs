@@ -74,6 +74,7 @@ pub fn place_shared(
         slots: vec![(n, vec![dev])],
         gpus: 1,
         host: r.host(),
+        accepts: r.accepts,
         shares: vec![SlotShare {
             fraction: frac,
             memory_mb,

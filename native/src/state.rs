@@ -4,8 +4,9 @@
 //!
 //! Invariants:
 //! - a queued run is in exactly one queue of its project: the runs with the same class, LAS
-//!   level, GPUs per node, nodes, accepted types, pinned backend and preemptibility (only a
-//!   preemptible run may borrow), sorted by order key
+//!   level, GPUs per node, nodes, GPU types as named, pinned backend and preemptibility (only a
+//!   preemptible run may borrow; host requests are not in it, as in `state.shape_key`), sorted
+//!   by order key
 //!   ((0, max_runtime or infinity, seq) under `shortest`, (LAS level, submit time, seq) under
 //!   `las`, else (0, submit time, seq));
 //! - `pools[pt(p, t)]` maps class -> the preemptible active runs of project `p` on type `t`
@@ -31,6 +32,11 @@ pub struct Run {
     pub nodes: usize,
     /// The cluster's types the run accepts, ascending (`State.types_of`).
     pub types: Vec<usize>,
+    /// Its `gpu_types` names, interned (`fragmentation::Mix::intern`; 0: any, or no mix kept).
+    pub accepts: u32,
+    /// Its `gpu_types` as named, in its order (unsorted, duplicates kept), interned by the
+    /// engine: its queue's identity (`QueueKey`).
+    pub request_types: u32,
     pub pinned: Option<usize>,
     /// The topology key its nodes must share a value of (`topology_key`), and whether they
     /// must (else it is preferred).
@@ -84,7 +90,11 @@ pub struct QueueKey {
     pub level: i64,
     pub gpus: usize,
     pub nodes: usize,
-    pub types: Vec<usize>,
+    /// The run's `gpu_types` as it named them (`Run::request_types`), not the cluster's
+    /// types it accepts: `state.shape_key` keeps `("a", "b")`, `("b", "a")` and `("a",
+    /// "tpu")` apart. Host CPU and memory are not in the key, as there: a queue blocked at its
+    /// head waits whole (`Cycle._turn`).
+    pub request_types: u32,
     pub pinned: Option<usize>,
     pub topology: Option<usize>,
     pub topology_required: bool,
@@ -480,7 +490,7 @@ fn queue_key(r: &Run) -> QueueKey {
         level: r.key.0,
         gpus: r.gpus,
         nodes: r.nodes,
-        types: r.types.clone(),
+        request_types: r.request_types,
         pinned: r.pinned,
         topology: r.topology,
         topology_required: r.topology_required,

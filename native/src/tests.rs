@@ -70,6 +70,8 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         gpus,
         nodes: 1,
         types: vec![0],
+        accepts: 0,
+        request_types: 0,
         pinned: None,
         topology: None,
         topology_required: false,
@@ -112,6 +114,7 @@ fn busy(
         gpus: 8,
         host: (0, 0),
         shares: Vec::new(),
+        accepts: 0,
     };
     st.hold(m, v, p, false).expect("hold");
     st.enqueue(run("r", 1, NORMAL, 4, Some(100.0)))
@@ -230,6 +233,7 @@ fn a_run_loaded_as_being_preempted_holds_nothing() {
         gpus: 8,
         host: (0, 0),
         shares: Vec::new(),
+        accepts: 0,
     };
     st.hold(&m, v, p, true).expect("hold");
     assert_eq!(st.cap.used, vec![0.0]);
@@ -267,6 +271,7 @@ fn holders(m: &Model, n: usize, max_runtime: Option<f64>) -> State {
             gpus: 1,
             host: (0, 0),
             shares: Vec::new(),
+            accepts: 0,
         };
         st.hold(m, h, p, false).expect("hold");
     }

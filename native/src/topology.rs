@@ -69,6 +69,7 @@ pub fn place_topology(
         gpus: r.gpus * r.nodes,
         host: r.host(),
         shares: Vec::new(),
+        accepts: r.accepts,
         slots: chosen
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))

@@ -104,7 +104,7 @@ impl PolicySpec {
     #[pyo3(signature = (
         *, order, las_thresholds_gpu_s, strict_fifo, fair_share, half_life_s, preemption,
         backfill, shortest_preempt_ratio, min_runtime_before_preemption_s,
-        preempt_uncheckpointed
+        preempt_uncheckpointed, placement
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -118,6 +118,7 @@ impl PolicySpec {
         shortest_preempt_ratio: f64,
         min_runtime_before_preemption_s: f64,
         preempt_uncheckpointed: bool,
+        placement: String,
     ) -> Self {
         PolicySpec(lib::PolicySpec {
             order,
@@ -130,6 +131,7 @@ impl PolicySpec {
             shortest_preempt_ratio,
             min_runtime_before_preemption_s,
             preempt_uncheckpointed,
+            placement,
         })
     }
 
@@ -152,6 +154,7 @@ impl Settings {
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         n_types: usize,
         nodes: Vec<NodeSpec>,
         multi_node: Vec<bool>,
@@ -172,6 +175,8 @@ impl Settings {
             of_type,
             policy: policy.0,
             parts: parts.into_iter().map(|p| p.0).collect(),
+            // this interpreter's sum() of floats, which the fragmentation scores must match
+            compensated_sum: py.version_info() >= (3, 12),
         })
     }
 
@@ -191,7 +196,7 @@ impl RunSpec {
     #[pyo3(signature = (
         *, id, seq, project, priority, gpus, nodes, gpu_types, backend, topology_key,
         topology_required, cpu_milli, host_memory_mb, max_runtime_s, preemptible, grace_s,
-        submitted_at, last_checkpoint_at, attained_gpu_s, shape=None
+        submitted_at, last_checkpoint_at, attained_gpu_s, accepts, shape=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -213,6 +218,7 @@ impl RunSpec {
         submitted_at: f64,
         last_checkpoint_at: Option<f64>,
         attained_gpu_s: f64,
+        accepts: Vec<String>,
         shape: Option<parts::ShapeSpec>,
     ) -> Self {
         RunSpec(lib::RunSpec {
@@ -235,6 +241,7 @@ impl RunSpec {
             last_checkpoint_at,
             attained_gpu_s,
             shape: shape.map_or(lib::Shape::Whole, |s| s.0),
+            accepts,
         })
     }
 

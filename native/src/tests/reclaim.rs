@@ -53,6 +53,7 @@ fn hold(m: &Model, st: &mut State, id: &str, project: usize, class: i64, dev: u1
         gpus: 1,
         host: (0, 0),
         shares: Vec::new(),
+        accepts: 0,
     };
     st.hold(m, r, p, false).expect("hold");
 }

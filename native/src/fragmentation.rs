@@ -1,0 +1,500 @@
+//! Expected GPU fragmentation of a node for the mix of run shapes (FGD), as
+//! `mlops_gpu.core.fragmentation` computes it, to the last bit (`pyfloat`).
+//!
+//! A node's `Sig` is its free share per device that still has some (largest first; whole free
+//! devices count 1.0), its free host CPU and memory (None: not tracked) and its GPU type. For
+//! one `Shape`, the fragment is the free share the shape could not use (all of it when the
+//! shape does not fit at all); a node's expected fragmentation is the mix-weighted sum over
+//! the shapes.
+//!
+//! Invariants (those of the Python `Mix`):
+//! - `Mix` counts the shapes of the slots held on GPUs exactly (`add`/`remove` are inverses),
+//!   so its weights depend only on which runs are active, never on the order they came;
+//! - the weights: the commonest shapes (ties by shape, compared as Python compares the shape
+//!   tuples: the accepted type names as strings), at most `TOP_K`, until they cover `COVERAGE`
+//!   of the runs, each share rounded to 1/`QUANTUM` (ties to even); recomputed lazily, and the
+//!   memo of node fragmentation by `Sig` is cleared only when they change;
+//! - a shape's accepted types are interned (`AcceptSet`: the run's `gpu_types` names sorted,
+//!   duplicates kept, as `slot_shape` keeps them), numbered in the order they were first seen:
+//!   a number is an identity, never an order (orders compare the names).
+//!
+//! There is no `shape_prior` here (`Snapshot.shape_prior` is only set by the packing
+//! simulator, which runs the Python engine; `core/native.py` refuses a template with one).
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::pyfloat;
+
+pub const TOP_K: usize = 64;
+pub const COVERAGE: f64 = 0.95;
+pub const QUANTUM: f64 = 1000.0;
+pub const EPS: f64 = 1e-9;
+
+/// The GPU types a run accepted, as its shape carries them.
+#[derive(Clone)]
+pub struct AcceptSet {
+    /// The run's `gpu_types`, sorted, duplicates kept (empty: any type).
+    pub names: Vec<String>,
+    /// How many distinct names (`len(set(accepts))`).
+    pub distinct: usize,
+    /// The cluster's types among them, ascending (the type numbers of `Model`).
+    pub types: Vec<usize>,
+}
+
+/// (GPUs per node, share of each GPU (1.0: whole), host CPU millicores, host memory MB,
+/// accepted types): `fragmentation.Shape`. The share is kept as its bits (for hashing).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Shape {
+    pub gpus: usize,
+    pub share_bits: u64,
+    pub cpu: i64,
+    pub mem: i64,
+    pub accepts: u32,
+}
+
+impl Shape {
+    pub fn share(&self) -> f64 {
+        f64::from_bits(self.share_bits)
+    }
+}
+
+/// (free share per device, largest first; free host CPU; free host memory; GPU type):
+/// `fragmentation.Sig`. Shares are kept as bits (for hashing).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Sig {
+    pub free: Vec<u64>,
+    pub cpu: Option<i64>,
+    pub mem: Option<i64>,
+    pub ty: usize,
+}
+
+impl Sig {
+    pub fn shares(&self) -> impl Iterator<Item = f64> + '_ {
+        self.free.iter().map(|&b| f64::from_bits(b))
+    }
+}
+
+/// What the weights give, recomputed lazily after a change of the counts.
+#[derive(Clone, Default)]
+struct Derived {
+    stale: bool,
+    weights: Vec<(Shape, f64)>,
+    cpu_per_gpu: Option<f64>,
+    memo: HashMap<Sig, f64>,
+    /// GPUs held per cluster type by runs restricted to some types (`Mix.restricted`).
+    restricted: Option<Vec<f64>>,
+}
+
+/// `fragmentation.Mix`, without a prior.
+pub struct Mix {
+    /// Whether fragmentation-aware placement is on (`policy.placement: fragmentation` on a
+    /// cluster where it can matter); the mix is kept only then.
+    pub enabled: bool,
+    /// `sum()` as CPython 3.12 and later computes it (`pyfloat::sum`).
+    pub compensated: bool,
+    n_types: usize,
+    counts: HashMap<Shape, i64>,
+    sets: Vec<AcceptSet>,
+    ids: HashMap<Vec<String>, u32>,
+    /// (a `Mutex`, not a `RefCell`, only so that the engine is `Sync` for PyO3: one thread
+    /// uses it at a time)
+    derived: Mutex<Derived>,
+}
+
+/// (a copy for an explanation pass, `Capacity` being cloned: the derived values with it)
+impl Clone for Mix {
+    fn clone(&self) -> Mix {
+        Mix {
+            enabled: self.enabled,
+            compensated: self.compensated,
+            n_types: self.n_types,
+            counts: self.counts.clone(),
+            sets: self.sets.clone(),
+            ids: self.ids.clone(),
+            derived: Mutex::new(self.derived().clone()),
+        }
+    }
+}
+
+impl Mix {
+    pub fn new(n_types: usize) -> Mix {
+        Mix {
+            enabled: false,
+            compensated: false,
+            n_types,
+            counts: HashMap::new(),
+            sets: vec![AcceptSet {
+                names: Vec::new(),
+                distinct: 0,
+                types: Vec::new(),
+            }],
+            ids: HashMap::from([(Vec::new(), 0)]),
+            derived: Mutex::new(Derived {
+                stale: true,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// The number of the accepted-types set `names` (a run's `gpu_types`), whose cluster
+    /// types are `types` (ascending); 0 is "any type".
+    pub fn intern(&mut self, mut names: Vec<String>, types: &[usize]) -> u32 {
+        names.sort_unstable();
+        if let Some(&id) = self.ids.get(&names) {
+            return id;
+        }
+        let mut distinct = names.clone();
+        distinct.dedup();
+        let id = self.sets.len() as u32;
+        self.sets.push(AcceptSet {
+            distinct: distinct.len(),
+            names: names.clone(),
+            types: types.to_vec(),
+        });
+        self.ids.insert(names, id);
+        id
+    }
+
+    pub fn set(&self, id: u32) -> &AcceptSet {
+        &self.sets[id as usize]
+    }
+
+    /// Python's order of two shapes (tuples whose last item is a tuple of type names).
+    pub fn cmp_shapes(&self, a: &Shape, b: &Shape) -> Ordering {
+        a.gpus
+            .cmp(&b.gpus)
+            .then(a.share().total_cmp(&b.share()))
+            .then(a.cpu.cmp(&b.cpu))
+            .then(a.mem.cmp(&b.mem))
+            .then_with(|| self.set(a.accepts).names.cmp(&self.set(b.accepts).names))
+    }
+
+    pub fn add(&mut self, shape: Shape) {
+        *self.counts.entry(shape).or_insert(0) += 1;
+        self.changed(shape);
+    }
+
+    pub fn remove(&mut self, shape: Shape) {
+        if let Some(n) = self.counts.get_mut(&shape) {
+            *n -= 1;
+            if *n <= 0 {
+                self.counts.remove(&shape);
+            }
+        }
+        self.changed(shape);
+    }
+
+    fn changed(&mut self, shape: Shape) {
+        let d = self.derived.get_mut().expect("not poisoned");
+        d.stale = true;
+        if shape.accepts != 0 {
+            d.restricted = None;
+        }
+    }
+
+    fn derived(&self) -> MutexGuard<'_, Derived> {
+        self.derived.lock().expect("not poisoned")
+    }
+
+    fn sum<I: IntoIterator<Item = f64>>(&self, xs: I) -> f64 {
+        pyfloat::sum(xs, self.compensated)
+    }
+
+    /// Bring the weights (and what follows from them) up to date (`Mix.weights`).
+    fn refresh(&self) {
+        if !self.derived().stale {
+            return;
+        }
+        let mut ranked: Vec<(Shape, i64)> = self.counts.iter().map(|(s, &n)| (*s, n)).collect();
+        // counts are integers: every sum of them is exact, in any order
+        let all: i64 = ranked.iter().map(|x| x.1).sum();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| self.cmp_shapes(&a.0, &b.0)));
+        ranked.truncate(TOP_K);
+        let need = COVERAGE * all as f64;
+        let mut cum = 0.0;
+        let mut top: Vec<(Shape, i64)> = Vec::new();
+        for (s, n) in ranked {
+            if cum >= need {
+                break;
+            }
+            top.push((s, n));
+            cum += n as f64;
+        }
+        let total = top.iter().map(|x| x.1).sum::<i64>() as f64;
+        let w: Vec<(Shape, f64)> = top
+            .into_iter()
+            .map(|(s, n)| (s, pyfloat::round0(n as f64 / total * QUANTUM) / QUANTUM))
+            .filter(|&(_, p)| p > 0.0)
+            .collect();
+        let mut d = self.derived();
+        d.stale = false;
+        if w != d.weights {
+            d.memo.clear();
+            let gpus = self.sum(w.iter().map(|(s, p)| p * s.gpus as f64 * s.share()));
+            let cpu = self.sum(w.iter().map(|(s, p)| p * s.cpu as f64));
+            d.cpu_per_gpu = (gpus > 0.0 && cpu > 0.0).then(|| cpu / gpus);
+            d.weights = w;
+        }
+    }
+
+    /// The mix's host CPU per GPU (millicores), or None without CPU requests.
+    pub fn cpu_per_gpu(&self) -> Option<f64> {
+        self.refresh();
+        self.derived().cpu_per_gpu
+    }
+
+    /// How far a node in state `sig` is from the CPU per free GPU the mix needs, as a
+    /// fraction of it, in steps of 1/4 (`Mix.imbalance`).
+    pub fn imbalance(&self, sig: &Sig) -> f64 {
+        let free = self.sum(sig.shares());
+        let ratio = self.cpu_per_gpu();
+        match (sig.cpu, ratio) {
+            (Some(cpu), Some(ratio)) if free > EPS => {
+                pyfloat::round0((cpu as f64 / free - ratio).abs() / ratio * 4.0) / 4.0
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// Expected fragment of a node in state `sig` under the current weights
+    /// (`Mix.node_fragment`).
+    pub fn node_fragment(&self, sig: &Sig) -> f64 {
+        self.refresh();
+        if let Some(&got) = self.derived().memo.get(sig) {
+            return got;
+        }
+        let got = {
+            let d = self.derived();
+            self.sum(
+                d.weights
+                    .iter()
+                    .map(|(s, p)| p * self.shape_fragment(sig, s)),
+            )
+        };
+        self.derived().memo.insert(sig.clone(), got);
+        got
+    }
+
+    /// The free GPU share of a node in state `sig` that a run of `shape` could not use
+    /// (`fragmentation.shape_fragment`).
+    pub fn shape_fragment(&self, sig: &Sig, shape: &Shape) -> f64 {
+        let total = self.sum(sig.shares());
+        if total <= EPS {
+            return 0.0;
+        }
+        if shape.accepts != 0 && !self.set(shape.accepts).types.contains(&sig.ty) {
+            return total;
+        }
+        if sig.cpu.is_some_and(|c| shape.cpu > c) || sig.mem.is_some_and(|m| shape.mem > m) {
+            return total;
+        }
+        let share = shape.share();
+        if share >= 1.0 - EPS {
+            let whole = sig.shares().filter(|&x| x >= 1.0 - EPS).count();
+            return if whole < shape.gpus {
+                total
+            } else {
+                total - whole as f64
+            };
+        }
+        let usable = self.sum(sig.shares().filter(|&x| x >= share - EPS));
+        total - usable
+    }
+
+    /// GPUs held per cluster type by active runs that accept only some types: a run
+    /// accepting k types counts 1/k of its GPU share on each, rounded to 1e-6
+    /// (`Mix.restricted`; types outside the cluster are never read, so not kept).
+    pub fn restricted(&self) -> Vec<f64> {
+        if let Some(r) = &self.derived().restricted {
+            return r.clone();
+        }
+        let mut shapes: Vec<(&Shape, i64)> = self
+            .counts
+            .iter()
+            .filter(|(s, _)| s.accepts != 0)
+            .map(|(s, &n)| (s, n))
+            .collect();
+        shapes.sort_by(|a, b| self.cmp_shapes(a.0, b.0));
+        let mut out = vec![0.0; self.n_types];
+        for (s, n) in shapes {
+            let set = self.set(s.accepts);
+            let each = (n * s.gpus as i64) as f64 * s.share() / set.distinct as f64;
+            for &t in &set.types {
+                out[t] += each;
+            }
+        }
+        for v in out.iter_mut() {
+            *v = pyfloat::round_to(*v, 6);
+        }
+        self.derived().restricted = Some(out.clone());
+        out
+    }
+}
+
+/// `sig` once a run takes `gpus` whole devices and the host resources
+/// (`fragmentation.after_whole`).
+pub fn after_whole(sig: &Sig, gpus: usize, cpu: i64, mem: i64) -> Sig {
+    let mut free = sig.free.clone();
+    let one = 1.0f64.to_bits();
+    for _ in 0..gpus {
+        let i = free
+            .iter()
+            .position(|&x| x == one)
+            .expect("a whole free device");
+        free.remove(i);
+    }
+    Sig {
+        free,
+        cpu: sig.cpu.map(|c| c - cpu),
+        mem: sig.mem.map(|m| m - mem),
+        ty: sig.ty,
+    }
+}
+
+/// `sig` once a run takes `share` of a device that had `left_before` free
+/// (`fragmentation.after_share`).
+#[allow(dead_code)] // (shared devices and CPU-only runs are not native yet)
+pub fn after_share(sig: &Sig, left_before: f64, share: f64, cpu: i64, mem: i64) -> Sig {
+    let mut free: Vec<f64> = sig.shares().collect();
+    let i = free
+        .iter()
+        .position(|&x| x == left_before)
+        .expect("the device's free share");
+    free.remove(i);
+    let left = pyfloat::round_to(left_before - share, 6);
+    if left > EPS {
+        free.push(left);
+    }
+    // Python's sorted(..., reverse=True) is stable; equal shares are equal bits here
+    free.sort_by(|a, b| b.total_cmp(a));
+    Sig {
+        free: free.into_iter().map(f64::to_bits).collect(),
+        cpu: sig.cpu.map(|c| c - cpu),
+        mem: sig.mem.map(|m| m - mem),
+        ty: sig.ty,
+    }
+}
+
+/// `sig` once a run takes host resources only (a CPU-only run: `fragmentation.after_host`).
+#[allow(dead_code)] // (shared devices and CPU-only runs are not native yet)
+pub fn after_host(sig: &Sig, cpu: i64, mem: i64) -> Sig {
+    Sig {
+        free: sig.free.clone(),
+        cpu: sig.cpu.map(|c| c - cpu),
+        mem: sig.mem.map(|m| m - mem),
+        ty: sig.ty,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Values printed by `mlops_gpu.core.fragmentation` (CPython 3.11) for the same mix.
+    use super::*;
+    use crate::fgd::growth_class;
+
+    fn shape(
+        m: &mut Mix,
+        gpus: usize,
+        cpu: i64,
+        mem: i64,
+        names: &[&str],
+        types: &[usize],
+    ) -> Shape {
+        let accepts = if names.is_empty() {
+            0
+        } else {
+            m.intern(names.iter().map(|s| s.to_string()).collect(), types)
+        };
+        Shape {
+            gpus,
+            share_bits: 1.0f64.to_bits(),
+            cpu,
+            mem,
+            accepts,
+        }
+    }
+
+    fn sig(whole: usize, cpu: Option<i64>, mem: Option<i64>, ty: usize) -> Sig {
+        Sig {
+            free: vec![1.0f64.to_bits(); whole],
+            cpu,
+            mem,
+            ty,
+        }
+    }
+
+    /// Types a (0) and b (1) in the cluster; "zz" is not.
+    fn mix() -> (Mix, [Shape; 4]) {
+        let mut m = Mix::new(2);
+        let one = shape(&mut m, 1, 4000, 16000, &[], &[]);
+        let two = shape(&mut m, 2, 8000, 0, &["b", "a"], &[0, 1]);
+        let four = shape(&mut m, 4, 0, 0, &["zz", "b", "b"], &[1]);
+        let eight = shape(&mut m, 8, 1000, 0, &[], &[]);
+        // added in an order unlike the ranking: the weights must not depend on it
+        for s in [eight, two, one, four, one, two, one] {
+            m.add(s);
+        }
+        (m, [one, two, four, eight])
+    }
+
+    #[test]
+    fn weights_rank_by_count_then_shape_and_round_to_the_quantum() {
+        let (m, [one, two, four, eight]) = mix();
+        m.refresh();
+        let w = m.derived().weights.clone();
+        assert_eq!(
+            w,
+            vec![(one, 0.429), (two, 0.286), (four, 0.143), (eight, 0.143)]
+        );
+        assert_eq!(m.cpu_per_gpu(), Some(1526.3157894736844));
+        assert_eq!(m.restricted(), vec![2.0, 4.0]);
+    }
+
+    #[test]
+    fn node_fragment_and_growth_as_python() {
+        let (m, [one, two, four, eight]) = mix();
+        let a = sig(5, Some(12000), Some(64000), 0);
+        assert_eq!(m.node_fragment(&a), 1.43);
+        let after = after_whole(&a, 2, 8000, 0);
+        assert_eq!(m.node_fragment(&after), 1.7159999999999997);
+        assert_eq!(m.imbalance(&after), 0.25);
+        let growth = m.node_fragment(&after) - m.node_fragment(&a);
+        assert_eq!(growth, 0.2859999999999998);
+        assert_eq!(growth_class(pyfloat::round_to(growth, 9)), -42);
+        let b = sig(3, None, Some(4000), 1);
+        assert_eq!(m.node_fragment(&b), 2.1449999999999996);
+        assert_eq!(m.imbalance(&b), 0.0);
+        let frags: Vec<(f64, f64)> = [one, eight, two, four]
+            .iter()
+            .map(|s| (m.shape_fragment(&a, s), m.shape_fragment(&b, s)))
+            .collect();
+        assert_eq!(frags, vec![(0.0, 3.0), (5.0, 3.0), (0.0, 0.0), (5.0, 3.0)]);
+    }
+
+    #[test]
+    fn growth_classes_as_python() {
+        let got: Vec<i64> = [0.0, 0.04, 0.05, -0.04, 1.0, -3.0, 0.5]
+            .iter()
+            .map(|&g| growth_class(g))
+            .collect();
+        assert_eq!(got, vec![-50, -49, -48, -50, -26, -95, -37]);
+    }
+
+    #[test]
+    fn add_and_remove_are_inverses() {
+        let (mut m, [one, two, _, _]) = mix();
+        let before = m.node_fragment(&sig(4, Some(9000), None, 1));
+        let extra = shape(&mut m, 3, 0, 0, &["a"], &[0]);
+        m.add(extra);
+        m.add(two);
+        assert_ne!(m.restricted(), vec![2.0, 4.0]);
+        m.remove(extra);
+        m.remove(two);
+        assert_eq!(m.restricted(), vec![2.0, 4.0]);
+        assert_eq!(m.node_fragment(&sig(4, Some(9000), None, 1)), before);
+        m.remove(one);
+        assert_ne!(m.node_fragment(&sig(4, Some(9000), None, 1)), before);
+    }
+}
