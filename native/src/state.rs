@@ -92,8 +92,9 @@ pub struct QueueKey {
     pub nodes: usize,
     /// The run's `gpu_types` as it named them (`Run::request_types`), not the cluster's
     /// types it accepts: `state.shape_key` keeps `("a", "b")`, `("b", "a")` and `("a",
-    /// "tpu")` apart. Host CPU and memory are not in the key, as there: a queue blocked at its
-    /// head waits whole (`Cycle._turn`).
+    /// "tpu")` apart. Host CPU and memory are in the key, as there: a run asking for less
+    /// is not held behind a head asking for more (a queue blocked at its head waits whole,
+    /// `Cycle._turn`).
     pub request_types: u32,
     pub pinned: Option<usize>,
     pub topology: Option<usize>,
