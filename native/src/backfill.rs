@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use crate::cycle::Cycle;
 use crate::model::{Model, Node};
+use crate::parts::{self, Shape};
 use crate::placement::{eligible, node_sets, place};
 use crate::quota::{admits, within_nominal};
 use crate::state::{age_cmp, Run, State};
@@ -109,6 +110,9 @@ fn quota_terms(m: &Model, r: &Run, t: usize) -> (bool, Option<f64>) {
 /// Whether an empty cluster could host the run on `t` (`State.ever_fits`): `nodes` nodes of
 /// one backend serving it, with enough devices, schedulable now or not.
 pub(crate) fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
+    if r.shape != Shape::Whole {
+        return parts_ever_fit(m, r, t);
+    }
     if let (Some(key), true) = (r.topology, r.topology_required) {
         return ever_fits_required(m, r, t, key);
     }
@@ -129,6 +133,42 @@ pub(crate) fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
         }
     }
     false
+}
+
+/// `ever_fits` for a MIG or shared request (one node): a node of the type serving the shape
+/// (`placement::serves_shape`), with enough slices of the profile, or a device that holds the
+/// fraction and the memory asked for, when empty (`place_mig`/`place_shared` on an empty
+/// cluster, as `placement.could_ever_fit` places).
+fn parts_ever_fit(m: &Model, r: &Run, t: usize) -> bool {
+    m.of_type[t].iter().any(|&n| {
+        let node = &m.nodes[n];
+        let p = parts::of(m, n);
+        if r.pinned.is_some_and(|b| b != node.backend) || !host_could_fit(node, r) {
+            return false;
+        }
+        match r.shape {
+            Shape::Whole => false,
+            Shape::Mig { profile, .. } => {
+                p.mig_placeable
+                    && p.local(profile)
+                        .is_some_and(|k| usize::from(p.mig[k].2) >= r.gpus)
+            }
+            Shape::Shared {
+                fraction,
+                memory_mb,
+            } => {
+                let frac = match (fraction, memory_mb, p.gpu_memory_mb) {
+                    (Some(f), _, _) => f,
+                    (None, Some(mem), Some(g)) if g != 0 => (mem as f64 / g as f64).min(1.0),
+                    _ => return false,
+                };
+                p.shared
+                    && node.ndev > 0
+                    && frac <= 1.0 + EPS
+                    && memory_mb.is_none_or(|mem| p.gpu_memory_mb.is_some_and(|g| mem <= g))
+            }
+        }
+    })
 }
 
 /// Whether the node, empty, has the run's host resources (`Capacity.host_fits` on an empty
