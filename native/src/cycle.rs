@@ -454,7 +454,10 @@ impl<'a> Cycle<'a> {
         }
         if (fits_without_reservation || quota_held) && self.reservation.is_some() {
             if let Some(mut log) = self.log.take() {
-                log.wait(i, explain::reserved(self, i, fits_without_reservation));
+                log.wait(
+                    i,
+                    explain::reserved(self, i, fits_without_reservation, &types),
+                );
                 self.log = Some(log);
             }
             return Outcome::Reserved;
@@ -463,7 +466,7 @@ impl<'a> Cycle<'a> {
             return Outcome::Admitted; // with its victims
         }
         if let Some(mut log) = self.log.take() {
-            log.wait(i, explain::blocked(self, i));
+            log.wait(i, explain::blocked(self, i, &types));
             self.log = Some(log);
         }
         Outcome::Blocked

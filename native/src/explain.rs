@@ -145,19 +145,22 @@ impl Log {
 }
 
 /// The reason of a run found blocked now (`Cycle._try`'s end, `Cycle._diagnose`): over quota
-/// on every type, else waiting for capacity.
-pub fn blocked(c: &Cycle, i: usize) -> Reason {
+/// on every type, else waiting for capacity. `types`: the run's types in the order they were
+/// tried (`Cycle._try` orders several by headroom and fragmentation; the sentence names them
+/// so).
+pub fn blocked(c: &Cycle, i: usize, types: &[usize]) -> Reason {
     let (m, r) = (c.m, &c.st.runs[i]);
-    let quota: Vec<QuotaProblem> = r.types.iter().filter_map(|&t| problem(c, i, t)).collect();
-    if !quota.is_empty() && quota.len() == r.types.len() {
+    let quota: Vec<QuotaProblem> = types.iter().filter_map(|&t| problem(c, i, t)).collect();
+    if !quota.is_empty() && quota.len() == types.len() {
         return Reason {
             code: "quota",
             subject: r.id.clone(),
-            types: r.types.clone(),
+            types: types.to_vec(),
             quota,
             ..Reason::default()
         };
     }
+    // (the types an empty cluster could host it on, in the run's own order: `State.ever_fits`)
     let fits: Vec<usize> = r
         .types
         .iter()
@@ -168,7 +171,7 @@ pub fn blocked(c: &Cycle, i: usize) -> Reason {
         return Reason {
             code: "unschedulable",
             subject: r.id.clone(),
-            types: r.types.clone(),
+            types: types.to_vec(),
             ..Reason::default()
         };
     }
@@ -217,7 +220,7 @@ pub fn blocked(c: &Cycle, i: usize) -> Reason {
     Reason {
         code: "no_capacity",
         subject: r.id.clone(),
-        types: r.types.clone(),
+        types: types.to_vec(),
         blocks,
         borrowers,
         lent,
@@ -275,14 +278,14 @@ fn problem(c: &Cycle, i: usize, t: usize) -> Option<QuotaProblem> {
 
 /// The reason of a run that fits but for the reservation (`Cycle._try`): free GPUs are held
 /// (`gpus_held`) or its project's quota is.
-pub fn reserved(c: &Cycle, i: usize, gpus_held: bool) -> Reason {
+pub fn reserved(c: &Cycle, i: usize, gpus_held: bool, types: &[usize]) -> Reason {
     let res = c.reservation.as_ref().expect("reserved");
     let (res_project, res_type) = res.quota.map_or((0, 0), |q| (q.0, q.1));
     let r = &c.st.runs[i];
     Reason {
         code: "reserved",
         subject: r.id.clone(),
-        types: r.types.clone(),
+        types: types.to_vec(),
         gpus_held,
         anchor: c.st.runs[res.run].id.clone(),
         at: res.at,
@@ -305,7 +308,7 @@ pub fn finish(c: &mut Cycle) -> Explanation {
     let met = std::mem::take(&mut log.met);
     for (i, follow) in met {
         if log.lazy.contains(&i) {
-            let why = blocked(c, i);
+            let why = blocked(c, i, &c.st.runs[i].types);
             log.reasons.insert(i, why);
         }
         if admitted.contains(&i) {
