@@ -142,6 +142,8 @@ def update_array(
         amend_many(rt.store, items, pending_only=True)
     except ConflictError as e:
         raise UpdateError(str(e), 409) from None
+    except KeyError as e:  # (an element removed meanwhile: as update_run answers it)
+        raise UpdateError(f"no run with id {e.args[0]!r}", 404) from None
     out: list[tuple[Run, str]] = []
     for r in elements:
         after = rt.store.get(r.id) or r

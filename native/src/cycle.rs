@@ -22,6 +22,7 @@ use crate::budget::{level, Limit};
 use crate::capacity::Placement;
 use crate::explain::{self, Log};
 use crate::model::Model;
+use crate::parts::Shape;
 use crate::placement::{node_sets, place};
 use crate::quota::{admits, room, within_nominal};
 use crate::state::{key_cmp, Key, State};
@@ -411,7 +412,9 @@ impl<'a> Cycle<'a> {
         let m = self.m;
         let (mut fits_without_reservation, mut quota_held) = (false, false);
         let mut types = self.st.runs[i].types.clone();
-        let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled {
+        // (not a MIG request's: `Cycle._try` orders only the others)
+        let reorder = !matches!(self.st.runs[i].shape, Shape::Mig { .. });
+        let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled && reorder {
             // any of several types: headroom, then the placement that fragments least
             let placed: Vec<_> = types.iter().map(|&t| self.place_for(i, t)).collect();
             let order = order_types(m, &self.st.cap, &types, &placed, true);

@@ -5,7 +5,7 @@
 //! Invariants:
 //! - a queued run is in exactly one queue of its project: the runs with the same class, LAS
 //!   level, GPUs per node, nodes, GPU types as named, pinned backend and preemptibility (only a
-//!   preemptible run may borrow; host requests are not in it, as in `state.shape_key`), sorted
+//!   preemptible run may borrow; host requests are in it, as in `state.shape_key`), sorted
 //!   by order key
 //!   ((0, max_runtime or infinity, seq) under `shortest`, (LAS level, submit time, seq) under
 //!   `las`, else (0, submit time, seq));
