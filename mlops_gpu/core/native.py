@@ -6,28 +6,8 @@ and preemptions (each with its preemptor admitted in the same decision and the v
 GPU-seconds), in the same order; ``tests/test_native_core.py`` compares them cycle by cycle on
 random workloads, and ``benchmarks/core_throughput.py --core native`` on the full benchmark.
 
-It serves what the extension implements, and says what it does not (``unsupported``,
-``run_unsupported``; ``NotSupported`` is raised, nothing is guessed):
-- whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
-  as numbers, each key's values in name order); with host CPU and memory (runs' requests per
-  node, nodes' capacities), under either ``policy.placement``: ``fragmentation`` (the default)
-  places one-node runs by the growth of expected fragmentation and orders a run's GPU types by
-  headroom and growth (``core/fragmentation.py``, ``type_choice``), as the Python core does to
-  the last bit of its ``round()`` and ``sum()`` (runs' ``gpu_types`` cross as named:
-  ``accepts``); not with a ``Snapshot.shape_prior`` (the packing simulator's, which runs the
-  Python engine);
-- MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
-  their whole devices, profiles numbered in name order) and parts of shared devices by
-  fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``), but
-  shared devices only under ``policy.placement: best-fit``, and MIG slices not where
-  fragmentation-aware placement weighs the cluster's shapes (``fragmentation`` with nodes that
-  track host resources); active runs holding slices or parts cross with each slot's share
-  (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster; not
-  CPU-only runs (``gpus`` 0);
-- every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
-  projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
-  cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
-  ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
+It serves what the extension implements, and says what it does not (``native_support``:
+``unsupported``, ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed).
 Runs with an unknown project or class wait (as ``invalid``) and runs in backoff wait here until
 their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: the
 extension explains the same state on demand (``explain_all``: codes, parameters and ETAs from
@@ -56,6 +36,12 @@ from types import ModuleType
 from mlops_gpu.core import native_explain
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.fairshare import budget_exceeded
+from mlops_gpu.core.native_support import (
+    NotSupported,
+    held_unsupported,
+    run_unsupported,
+    unsupported,
+)
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import NodeSlot, Phase, Placement, Run
@@ -80,53 +66,13 @@ PYTHON_ENGINE_WARNING = (
 )
 
 
-class NotSupported(ValueError):
-    """The native engine does not implement what the snapshot or run asks for."""
-
-
 def installed() -> ModuleType | None:
     """The Rust engine's module (``mlops_gpu._engine``), or None where the install built none
     (no cargo)."""
     return _engine
 
 
-def unsupported(template: Snapshot) -> str | None:
-    """Why the native engine cannot schedule for ``template``, or None when it can."""
-    p = template.policy
-    if p.order not in ("shortest", "submit", "las"):
-        return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
-    if p.shortest_preempt_borrowers:
-        return (
-            "policy.shortest_preempt_borrowers (the native engine does not preempt borrowers"
-            " of other projects shortest-first)"
-        )
-    # fragmentation-aware placement weighs every held slot's shape (the Rust engine keeps that
-    # mix where nodes track host resources, as whole GPUs only)
-    weighs = p.placement == "fragmentation" and any(
-        n.cpu_milli is not None or n.host_memory_mb is not None for n in template.nodes
-    )
-    for n in template.nodes:
-        if n.shared and p.placement != "best-fit":
-            return (
-                f"node {n.name} has shared devices under policy.placement {p.placement!r} "
-                "(the native engine places shared devices under best-fit only)"
-            )
-        if n.mig and weighs:
-            return (
-                f"node {n.name} has MIG slices on a cluster tracking host CPU or memory under "
-                "policy.placement 'fragmentation' (the native engine weighs whole GPUs only there)"
-            )
-    if template.shape_prior:
-        return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"
-    return None
-
-
-def run_unsupported(run: Run) -> str | None:
-    """Why the native engine cannot queue ``run``, or None when it can."""
-    r = run.request
-    if r.shape == "cpu":
-        return f"run {run.id} asks for no GPU (the native engine: GPU runs only)"
-    return None
+__all__ = ["NativeEngine", "NotSupported", "installed", "run_unsupported", "unsupported"]
 
 
 class NativeEngine:
@@ -347,7 +293,7 @@ class NativeEngine:
     def add_active(self, run: Run) -> None:
         """A run that holds its placement already, e.g. loaded from the store
         (``State.add_active``)."""
-        why = run_unsupported(run) or self._placement_unsupported(run)
+        why = run_unsupported(run) or held_unsupported(self, run)
         if why is not None:
             raise NotSupported(why)
         assert run.placement is not None
@@ -357,7 +303,7 @@ class NativeEngine:
         slots = [(n, [self._dev_names[n].index(d) for d in s.devices]) for n, s in on]
         whole = all(s.fraction == 1.0 and s.memory_mb is None for _, s in on)
         shares = None
-        if not whole:  # (``_placement_unsupported``: then every slot is on the cluster)
+        if not whole:  # (``held_unsupported``: then every slot is on the cluster)
             shares = [_engine.SlotShare(fraction=s.fraction, memory_mb=s.memory_mb) for _, s in on]
         self._engine.add_active(
             self._spec(run),
@@ -373,33 +319,6 @@ class NativeEngine:
             ),
         )
         self.active[run.id] = run
-
-    def _placement_unsupported(self, run: Run) -> str | None:
-        p = run.placement
-        if p is None:
-            return f"run {run.id} is active without a placement"
-        if p.backend not in self._backend_ix or p.gpu_type not in self._type_ix:
-            return f"run {run.id} is placed on backend {p.backend}, type {p.gpu_type}: not here"
-        if run.project not in self._project_ix:
-            return f"run {run.id} holds GPUs for unknown project {run.project}"
-        part = any(s.fraction != 1.0 or s.memory_mb is not None for s in p.slots)
-        for s in p.slots:
-            if len(set(s.devices)) != len(s.devices):
-                return f"run {run.id} holds a device twice on node {s.node}"
-            if part and s.node not in self._node_ix:
-                return (
-                    f"run {run.id} holds part of a GPU and GPUs on node {s.node}, which the "
-                    "cluster no longer has"
-                )
-            if (s.cpu_milli, s.host_memory_mb) != (
-                run.request.cpu_milli,
-                run.request.host_memory_mb,
-            ):
-                return f"run {run.id} holds host CPU or memory on node {s.node} it did not ask for"
-            node = self._node_ix.get(s.node)
-            if node is not None and not set(s.devices) <= set(self._dev_names[node]):
-                return f"run {run.id} holds devices that node {s.node} does not have"
-        return None
 
     def finish(self, run_id: str) -> Run:
         run = self.active.pop(run_id)

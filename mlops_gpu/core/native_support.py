@@ -1,0 +1,111 @@
+"""What the native engine (``core.native``) serves, and why it refuses the rest.
+
+``unsupported`` (a snapshot) and ``run_unsupported`` (a run) give the one-line reason, or None;
+``NativeEngine`` raises ``NotSupported`` with it, and the control loop's ``Mirror`` and the
+simulator then run the Python engine (nothing is guessed). The native engine serves:
+- whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
+  as numbers, each key's values in name order); with host CPU and memory (runs' requests per
+  node, nodes' capacities), under either ``policy.placement``: ``fragmentation`` (the default)
+  places one-node runs by the growth of expected fragmentation and orders a run's GPU types by
+  headroom and growth (``core/fragmentation.py``, ``type_choice``), as the Python core does to
+  the last bit of its ``round()`` and ``sum()`` (runs' ``gpu_types`` cross as named:
+  ``accepts``); not with a ``Snapshot.shape_prior`` (the packing simulator's, which runs the
+  Python engine);
+- MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
+  their whole devices, profiles numbered in name order) and parts of shared devices by
+  fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``), but
+  shared devices only under ``policy.placement: best-fit``, and MIG slices not where
+  fragmentation-aware placement weighs the cluster's shapes (``fragmentation`` with nodes that
+  track host resources); active runs holding slices or parts cross with each slot's share
+  (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster; not
+  CPU-only runs (``gpus`` 0);
+- every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
+  projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
+  cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
+  ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
+
+Invariant: everything not refused here is decided by the Rust engine exactly as by the Python
+core (``tests/test_native_core.py`` and ``tests/test_native_fragmentation.py`` compare them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.model import Run
+
+if TYPE_CHECKING:
+    from mlops_gpu.core.native import NativeEngine
+
+
+class NotSupported(ValueError):
+    """The native engine does not implement what the snapshot or run asks for."""
+
+
+def unsupported(template: Snapshot) -> str | None:
+    """Why the native engine cannot schedule for ``template``, or None when it can."""
+    p = template.policy
+    if p.order not in ("shortest", "submit", "las"):
+        return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
+    if p.shortest_preempt_borrowers:
+        return (
+            "policy.shortest_preempt_borrowers (the native engine does not preempt borrowers"
+            " of other projects shortest-first)"
+        )
+    # fragmentation-aware placement weighs every held slot's shape (the Rust engine keeps that
+    # mix where nodes track host resources, as whole GPUs only)
+    weighs = p.placement == "fragmentation" and any(
+        n.cpu_milli is not None or n.host_memory_mb is not None for n in template.nodes
+    )
+    for n in template.nodes:
+        if n.shared and p.placement != "best-fit":
+            return (
+                f"node {n.name} has shared devices under policy.placement {p.placement!r} "
+                "(the native engine places shared devices under best-fit only)"
+            )
+        if n.mig and weighs:
+            return (
+                f"node {n.name} has MIG slices on a cluster tracking host CPU or memory under "
+                "policy.placement 'fragmentation' (the native engine weighs whole GPUs only there)"
+            )
+    if template.shape_prior:
+        return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"
+    return None
+
+
+def run_unsupported(run: Run) -> str | None:
+    """Why the native engine cannot queue ``run``, or None when it can."""
+    r = run.request
+    if r.shape == "cpu":
+        return f"run {run.id} asks for no GPU (the native engine: GPU runs only)"
+    return None
+
+
+def held_unsupported(eng: NativeEngine, run: Run) -> str | None:
+    """Why ``eng`` cannot load the active ``run`` as it is placed, or None when it can."""
+    p = run.placement
+    if p is None:
+        return f"run {run.id} is active without a placement"
+    if p.backend not in eng._backend_ix or p.gpu_type not in eng._type_ix:
+        return f"run {run.id} is placed on backend {p.backend}, type {p.gpu_type}: not here"
+    if run.project not in eng._project_ix:
+        return f"run {run.id} holds GPUs for unknown project {run.project}"
+    part = any(s.fraction != 1.0 or s.memory_mb is not None for s in p.slots)
+    for s in p.slots:
+        if len(set(s.devices)) != len(s.devices):
+            return f"run {run.id} holds a device twice on node {s.node}"
+        if part and s.node not in eng._node_ix:
+            return (
+                f"run {run.id} holds part of a GPU and GPUs on node {s.node}, which the "
+                "cluster no longer has"
+            )
+        if (s.cpu_milli, s.host_memory_mb) != (
+            run.request.cpu_milli,
+            run.request.host_memory_mb,
+        ):
+            return f"run {run.id} holds host CPU or memory on node {s.node} it did not ask for"
+        node = eng._node_ix.get(s.node)
+        if node is not None and not set(s.devices) <= set(eng._dev_names[node]):
+            return f"run {run.id} holds devices that node {s.node} does not have"
+    return None
