@@ -32,6 +32,8 @@ RUN_KEYS = (
     "reason_code",
     "reason",
     "eta",
+    "array_id",
+    "array_index",
 )
 
 
