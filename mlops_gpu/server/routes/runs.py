@@ -255,17 +255,9 @@ def _update_array(
     """PATCH of an array id: every pending element, in one transaction (``update_array``):
     {"id", "phase": null, "result", "runs": {element: what}, "elements": [runs after]}."""
     from mlops_gpu.controller.update import UpdateError, update_array
-    from mlops_gpu.state.jobs import expand_ids
 
     rt = request.app.state.rt
-    try:
-        ids = expand_ids(rt.store, [run_id])
-    except KeyError:
-        raise ApiError(404, "not_found", f"no run with id {run_id!r}", "run_id") from None
-    for rid in ids:
-        if not who.can_cancel(_visible_run(request, who, rid)):
-            raise ApiError(403, "forbidden", f"you cannot update run {rid} (a member updates "
-                           "its own runs; a maintainer any run of the project)")  # fmt: skip
+    ids = _array_ids(run_id, request, who, "update")
     try:
         done = update_array(rt, ids, **changes)
     except UpdateError as e:
@@ -278,19 +270,27 @@ def _update_array(
             "elements": [run_to_public(r) for r, _ in done]}  # fmt: skip
 
 
-def _cancel_array(run_id: str, request: Request, who: Identity) -> dict[str, Any]:
-    from mlops_gpu.controller.views import cancel_run
+def _array_ids(run_id: str, request: Request, who: Identity, verb: str) -> list[str]:
+    """The elements of array ``run_id`` (404 when unknown), each one ``who`` may ``verb``
+    (``cancel`` or ``update``: cancel's role rules; 403 naming the first it may not)."""
     from mlops_gpu.state.jobs import expand_ids
 
-    rt = request.app.state.rt
     try:
-        ids = expand_ids(rt.store, [run_id])
+        ids = expand_ids(request.app.state.rt.store, [run_id])
     except KeyError:
         raise ApiError(404, "not_found", f"no run with id {run_id!r}", "run_id") from None
     for rid in ids:
         if not who.can_cancel(_visible_run(request, who, rid)):
-            raise ApiError(403, "forbidden", f"you cannot cancel run {rid} (a member cancels "
+            raise ApiError(403, "forbidden", f"you cannot {verb} run {rid} (a member {verb}s "
                            "its own runs; a maintainer any run of the project)")  # fmt: skip
+    return list(ids)
+
+
+def _cancel_array(run_id: str, request: Request, who: Identity) -> dict[str, Any]:
+    from mlops_gpu.controller.views import cancel_run
+
+    rt = request.app.state.rt
+    ids = _array_ids(run_id, request, who, "cancel")
     done = {rid: cancel_run(rt, rid)[1] for rid in ids}
     what = f"{len(ids)} elements: " + ", ".join(sorted(set(done.values())))
     request.state.audit_detail = what
