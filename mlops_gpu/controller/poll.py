@@ -1,0 +1,174 @@
+"""What the backends report (steps 1 and 2 of a tick): jobs that started, went idle or ended,
+and the stop signals for runs whose cancel or preemption was requested or whose max runtime
+passed.
+
+One batched poll per backend; a backend that does not answer leaves its runs as they are. A
+job's end is recorded once (the store's compare-and-set): succeeded, failed or cancelled, or
+requeued as the next attempt when it was preempted or lost. Each attempt is signalled at most
+once per process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from mlops_gpu.backends import Backend, HandleError, JobState, JobStatus
+from mlops_gpu.controller.overtime import ended_overdue, overdue
+from mlops_gpu.controller.tracking_queue import Ended
+from mlops_gpu.model import Phase, Run
+
+if TYPE_CHECKING:
+    from mlops_gpu.controller.loop import Controller
+    from mlops_gpu.controller.tick import TickReport
+
+
+def poll(ctl: Controller, active: list[Run], rep: TickReport) -> None:
+    samples = ctl.samples.collect()
+    by_backend: dict[str, list[Run]] = defaultdict(list)
+    for run in active:
+        if run.handle is not None and run.placement is not None:
+            by_backend[run.placement.backend].append(run)
+    for bname, runs in by_backend.items():
+        backend = ctl.rt.backends.get(bname)
+        if backend is None:
+            continue
+        try:
+            statuses = backend.poll([r.handle for r in runs if r.handle])
+        except Exception as e:  # a cluster that does not answer: its runs stay as they are
+            ctl._say_once(f"backend {bname}: poll failed ({e}); its runs are unchanged")
+            continue
+        started: list[str] = []  # marked running in one transaction
+        for run in runs:
+            st = statuses.get(run.handle or "")
+            if st is not None:
+                _apply(ctl, run, st, rep, started)
+                if st.state is JobState.RUNNING and st.telemetry is not None:
+                    samples.add(run, st.telemetry, ctl.clock())
+        ctl.rt.store.mark_running_many(started, now=ctl.clock())
+    if (problem := samples.publish()) is not None:
+        ctl._say_once(problem)
+
+
+def _apply(ctl: Controller, run: Run, st: JobStatus, rep: TickReport, started: list[str]) -> None:
+    store, now = ctl.rt.store, ctl.clock()
+    if st.state in (JobState.STARTING,):
+        return
+    tel = st.telemetry
+    if st.state is JobState.RUNNING:
+        if run.phase is not Phase.RUNNING:
+            started.append(run.id)
+        if tel is not None and tel.idle_since is not None:
+            _flag_idle(ctl, run, tel.idle_since, now)
+        return
+    ctl._signalled.discard((run.id, run.attempt))
+    ctl._flagged_idle.discard((run.id, run.attempt))
+    max_attempts = run.spec.max_attempts or ctl.rt.cfg.retry.max_attempts
+    # what the launcher measured goes into the usage ledger with the attempt
+    util, idle_s = (tel.mean_utilization, tel.idle_s) if tel else (None, 0.0)
+    # a job we were stopping may simply be gone (a deleted Kubernetes Job): that is the
+    # stop we asked for, not a loss; so is an overdue one, which the controller stops
+    # (``overtime``) before Kubernetes' own deadline: it ends failed below, not requeued
+    stopping = (run.preempt_requested or run.cancel_requested
+                or overdue(run, st.finished_at or now))  # fmt: skip
+    if st.state is JobState.LOST and not stopping:
+        phase = store.requeue(
+            run.id,
+            "lost",
+            st.reason or "the job vanished",
+            max_attempts,
+            now=now,
+            backoff_s=ctl.rt.cfg.retry.backoff(run.attempt + 1),
+            mean_util=util,
+            idle_s=idle_s,
+        )
+        rep.requeued += 1
+        ctl._ended.append(Ended(run, "lost", now, util))
+        ctl._emit("lost", run, f"{st.reason}; now {phase}")
+        return
+    if run.preempt_requested and not run.cancel_requested:
+        # A preemption is the scheduler's doing, not the run's fault: it does not use up
+        # the run's retries, and the run keeps its submit time (its place in the queue).
+        phase = store.requeue(
+            run.id,
+            "preempted",
+            "preempted",
+            None,
+            now=now,
+            backoff_s=ctl.rt.cfg.retry.backoff(run.attempt + 1),
+            mean_util=util,
+            idle_s=idle_s,
+        )
+        rep.requeued += 1
+        lost = [e.lost_gpu_s for e in store.events(run.id)
+                if e.kind == "preempting" and e.attempt == run.attempt]  # fmt: skip
+        ctl._ended.append(Ended(run, "preempted", now, util, lost_gpu_s=(lost or [None])[-1]))
+        ctl._emit("preempted", run, f"now {phase}")
+        return
+    if run.cancel_requested:
+        phase, why = Phase.CANCELLED, "cancelled by user"
+    elif st.reason == "max_runtime" or ended_overdue(
+        run, st.state is JobState.SUCCEEDED, st.finished_at, now
+    ):
+        phase = Phase.FAILED
+        why = f"stopped after exceeding max_runtime {run.spec.max_runtime_s:g}s"
+    elif st.state is JobState.SUCCEEDED:
+        phase, why = Phase.SUCCEEDED, "exited 0"
+    elif ctl.rt.cfg.telemetry.stop_idle and tel is not None and tel.idle_s > 0:
+        phase = Phase.FAILED
+        why = f"stopped because its GPUs sat idle (exited {st.exit_code})"
+    else:
+        phase, why = Phase.FAILED, f"exited {st.exit_code}"
+    # The job's own end time (it may have ended while the scheduler was down), never
+    # before its admission.
+    end = max(now if st.finished_at is None else st.finished_at, run.admitted_at or 0.0)
+    if store.finish(
+        run.id,
+        phase,
+        why,
+        exit_code=st.exit_code,
+        now=min(end, now),
+        started_at=st.started_at,
+        mean_util=util,
+        idle_s=idle_s,
+    ):
+        rep.finished += 1
+        ctl._ended.append(Ended(run, phase.value, min(end, now), util))
+        ctl._emit(phase.value, run, why)
+
+
+def _flag_idle(ctl: Controller, run: Run, since: float, now: float) -> None:
+    key = (run.id, run.attempt)
+    if key in ctl._flagged_idle:
+        return
+    ctl._flagged_idle.add(key)
+    t = ctl.rt.cfg.telemetry
+    when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(since))
+    why = f"its GPUs have been idle (under {t.idle_below_pct:g}% utilization) since {when}"
+    why += "; stopping it" if t.stop_idle else "; wasting GPU time"
+    if ctl.rt.store.flag(run.id, "idle", why, now=now):
+        ctl._emit("idle", run, why)
+
+
+def stop_cancelled(ctl: Controller, active: list[Run]) -> None:
+    """Signal runs whose cancel was requested, and runs flagged for preemption that this
+    process has not signalled (a scheduler that stopped between flag and signal: their
+    preemptors wait for them to exit), and runs past a max runtime shortened after their
+    launch (``overtime``). Once per attempt (``send_stop``)."""
+    for run in active:
+        stop = run.cancel_requested or run.preempt_requested or overdue(run, ctl.clock())
+        if stop and run.handle is not None:
+            send_stop(ctl, run, run.spec.checkpoint.signal, run.spec.checkpoint.grace_s)
+
+
+def send_stop(ctl: Controller, run: Run, signal: str, grace_s: float) -> None:
+    key = (run.id, run.attempt)
+    if key in ctl._signalled or run.handle is None or run.placement is None:
+        return
+    backend: Backend = ctl.rt.backends[run.placement.backend]
+    try:
+        backend.cancel(run.handle, signal, grace_s)
+    except HandleError as e:
+        ctl._emit("signal_failed", run, str(e))
+    ctl._signalled.add(key)
