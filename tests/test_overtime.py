@@ -1,11 +1,11 @@
-"""``overtime.ended_overdue``: a run that ended at or after its max runtime ended for it,
+"""``lifecycle.ended_overdue``: a run that ended at or after its max runtime ended for it,
 whatever its exit status; without the backend's end time only a failure seen late counts."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from mlops_gpu.controller.overtime import ended_overdue, overdue
+from mlops_gpu.model.lifecycle import ended_overdue, overdue
 from mlops_gpu.testing import make_run
 
 RUN = replace(make_run("r", max_runtime_s=10.0), started_at=100.0)

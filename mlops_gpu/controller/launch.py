@@ -2,7 +2,8 @@
 
 An admission is recorded in the store before its backend is asked to launch (``tick``), and a
 launch that fails rolls it back: the run is pending again, or cancelled if its cancel was
-requested meanwhile, or failed once its launch failed ``retry.max_attempts`` times in a row.
+requested meanwhile, or failed once its launch failed ``retry.max_attempts`` times in a row
+(``model.lifecycle``: ``rollback``, ``after_launch_failure``).
 Runs on backends whose launches are slow round trips (``parallel_launch``) start concurrently.
 """
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from mlops_gpu.backends import LaunchRequest
 from mlops_gpu.controller.tracking_queue import Ended
 from mlops_gpu.model import Phase, Run
+from mlops_gpu.model.lifecycle import after_launch_failure
 
 if TYPE_CHECKING:
     from mlops_gpu.controller.loop import Controller
@@ -79,9 +81,11 @@ def launched(
         n = ctl._launch_failures[run.id]
         msg = f"launch on {bname} failed ({n}x): {result}"
         retried = False
-        if store.rollback_admission(run.id, msg, now=ctl.clock()) is Phase.CANCELLED:
+        rolled_back = store.rollback_admission(run.id, msg, now=ctl.clock())
+        after = after_launch_failure(rolled_back, n, ctl.rt.cfg.retry.max_attempts)
+        if after is Phase.CANCELLED:
             ctl._emit("cancelled", run, msg)
-        elif n >= ctl.rt.cfg.retry.max_attempts:
+        elif after is Phase.FAILED:
             store.finish(run.id, Phase.FAILED, msg, now=ctl.clock())
             ctl._emit("failed", run, msg)
         else:

@@ -3,8 +3,9 @@ and the stop signals for runs whose cancel or preemption was requested or whose 
 passed.
 
 One batched poll per backend; a backend that does not answer leaves its runs as they are. A
-job's end is recorded once (the store's compare-and-set): succeeded, failed or cancelled, or
-requeued as the next attempt when it was preempted or lost. Each attempt is signalled at most
+job's end is recorded once (the store's compare-and-set): what it means (succeeded, failed or
+cancelled, or requeued as the next attempt when it was preempted or lost) is the run
+lifecycle's ``job_end`` (``model.lifecycle``). Each attempt is signalled at most
 once per process.
 """
 
@@ -12,16 +13,24 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from mlops_gpu.backends import Backend, HandleError, JobState, JobStatus
-from mlops_gpu.controller.overtime import ended_overdue, overdue
 from mlops_gpu.controller.tracking_queue import Ended
 from mlops_gpu.model import Phase, Run
+from mlops_gpu.model.lifecycle import JobEnd, Requeue, job_end, overdue
 
 if TYPE_CHECKING:
     from mlops_gpu.controller.loop import Controller
     from mlops_gpu.controller.tick import TickReport
+
+
+#: A job's end as the lifecycle reads it (``model.lifecycle.JobEnd``).
+_OUTCOME: dict[JobState, Literal["succeeded", "failed", "lost"]] = {
+    JobState.SUCCEEDED: "succeeded",
+    JobState.FAILED: "failed",
+    JobState.LOST: "lost",
+}
 
 
 def poll(ctl: Controller, active: list[Run], rep: TickReport) -> None:
@@ -64,78 +73,44 @@ def _apply(ctl: Controller, run: Run, st: JobStatus, rep: TickReport, started: l
         return
     ctl._signalled.discard((run.id, run.attempt))
     ctl._flagged_idle.discard((run.id, run.attempt))
-    max_attempts = run.spec.max_attempts or ctl.rt.cfg.retry.max_attempts
     # what the launcher measured goes into the usage ledger with the attempt
     util, idle_s = (tel.mean_utilization, tel.idle_s) if tel else (None, 0.0)
-    # a job we were stopping may simply be gone (a deleted Kubernetes Job): that is the
-    # stop we asked for, not a loss; so is an overdue one, which the controller stops
-    # (``overtime``) before Kubernetes' own deadline: it ends failed below, not requeued
-    stopping = (run.preempt_requested or run.cancel_requested
-                or overdue(run, st.finished_at or now))  # fmt: skip
-    if st.state is JobState.LOST and not stopping:
-        phase = store.requeue(
-            run.id,
-            "lost",
-            st.reason or "the job vanished",
-            max_attempts,
-            now=now,
-            backoff_s=ctl.rt.cfg.retry.backoff(run.attempt + 1),
-            mean_util=util,
-            idle_s=idle_s,
-        )
+    cfg = ctl.rt.cfg
+    end = JobEnd(
+        _OUTCOME.get(st.state, "failed"),
+        st.exit_code,
+        st.reason,
+        st.finished_at,
+        stopped_idle=cfg.telemetry.stop_idle and tel is not None and tel.idle_s > 0,
+    )
+    backoff_s = cfg.retry.backoff(run.attempt + 1)
+    what = job_end(run, end, now, cfg.retry.max_attempts, backoff_s)  # (``model.lifecycle``)
+    if isinstance(what, Requeue):
+        phase = store.requeue(run.id, what.kind, what.reason, what.max_attempts, now=now,
+                              backoff_s=what.backoff_s, mean_util=util, idle_s=idle_s)  # fmt: skip
         rep.requeued += 1
-        ctl._ended.append(Ended(run, "lost", now, util))
-        ctl._emit("lost", run, f"{st.reason}; now {phase}")
-        return
-    if run.preempt_requested and not run.cancel_requested:
-        # A preemption is the scheduler's doing, not the run's fault: it does not use up
-        # the run's retries, and the run keeps its submit time (its place in the queue).
-        phase = store.requeue(
-            run.id,
-            "preempted",
-            "preempted",
-            None,
-            now=now,
-            backoff_s=ctl.rt.cfg.retry.backoff(run.attempt + 1),
-            mean_util=util,
-            idle_s=idle_s,
-        )
-        rep.requeued += 1
+        if what.kind == "lost":
+            ctl._ended.append(Ended(run, "lost", now, util))
+            ctl._emit("lost", run, f"{st.reason}; now {phase}")
+            return
         lost = [e.lost_gpu_s for e in store.events(run.id)
                 if e.kind == "preempting" and e.attempt == run.attempt]  # fmt: skip
         ctl._ended.append(Ended(run, "preempted", now, util, lost_gpu_s=(lost or [None])[-1]))
         ctl._emit("preempted", run, f"now {phase}")
         return
-    if run.cancel_requested:
-        phase, why = Phase.CANCELLED, "cancelled by user"
-    elif st.reason == "max_runtime" or ended_overdue(
-        run, st.state is JobState.SUCCEEDED, st.finished_at, now
-    ):
-        phase = Phase.FAILED
-        why = f"stopped after exceeding max_runtime {run.spec.max_runtime_s:g}s"
-    elif st.state is JobState.SUCCEEDED:
-        phase, why = Phase.SUCCEEDED, "exited 0"
-    elif ctl.rt.cfg.telemetry.stop_idle and tel is not None and tel.idle_s > 0:
-        phase = Phase.FAILED
-        why = f"stopped because its GPUs sat idle (exited {st.exit_code})"
-    else:
-        phase, why = Phase.FAILED, f"exited {st.exit_code}"
-    # The job's own end time (it may have ended while the scheduler was down), never
-    # before its admission.
-    end = max(now if st.finished_at is None else st.finished_at, run.admitted_at or 0.0)
     if store.finish(
         run.id,
-        phase,
-        why,
+        what.phase,
+        what.reason,
         exit_code=st.exit_code,
-        now=min(end, now),
+        now=what.at,
         started_at=st.started_at,
         mean_util=util,
         idle_s=idle_s,
     ):
         rep.finished += 1
-        ctl._ended.append(Ended(run, phase.value, min(end, now), util))
-        ctl._emit(phase.value, run, why)
+        ctl._ended.append(Ended(run, what.phase.value, what.at, util))
+        ctl._emit(what.phase.value, run, what.reason)
 
 
 def _flag_idle(ctl: Controller, run: Run, since: float, now: float) -> None:
@@ -155,7 +130,7 @@ def stop_cancelled(ctl: Controller, active: list[Run]) -> None:
     """Signal runs whose cancel was requested, and runs flagged for preemption that this
     process has not signalled (a scheduler that stopped between flag and signal: their
     preemptors wait for them to exit), and runs past a max runtime shortened after their
-    launch (``overtime``). Once per attempt (``send_stop``)."""
+    launch (``lifecycle.overdue``). Once per attempt (``send_stop``)."""
     for run in active:
         stop = run.cancel_requested or run.preempt_requested or overdue(run, ctl.clock())
         if stop and run.handle is not None:

@@ -6,7 +6,7 @@ written by ``state.amend.amend_run``, a compare-and-set on the spec validated an
 phase (a pending run may change everything; an admitted or running run only its priority, and
 its max runtime shortened). The scheduler sees the change in its next cycle through the
 store's change feed; a shortened max runtime of a running run is enforced by the controller
-(``overtime``), since the backend was told the old limit at launch.
+(``model.lifecycle.overdue``), since the backend was told the old limit at launch.
 
 ``update_array``: the same change to every pending element of an array (an array id where a
 run id is expected, as ``cancel``/``hold``/``release`` take), in one transaction, each element's

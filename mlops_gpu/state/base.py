@@ -3,7 +3,8 @@ cache of built runs, and the one-run phase move with its event.
 
 Invariants: every write goes through ``_tx`` (one transaction; fenced by the scheduler lease
 while this process holds it, ``lease.check``); reads through ``_ro``; a phase change is
-``_move``, a compare-and-set on the row's phase with its event (``bulk.move_many``).
+``_move``, a compare-and-set on the row's phase with its event (``bulk.move_many``); a move the
+run lifecycle decided (``model.lifecycle``) is ``_apply`` of its ``Transition``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, select
 
-from mlops_gpu.model import Phase, Placement, Run, RunSpec
+from mlops_gpu.model import TERMINAL_PHASES, Phase, Placement, Run, RunSpec
+from mlops_gpu.model.lifecycle import Keep, RunState, Transition
 from mlops_gpu.state import lease
 from mlops_gpu.state.bulk import Move, bump, move_many
 from mlops_gpu.state.connect import build_new, engine_for
@@ -176,3 +178,44 @@ class StoreBase:
     ) -> None:
         """Compare-and-set ``row``'s phase to ``dst`` (plus ``values``) with its event."""
         move_many(conn, [Move(row, dst, kind, why, values)], now)
+
+    def _apply(
+        self, conn: Connection, row: Row[Any], t: Transition, now: float, **values: Any
+    ) -> Phase:
+        """Apply the lifecycle's ``t`` to ``row`` (``_move``: compare-and-set on the phase read,
+        with its event), plus ``values``; the phase after."""
+        self._move(conn, row, t.phase, now, t.kind, t.event, **transition_columns(t, now), **values)
+        return t.phase
+
+
+#: What a run holds while admitted, cleared when it goes back to the queue.
+_ADMISSION = ("admitted_at", "placement", "gpu_type", "backend", "handle")
+
+
+def run_state(row: Row[Any], preempted_attempts: int = 0) -> RunState:
+    """What the lifecycle reads of a runs row (``model.lifecycle``)."""
+    return RunState(
+        Phase(row.phase),
+        row.attempt,
+        cancel_requested=bool(row.cancel_requested),
+        held=bool(row.held),
+        preempted_attempts=preempted_attempts,
+    )
+
+
+def transition_columns(t: Transition, now: float) -> dict[str, Any]:
+    """The runs columns a lifecycle ``Transition`` sets at ``now``."""
+    values: dict[str, Any] = {}
+    if t.phase in TERMINAL_PHASES:
+        values["finished_at"] = now
+    if t.requeue:  # the attempt is over: the next one starts from nothing
+        values.update(dict.fromkeys((*_ADMISSION, "started_at", "exit_code")))
+        values.update(attempt=t.attempt, preempt_requested=False, queued_at=now)
+        values["not_before"] = t.not_before
+    elif t.phase is Phase.PENDING:  # an admission undone (never launched)
+        values.update(dict.fromkeys(_ADMISSION))
+    if not isinstance(t.code, Keep):
+        values["reason_code"] = t.code
+    if not isinstance(t.reason, Keep):
+        values["reason"] = t.reason
+    return values

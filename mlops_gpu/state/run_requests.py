@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from mlops_gpu.model import ACTIVE_PHASES, Phase
-from mlops_gpu.state.base import StoreBase
+from mlops_gpu.model import ACTIVE_PHASES, Phase, lifecycle
+from mlops_gpu.state.base import StoreBase, run_state
 from mlops_gpu.state.bulk import locked_rows
 from mlops_gpu.state.schema import runs
 
@@ -21,28 +21,18 @@ class RunRequests(StoreBase):
     """Cancel, preemption and other flags on runs (``Store`` inherits them)."""
 
     def request_cancel(self, run_id: str, now: float | None = None) -> Phase:
-        """Cancel a run: a pending one at once, an active one by flag (the controller stops it).
+        """Cancel a run: a pending one at once, an active one by flag (the controller stops it;
+        ``lifecycle.cancel``).
 
         Returns the phase after the call (terminal runs are left as they are).
         """
         now = time.time() if now is None else now
         with self._tx() as conn:
             row = self._locked(conn, run_id)
-            phase = Phase(row.phase)
-            if phase is Phase.PENDING:
-                self._move(
-                    conn,
-                    row,
-                    Phase.CANCELLED,
-                    now,
-                    "cancelled",
-                    "cancelled by user",
-                    finished_at=now,
-                    reason="cancelled by user",
-                    reason_code=None,
-                )
-                return Phase.CANCELLED
-            if phase in ACTIVE_PHASES and not row.cancel_requested:
+            state = run_state(row)
+            if (t := lifecycle.cancel(state)) is not None:
+                return self._apply(conn, row, t, now)
+            if lifecycle.flags_cancel(state):
                 conn.execute(
                     runs.update()
                     .where(runs.c.id == run_id)
@@ -58,7 +48,7 @@ class RunRequests(StoreBase):
                     row.attempt,
                     "cancel requested by user",
                 )
-            return phase
+            return state.phase
 
     def mark_preempting(
         self, run_id: str, reason: str, now: float | None = None, lost_gpu_s: float | None = None

@@ -1,10 +1,11 @@
 """The scheduler's moves of a run: admitted (and rolled back after a failed launch), given its
 backend handle, running, finished, requeued after a preemption or a loss.
 
-Each is one transaction and a compare-and-set on the run's phase (``StoreBase._move``,
-``bulk.move_many``): a run found elsewhere than expected is left as it is and the caller is told
-(``False``, or ``ConflictError``). A cancel requested meanwhile wins over a requeue or a
-rollback: the run ends cancelled.
+What a move means (retry, requeue, backoff, cancel wins) is decided by the run lifecycle
+(``model.lifecycle``) from the row read in the transaction; the store applies its
+``Transition``. Each is one transaction and a compare-and-set on the run's phase
+(``StoreBase._move``, ``bulk.move_many``): a run found elsewhere than expected is left as it is
+and the caller is told (``False``, or ``ConflictError``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, func, select
 
-from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Placement, RunSpec
-from mlops_gpu.state.base import StoreBase
+from mlops_gpu.model import Phase, Placement, RunSpec, lifecycle
+from mlops_gpu.state.base import StoreBase, run_state
 from mlops_gpu.state.bulk import Move, locked_rows, move_many
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.ledger import record_usage
@@ -48,7 +49,7 @@ class SchedulerMoves(StoreBase):
             for run_id, placement in items:
                 row = rows[run_id]
                 # (held or cancelled meanwhile: the change comes back through the feed)
-                ok = row.phase == Phase.PENDING.value and not row.cancel_requested and not row.held
+                ok = lifecycle.admissible(run_state(row))
                 if ok and decided is not None and run_id in decided:
                     spec, want = self._run(row).spec, decided[run_id]
                     ok = spec is want or spec == want
@@ -73,41 +74,14 @@ class SchedulerMoves(StoreBase):
 
     def rollback_admission(self, run_id: str, reason: str, now: float | None = None) -> Phase:
         """admitted -> pending after a failed launch; the GPUs are free again. A run whose cancel
-        was requested meanwhile ends cancelled instead (it would never be admitted again)."""
+        was requested meanwhile ends cancelled instead (``lifecycle.rollback``)."""
         now = time.time() if now is None else now
         with self._tx() as conn:
             row = self._locked(conn, run_id)
-            if row.phase != Phase.ADMITTED.value:
+            t = lifecycle.rollback(run_state(row), reason)
+            if t is None:
                 raise ConflictError(f"run {run_id} is {row.phase}, not admitted")
-            if row.cancel_requested:
-                self._move(
-                    conn,
-                    row,
-                    Phase.CANCELLED,
-                    now,
-                    "cancelled",
-                    f"{reason}; cancelled as requested",
-                    finished_at=now,
-                    reason="cancelled by user",
-                    reason_code=None,
-                )
-                return Phase.CANCELLED
-            self._move(
-                conn,
-                row,
-                Phase.PENDING,
-                now,
-                "launch_failed",
-                reason,
-                admitted_at=None,
-                placement=None,
-                gpu_type=None,
-                backend=None,
-                handle=None,
-                reason_code="launch_failed",
-                reason=reason,
-            )
-            return Phase.PENDING
+            return self._apply(conn, row, t, now)
 
     def set_handle(self, run_id: str, handle: str, phase: Phase, now: float | None = None) -> None:
         """admitted -> starting/running once the backend accepted the launch."""
@@ -175,26 +149,21 @@ class SchedulerMoves(StoreBase):
 
         ``started_at``: when the backend says the job started, for a run that ended before the
         scheduler saw it running."""
-        assert phase in TERMINAL_PHASES
         now = time.time() if now is None else now
         with self._tx() as conn:
             row = self._locked(conn, run_id)
-            if Phase(row.phase) in TERMINAL_PHASES:
+            t = lifecycle.finish(run_state(row), phase, reason)
+            if t is None:
                 return False
             held = record_usage(conn, row, now, phase.value, mean_util, idle_s)
-            self._move(
+            self._apply(
                 conn,
                 row,
-                phase,
+                t,
                 now,
-                phase.value,
-                reason,
                 attained_gpu_s=(row.attained_gpu_s or 0.0) + held,
-                finished_at=now,
                 started_at=row.started_at if row.started_at is not None else started_at,
                 exit_code=exit_code,
-                reason_code=None,
-                reason=reason,
                 eta=None,
             )
         return True
@@ -212,7 +181,7 @@ class SchedulerMoves(StoreBase):
     def requeue(
         self,
         run_id: str,
-        kind: str,
+        kind: Literal["preempted", "lost"],
         reason: str,
         max_attempts: int | None,
         now: float | None = None,
@@ -221,64 +190,17 @@ class SchedulerMoves(StoreBase):
         idle_s: float = 0.0,
     ) -> Phase:
         """A preempted or lost run: pending as attempt + 1 (not admitted again before
-        ``backoff_s`` has passed), or failed once retries are spent. The GPU time it held
-        stays counted (ledger, ``attained_gpu_s``), so fair share remembers it."""
+        ``backoff_s`` has passed), or failed once retries are spent, or cancelled if its cancel
+        was requested (``lifecycle.requeue``). The GPU time it held stays counted (ledger,
+        ``attained_gpu_s``), so fair share remembers it."""
         assert kind in ("preempted", "lost")
         now = time.time() if now is None else now
         with self._tx() as conn:
             row = self._locked(conn, run_id)
-            if Phase(row.phase) not in ACTIVE_PHASES:
+            # preemptions are the scheduler's doing: only the other attempts use up retries
+            state = run_state(row, self._preempted_attempts(conn, run_id))
+            t = lifecycle.requeue(state, kind, reason, max_attempts, now, backoff_s)
+            if t is None:
                 raise ConflictError(f"run {run_id} is {row.phase}; only active runs requeue")
             held = record_usage(conn, row, now, kind, mean_util, idle_s)
-            attained = (row.attained_gpu_s or 0.0) + held
-            if row.cancel_requested:
-                self._move(
-                    conn,
-                    row,
-                    Phase.CANCELLED,
-                    now,
-                    kind,
-                    f"{reason}; cancelled as requested",
-                    finished_at=now,
-                    attained_gpu_s=attained,
-                )
-                return Phase.CANCELLED
-            # preemptions are the scheduler's doing: only the other attempts use up retries
-            counted = row.attempt - self._preempted_attempts(conn, run_id)
-            if max_attempts is not None and counted >= max_attempts:
-                self._move(
-                    conn,
-                    row,
-                    Phase.FAILED,
-                    now,
-                    kind,
-                    f"{reason}; attempt {counted} of {max_attempts} (preemptions not counted), "
-                    "no retries left",
-                    finished_at=now,
-                    reason=reason,
-                    attained_gpu_s=attained,
-                )
-                return Phase.FAILED
-            self._move(
-                conn,
-                row,
-                Phase.PENDING,
-                now,
-                kind,
-                reason,
-                attempt=row.attempt + 1,
-                admitted_at=None,
-                started_at=None,
-                placement=None,
-                gpu_type=None,
-                backend=None,
-                handle=None,
-                exit_code=None,
-                preempt_requested=False,
-                attained_gpu_s=attained,
-                not_before=now + backoff_s if backoff_s > 0 else None,
-                queued_at=now,
-                reason_code=kind,
-                reason=f"{reason}; requeued as attempt {row.attempt + 1}",
-            )
-            return Phase.PENDING
+            return self._apply(conn, row, t, now, attained_gpu_s=(row.attained_gpu_s or 0.0) + held)
