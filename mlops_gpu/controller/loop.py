@@ -62,13 +62,18 @@ class LeaderError(RuntimeError):
 
 
 class Controller:
+    """The control loop's state between ticks (``tick``, ``poll``, ``launch``, ``reconcile`` and
+    ``daemon`` act on it). One per store at a time: ``acquire`` takes the leader lease."""
+
     def __init__(
         self, rt: Runtime, clock: Callable[[], float] = time.time, on_event: EventSink | None = None
     ) -> None:
         self.rt = rt
         self.clock = clock
         self.on_event = on_event
+        #: (run id, attempt) already sent its stop signal by this process (``poll.send_stop``)
         self._signalled: set[tuple[str, int]] = set()
+        #: launches failed in a row per run (``launch``; the lifecycle fails it at the limit)
         self._launch_failures: dict[str, int] = defaultdict(int)
         self._lock: LeaderLock | None = None
         self._last_explain = float("-inf")

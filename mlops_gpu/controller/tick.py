@@ -19,7 +19,7 @@ incremental core), so a tick costs what changed since the last one. One tick:
    over the whole queue that admission need not wait for).
 
 The controller keeps the usage ledger it has read and asks the store only for newer rows
-(with a full re-read every ``LEDGER_RELOAD_S``), so a tick does not re-read the history.
+(with a full re-read every ``loop.LEDGER_RELOAD_S``), so a tick does not re-read the history.
 """
 
 from __future__ import annotations

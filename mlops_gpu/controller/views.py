@@ -58,7 +58,7 @@ def node_rows(
     """Every node of every backend with its free GPUs and the runs on it (``nodes --json``);
     ``visible``: list only runs of these projects (None: all); ``with_state_reason``: add why
     an unschedulable node is (the table shows it)."""
-    from mlops_gpu.controller.loop import build_snapshot
+    from mlops_gpu.controller.snapshot import build_snapshot
     from mlops_gpu.core.capacity import Capacity
 
     active = rt.store.list_runs(ACTIVE_PHASES)
@@ -91,7 +91,7 @@ def project_rows(rt: Runtime, names: Collection[str] | None = None) -> list[dict
     """Projects (``names``, or all) with their quotas, what their runs hold now per GPU type,
     their pending and active run counts and their fair share (the weighted dominant share of
     decayed usage that orders projects; lower goes first)."""
-    from mlops_gpu.controller.loop import build_snapshot
+    from mlops_gpu.controller.snapshot import build_snapshot
     from mlops_gpu.core.capacity import Capacity
     from mlops_gpu.core.fairshare import Shares
 
