@@ -8,8 +8,8 @@ side fails here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -294,8 +294,11 @@ PLACE = Placement("local", "a100-80gb", (NodeSlot("n1", ("0",)),))
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(f"sqlite:///{tmp_path / 'state.db'}")
+def store(store_url: str) -> Iterator[Store]:
+    """On SQLite and on a real PostgreSQL (``store_url``)."""
+    s = Store(store_url)
+    yield s
+    s.close()
 
 
 def _active(store: Store, max_attempts: int | None = None) -> str:
