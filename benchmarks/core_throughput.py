@@ -9,17 +9,28 @@ naive FIFO first-fit baseline on the same workload. The last line printed is one
 
     python benchmarks/core_throughput.py [--nodes 1000] [--runs 50000] [--seed 1]
                                          [--core auto|native|python] [--arrays]
+                                         [--setup default|rich] [--clock wall|cpu]
 
 ``--arrays`` (job control): the runs come in job arrays of 100 (one project, type and shape
 each) limited to 8 running at once (``%8``), and 10% of runs depend (``afterok``) on a run of
 an earlier array; the engine runs behind the job control gate (``core.gated``). In the same run
 the same engine schedules the same runs without job control (``plain_admissions_per_s``).
 
+``--setup rich`` (``_rich_setup``): the same nodes and runs, where a quarter of the nodes are
+MIG-partitioned or shared, runs carry topology labels and host CPU and memory, and 5 projects
+have budgets (what they spent is handed to every cycle).
+
+``--clock cpu`` times cycles and the explanation by the process's CPU time
+(``time.process_time``) instead of the wall clock: on a shared machine the neighbours' load
+then does not count.
+
 The engine is the incremental one (``--engine from-scratch``: a snapshot per cycle). Its
 core: ``native`` is the engine in Rust (``mlops_gpu.core.native`` over ``mlops_gpu._engine``,
 built by ``pip install`` where cargo exists), ``python`` the Python core; ``auto``, the
 default, is native where it is installed and says so on stderr where it is not.
-``decisions_sha256`` digests every cycle's admissions (run, nodes, devices) and preemptions, so
+The JSON's ``engine`` is the engine that decided (``native`` or ``python``; ``core`` says the
+same, its former name) and ``mode`` the ``--engine`` option. ``decisions_sha256`` digests every
+cycle's admissions (run, nodes, devices) and preemptions, so
 two runs that print the same digest decided alike: both cores print the same.
 """
 
@@ -37,6 +48,8 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from types import MappingProxyType
+
+import _rich_setup
 
 from mlops_gpu.core import PolicySettings, Snapshot
 from mlops_gpu.core.engine import FromScratch
@@ -88,8 +101,10 @@ def with_job_control(runs: list[Run], seed: int) -> list[Run]:
 
 
 def workload(
-    n_nodes: int, n_runs: int, seed: int, order: str = "shortest"
+    n_nodes: int, n_runs: int, seed: int, order: str = "shortest", setup: str = "default"
 ) -> tuple[Snapshot, list[Run], dict[str, float]]:
+    if setup == "rich":
+        return _rich_setup.workload(n_nodes, n_runs, seed, order, TYPES, SHAPES)
     rng = random.Random(seed)
     nodes, i = [], 0
     for t, share in TYPES.items():
@@ -139,24 +154,33 @@ def workload(
 
 
 def simulate(
-    engine: object, runs: list[Run], durations: dict[str, float], explain_at_longest: bool
+    engine: object,
+    runs: list[Run],
+    durations: dict[str, float],
+    explain_at_longest: bool,
+    spending: _rich_setup.Spending | None = None,
 ) -> dict[str, float | str]:
-    """Drive ``engine`` (submit / cycle / finish) on a virtual clock; time the cycles."""
+    """Drive ``engine`` (submit / cycle / finish) on a virtual clock; time the cycles.
+    ``spending``: what budgeted projects spent, handed to every cycle and explanation."""
     digest = hashlib.sha256()
     for r in runs:
         engine.submit(r)  # type: ignore[attr-defined]
     ends: list[tuple[float, str]] = []
     now, cycle_s, admitted, preempted = 0.0, [], 0, 0
-    explain_ms = None
+    explain_ms, explained = None, set()
     while True:
+        spent = None if spending is None else {"spent": spending.spent(now)}
         t0 = time.perf_counter()
-        d = engine.cycle(now)  # type: ignore[attr-defined]
+        d = engine.cycle(now, **(spent or {}))  # type: ignore[attr-defined]
         cycle_s.append(time.perf_counter() - t0)
         if explain_at_longest and explain_ms is None:  # the queue is longest after cycle 1
             t1 = time.perf_counter()
-            reasons = engine.explain_all(now)  # type: ignore[attr-defined]
+            reasons = engine.explain_all(now, **(spent or {}))  # type: ignore[attr-defined]
             explain_ms = (time.perf_counter() - t1) * 1000
-            assert len(reasons) == len(engine.pending)  # type: ignore[attr-defined]
+            # (every pending run but those a cycle at ``now`` would still admit: in the rich
+            # set-up a reservation the first cycle kept can let a run in at the same instant)
+            explained = {p.run_id for p in reasons}
+            assert len(explained) == len(reasons) and explained <= engine.pending.keys()  # type: ignore[attr-defined]
         digest.update(repr((now, [(a.run_id, a.placement.slots) for a in d.admissions],
                             [p.run_id for p in d.preemptions])).encode())  # fmt: skip
         for a in d.admissions:
@@ -182,7 +206,9 @@ def simulate(
             done.append(heapq.heappop(ends)[1])
         done = [r for r in done if r in engine.active]  # type: ignore[attr-defined]
         for rid in done:
-            engine.finish(rid)  # type: ignore[attr-defined]
+            ended = engine.finish(rid)  # type: ignore[attr-defined]
+            if spending is not None:
+                spending.ended_run(ended, now, durations[rid])
         if isinstance(engine, Gated):  # their dependents may start
             engine.ended_many((rid, Phase.SUCCEEDED) for rid in done)
     cycle_s.sort()
@@ -196,6 +222,7 @@ def simulate(
         "p50_cycle_ms": cycle_s[len(cycle_s) // 2] * 1000,
         "p99_cycle_ms": cycle_s[min(len(cycle_s) - 1, int(len(cycle_s) * 0.99))] * 1000,
         "explain_all_ms": explain_ms or 0.0,
+        "explained": len(explained),
         "decisions_sha256": digest.hexdigest(),
     }
 
@@ -267,8 +294,24 @@ def main() -> int:
     ap.add_argument(
         "--arrays", action="store_true", help="arrays of 100 with %%8; 10%% of runs depend"
     )
+    ap.add_argument(
+        "--setup",
+        choices=["default", "rich"],
+        default="default",
+        help="rich: MIG and shared nodes, topology, host CPU and memory, budgets (_rich_setup)",
+    )
+    ap.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: time by the process's CPU time (time.process_time), for a shared machine",
+    )
     args = ap.parse_args()
-    template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order)
+    if args.setup == "rich" and args.arrays:
+        raise SystemExit("core_throughput: --setup rich is not combined with --arrays")
+    if args.clock == "cpu":
+        time.perf_counter = time.process_time
+    template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order, args.setup)
     plain_runs = runs
     if args.arrays:
         runs = with_job_control(runs, args.seed)
@@ -295,14 +338,18 @@ def main() -> int:
         f"core {core} ...",
         file=sys.stderr,
     )
-    ours = simulate(engine, runs, durations, explain_at_longest=True)
+    spending = _rich_setup.Spending(template) if args.setup == "rich" else None
+    ours = simulate(engine, runs, durations, explain_at_longest=True, spending=spending)
     plain = simulate(new_engine(), plain_runs, durations, False) if args.arrays else None
     base = simulate(NaiveFifo(template), plain_runs, durations, explain_at_longest=False)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = {
         "bench": "core_throughput",
-        "engine": args.engine,
+        "setup": args.setup,
+        "engine": core,
+        "mode": args.engine,
         "core": core,
+        "clock": args.clock,
         "nodes": len(template.nodes),
         "gpus": sum(n.capacity for n in template.nodes),
         "runs": args.runs,
@@ -310,6 +357,7 @@ def main() -> int:
         "p50_cycle_ms": round(ours["p50_cycle_ms"], 3),
         "p99_cycle_ms": round(ours["p99_cycle_ms"], 3),
         "explain_all_ms": round(ours["explain_all_ms"], 1),
+        "explained": ours["explained"],
         "peak_rss_mb": round(rss_mb, 1),
         "baseline_admissions_per_s": round(base["admissions_per_s"], 1),
         "cycles": ours["cycles"],

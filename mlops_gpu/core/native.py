@@ -43,8 +43,9 @@ from mlops_gpu.core.native_support import (
     unsupported,
 )
 from mlops_gpu.core.quota import cohort_roots
+from mlops_gpu.core.run_copy import going, running
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import NodeSlot, Phase, Placement, Run
+from mlops_gpu.model import NodeSlot, Placement, Run
 from mlops_gpu.model.cluster import mig_share
 
 MODULE = "mlops_gpu._engine"
@@ -100,6 +101,7 @@ class NativeEngine:
         nodes = sorted(template.nodes, key=lambda n: n.name)
         self._node_ix = {n.name: i for i, n in enumerate(nodes)}
         self._nodes = nodes
+        self._node_names = [n.name for n in nodes]
         # MIG profiles numbered in name order; each node's device numbers: its whole devices,
         # then its MIG slices, profile after profile (``_engine.PartSpec``)
         self._profiles = sorted({p for n in nodes for p in n.mig})
@@ -409,30 +411,33 @@ class NativeEngine:
             now, self._history(usage_history), self._spent(spent)
         )
         admissions = []
+        names, dev_names = self._node_names, self._dev_names
         for a in admitted:
-            rid, slots = a.run_id, a.slots
+            rid = a.run_id
             run = self.pending.pop(rid)
             self._queued.discard(rid)
             req = run.request
+            memory = req.gpu_memory_mb if req.shape == "shared" else None
+            fraction, cpu, host_memory = a.fraction, req.cpu_milli, req.host_memory_mb
             placement = Placement(
                 self.backends[a.backend],
                 self.types[a.gpu_type],
                 tuple(
-                    NodeSlot(
-                        self._nodes[n].name,
-                        tuple(self._dev_names[n][d] for d in devs),
-                        a.fraction,
-                        req.gpu_memory_mb if req.shape == "shared" else None,
-                        req.cpu_milli,
-                        req.host_memory_mb,
-                    )
-                    for n, devs in slots
+                    [
+                        NodeSlot(
+                            names[n],
+                            tuple(map(dev_names[n].__getitem__, devs)),
+                            fraction,
+                            memory,
+                            cpu,
+                            host_memory,
+                        )
+                        for n, devs in a.slots
+                    ]
                 ),
             )
             admissions.append(Admission(rid, placement))
-            self.active[rid] = replace(
-                run, phase=Phase.RUNNING, placement=placement, admitted_at=now, started_at=now
-            )
+            self.active[rid] = running(run, placement, now)
         preemptions = []
         for pr in preempted:
             vid, for_id, lost = pr.run_id, pr.for_run_id, pr.lost_gpu_s
@@ -445,7 +450,7 @@ class NativeEngine:
             )
             ck = v.spec.checkpoint
             preemptions.append(Preemption(vid, why, ck.signal, ck.grace_s, for_id, lost))
-            self.active[vid] = replace(v, preempt_requested=True)
+            self.active[vid] = going(v)
         return Decision(tuple(admissions), tuple(preemptions), ())
 
     @property

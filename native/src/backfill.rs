@@ -370,11 +370,17 @@ pub fn reserve(m: &Model, st: &State, i: usize, types: &[usize], now: f64) -> Op
             if c.len() < r.nodes {
                 continue;
             }
-            c.sort_by(|a, b| {
+            let order = |a: &Candidate, b: &Candidate| {
                 a.0.cmp(&b.0)
                     .then(a.1.partial_cmp(&b.1).expect("no NaN"))
                     .then(a.2.cmp(&b.2))
-            });
+            };
+            // the first `r.nodes` in that order (a total order: nodes differ), without sorting
+            // every node of the type each cycle
+            if c.len() > r.nodes {
+                c.select_nth_unstable_by(r.nodes - 1, order);
+            }
+            c[..r.nodes].sort_by(order);
             let chosen = &c[..r.nodes];
             let unknown: usize = chosen.iter().map(|x| x.0).sum();
             let mut at = if unknown > 0 {

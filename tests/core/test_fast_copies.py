@@ -1,0 +1,79 @@
+"""``core.run_copy`` and ``native_explain._pending_reasons``: their objects equal what
+``dataclasses.replace`` and the dataclasses' own ``__init__`` make, field for field, and leave
+the originals untouched (runs with every field set away from its default, so a field the copy
+missed would show)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import fields, replace
+
+import pytest
+
+from mlops_gpu.core.run_copy import going, running
+from mlops_gpu.model import NodeSlot, Phase, Placement, Run
+from mlops_gpu.testing import make_run
+
+
+def _every_field_set() -> Run:
+    run = make_run("r1", "p", 2, seq=7, submitted_at=3.0, priority="high", max_runtime_s=60.0)
+    return replace(
+        run,
+        attempt=3,
+        finished_at=9.0,
+        handle="h",
+        exit_code=1,
+        reason_code="quota",
+        reason="why",
+        eta=12.0,
+        cancel_requested=True,
+        last_checkpoint_at=4.0,
+        attained_gpu_s=100.0,
+        not_before=5.0,
+        queued_at=6.0,
+        held=True,
+    )
+
+
+def test_every_field_of_run_is_set_away_from_its_default() -> None:
+    run = _every_field_set()
+    unset = [
+        f.name
+        for f in fields(Run)
+        if f.default is not dataclasses.MISSING
+        and getattr(run, f.name) == f.default
+        and f.name not in ("admitted_at", "started_at", "placement", "preempt_requested")
+    ]
+    assert unset == []
+
+
+def test_running_is_replace() -> None:
+    run = _every_field_set()
+    placement = Placement("b", "a100", (NodeSlot("n1", ("0", "1")),))
+    got = running(run, placement, 42.0)
+    want = replace(run, phase=Phase.RUNNING, placement=placement, admitted_at=42.0, started_at=42.0)
+    assert got == want and type(got) is Run
+    assert run.phase is Phase.PENDING and run.placement is None  # the original is untouched
+
+
+def test_going_is_replace() -> None:
+    run = _every_field_set()
+    got = going(run)
+    assert got == replace(run, preempt_requested=True) and not run.preempt_requested
+
+
+def test_a_copy_is_as_immutable_as_the_run() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        going(_every_field_set()).held = False  # type: ignore[misc]
+
+
+def test_pending_reasons_are_the_dataclass_s() -> None:
+    from mlops_gpu.core.decision import PendingReason, ReasonCode
+    from mlops_gpu.core.native_explain import _pending_reasons
+
+    args = (["a", "b"], [ReasonCode.QUOTA, ReasonCode.NO_CAPACITY], ["x", "y"], [None, 3.0])
+    got = _pending_reasons(*args)
+    assert got == list(map(PendingReason, *args))
+    assert hash(got[1]) == hash(PendingReason("b", ReasonCode.NO_CAPACITY, "y", 3.0))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got[0].eta = 1.0  # type: ignore[misc]
