@@ -3,7 +3,10 @@ the official ``kubernetes`` client (imported on first use).
 
 - Inventory: Nodes with allocatable ``nvidia.com/gpu`` (or ``nvidia.com/mig-<profile>``), the GPU
   model from the ``nvidia.com/gpu.product`` label mapped to our GPU type (``gpu_models``);
-  cordoned or NotReady nodes are listed unschedulable. Cached ``inventory_s``.
+  cordoned or NotReady nodes, and nodes an autoscaler (Karpenter) taints as registering or
+  being removed, are listed unschedulable. Cached ``inventory_s``.
+- Elastic pools: ``capacity`` (``k8s_capacity``) asks an autoscaler for nodes with placeholder
+  pods.
 - Launch: one Job per attempt (``k8s_manifest``): ``nodeName`` for one node; for a gang an
   Indexed Job with ``schedulerName: mlops-gpu`` whose pod ``i`` this backend binds to the
   placement's node ``i`` (the Binding subresource) when it polls.
@@ -45,6 +48,7 @@ from mlops_gpu.backends.base import (
     LaunchRequest,
     job_env,
 )
+from mlops_gpu.backends.k8s_capacity import LEAVING_TAINT, STARTING_TAINT, Placeholders
 from mlops_gpu.backends.k8s_manifest import (
     GPU_RESOURCE,
     MANAGED_BY,
@@ -104,6 +108,8 @@ class KubernetesBackend:
         #: Job name -> when this backend created it, until the cache has it.
         self._created: dict[str, float] = {}
         self._unseen: set[str] = set()
+        #: elastic pools: placeholder pods that show an autoscaler the nodes the pools want
+        self.capacity = Placeholders(self._clients, self._get, self._send, self.pod.namespace)
 
     # -- the client -----------------------------------------------------------------------
     def _clients(self) -> Any:
@@ -197,6 +203,11 @@ class KubernetesBackend:
                         for c in (status.get("conditions") or []))  # fmt: skip
             cordoned = bool((n.get("spec") or {}).get("unschedulable"))
             why = "cordoned" if cordoned else ("" if ready else "NotReady")
+            taints = {t.get("key") for t in (n.get("spec") or {}).get("taints") or []}
+            if not why and STARTING_TAINT in taints:  # an autoscaler's node, registering
+                why = "registering"
+            elif not why and LEAVING_TAINT in taints:  # the autoscaler is removing it
+                why = "being removed by the autoscaler"
             nodes.append(
                 Node(
                     name=meta["name"],
@@ -204,7 +215,7 @@ class KubernetesBackend:
                     gpu_type=gpu_type or "gpu",
                     devices=tuple(str(i) for i in range(whole)),
                     labels=labels,
-                    schedulable=ready and not cordoned,
+                    schedulable=not why,
                     state_reason=why,
                     mig=mig,
                 )

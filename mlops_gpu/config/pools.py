@@ -4,8 +4,9 @@ Invariants:
 - ``min_nodes <= max_nodes``, ``gpus_per_node >= 1``, times and prices are non-negative; a pool
   names a backend and a GPU type the config defines (``pool_errors``, called by ``Config``).
 - The live scheduler acts on pools of Slurm backends (``controller.pools``, Slurm's power
-  saving); pools of other backends (Kubernetes, local, fake) are not acted on yet:
-  ``NOT_ACTED_ON`` names them, in the log line at start and in ``scheduler status``.
+  saving) and of Kubernetes backends (placeholder pods an autoscaler provisions nodes for);
+  pools of other backends (local, fake) are not acted on: ``NOT_ACTED_ON`` names them, in the
+  log line at start and in ``scheduler status``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from mlops_gpu.model import Pool
 
 NOT_ACTED_ON = (
-    "pools: {names} configured but not acted on: the live scheduler powers nodes up and down "
-    "on Slurm backends only (other pools are used by 'mlops-gpu simulate --autoscale')"
+    "pools: {names} configured but not acted on: the live scheduler scales pools of Slurm and "
+    "Kubernetes backends only (other pools are used by 'mlops-gpu simulate --autoscale')"
 )
 #: Backend types whose pools the live scheduler acts on.
-ACTED_ON_TYPES = frozenset({"slurm"})
+ACTED_ON_TYPES = frozenset({"slurm", "kubernetes"})
 
 
 class PoolConfig(BaseModel):

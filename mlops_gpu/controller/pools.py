@@ -1,5 +1,6 @@
 """Elastic pools in the live scheduler: the scale decisions of ``core.autoscale`` acted on
-through a backend's own power saving (Slurm's ``SuspendProgram``/``ResumeProgram``).
+through a backend's own power saving (Slurm's ``SuspendProgram``/``ResumeProgram``) or, on
+Kubernetes, through an autoscaler shown placeholder pods (``backends.k8s_capacity``).
 
 How a tick uses it:
 1. ``open``: the core sees a pool's powered-down nodes as unschedulable (the backend lists them
@@ -13,10 +14,19 @@ How a tick uses it:
    sentences replace the core's reasons (``mlops-gpu queue`` shows them), with the boot in the
    ETA; the decision's own reasons are logged once each.
 
+Kubernetes (a backend with ``capacity``): nodes do not exist until the autoscaler adds them, so
+the pool's nodes are its labelled nodes plus slots (``<pool>/new-<i>``, up to ``max_nodes``): a
+slot is ``powered_down``, or ``booting`` while its placeholder pod waits for a node. A boot
+decided for a slot creates its placeholder (no node is offered to the core: the runs wait
+until the new node is in the inventory, then the core places them); ``open`` first deletes the
+placeholders whose node is up (so the runs take its GPUs) or that waited too long. Scaling down
+is the autoscaler's (Karpenter's consolidation of empty nodes).
+
 Invariants:
-- Only pools whose backend reports power states (``power_states()``: Slurm) are acted on, and a
-  pool's nodes are the backend's power-managed nodes of the pool's GPU type; a node down or failed
-  (a resume that timed out) is no pool node, so nothing waits on it.
+- Only pools whose backend reports power states (``power_states()``: Slurm) or has
+  ``capacity`` (Kubernetes) are acted on. A Slurm pool's nodes are the backend's power-managed
+  nodes of the pool's GPU type; a node down or failed (a resume that timed out) is no pool
+  node, so nothing waits on it.
 - Powering down is the backend's: Slurm suspends a node idle for its ``SuspendTime`` (set it to
   the pool's ``idle_s``); ``min_nodes`` and draining are not acted on (Slurm resumes nodes for
   jobs only).
@@ -31,12 +41,24 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from mlops_gpu.config.pools import acted_on
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.core.autoscale import Busy, Demand, ScaleInputs, decide_scale
 from mlops_gpu.core.decision import PendingReason, ReasonCode
 from mlops_gpu.model import Node, NodeState, Pool, PoolNode, Run
+
+
+@runtime_checkable
+class Capacity(Protocol):
+    """A backend's way to ask an autoscaler for nodes (``backends.k8s_capacity.Placeholders``):
+    the pool's nodes and slots, clean-up before the cycle, and asks for slots (slot -> runs)."""
+
+    def pool_nodes(self, pool: Pool, nodes: Sequence[Node], now: float) -> list[PoolNode]: ...
+    def settle(self, pool: Pool, nodes: Sequence[Node], now: float) -> None: ...
+    def ask(self, pool: Pool, slots: Mapping[str, Sequence[str]], now: float) -> None: ...
+
 
 log = logging.getLogger("mlops_gpu.controller")
 
@@ -45,6 +67,7 @@ OPEN_GRACE_S = 60.0
 #: Reasons of runs a new node could start (the others wait for a quota, a budget, a hold...).
 CAPACITY_CODES = frozenset({ReasonCode.NO_CAPACITY, ReasonCode.RESERVED, ReasonCode.UNSCHEDULABLE})
 _BOOT_WAIT = re.compile(r"waiting for node (\S+) to boot")
+T = TypeVar("T")
 
 
 class PoolControl:
@@ -63,9 +86,14 @@ class PoolControl:
         out = {}
         for name in acted_on(cfg.pools, cfg.backends):
             p = cfg.pools[name]
-            if self._states(p.backend) is not None:
+            if self._states(p.backend) is not None or self._capacity(p.backend) is not None:
                 out[name] = p.model(name)
         return out
+
+    def _capacity(self, backend: str) -> Capacity | None:
+        """The backend's placeholder pods (``k8s_capacity.Placeholders``), if it has any."""
+        cap = getattr(self.rt.backends.get(backend), "capacity", None)
+        return cap if isinstance(cap, Capacity) else None
 
     def _states(self, backend: str) -> Callable[[], dict[str, NodeState]] | None:
         b = self.rt.backends.get(backend)
@@ -78,6 +106,10 @@ class PoolControl:
         """Every pool's nodes in their states; opened powered-down nodes count as booting."""
         out = []
         for p in pools.values():
+            if (cap := self._capacity(p.backend)) is not None:
+                out += _quietly(f"pool {p.name}: listing placeholders", cap.pool_nodes, p, nodes,
+                                now) or []  # fmt: skip
+                continue
             fn = self._states(p.backend)
             states = fn() if fn is not None else {}
             for n in sorted(nodes, key=lambda n: n.name):
@@ -104,6 +136,10 @@ class PoolControl:
             return nodes
         still: dict[str, float] = {}  # opened nodes the backend still lists powered down
         for p in pools.values():
+            if (cap := self._capacity(p.backend)) is not None:
+                # placeholders whose node is up (or that no node took)
+                _quietly(f"pool {p.name}: removing placeholders", cap.settle, p, nodes, now)
+                continue
             fn = self._states(p.backend)
             states = fn() if fn is not None else {}
             for n in nodes:
@@ -155,8 +191,7 @@ class PoolControl:
         busy = tuple(_busy(run, names, now) for run in active if _on(run, names))
         left = self._budget_left(spent or {})
         d = decide_scale(ScaleInputs(now, pools, tuple(pnodes), busy, tuple(pending), left))
-        for name in d.boot:
-            self.opened.setdefault(name, now)
+        self._boot(d.boot, d.waiting, pools, pnodes, now)
         acted = tuple(r for r in d.reasons if not r.startswith(("powering down", "draining")))
         if acted and acted != self._said:
             for line in acted:
@@ -177,6 +212,34 @@ class PoolControl:
             out.append(replace(r, reason=text, eta=eta))
         return out
 
+    def _boot(
+        self,
+        boot: Sequence[str],
+        waiting: Mapping[str, str],
+        pools: Mapping[str, Pool],
+        pnodes: Sequence[PoolNode],
+        now: float,
+    ) -> None:
+        """Act on the nodes a decision boots: a powered-down Slurm node is opened (offered to
+        the core); a Kubernetes slot gets its placeholder pod, naming the runs that wait for
+        it."""
+        pool_of = {n.name: pools[n.pool] for n in pnodes}
+        asks: dict[str, dict[str, list[str]]] = {}  # pool -> slot -> runs
+        for name in boot:
+            pool = pool_of[name]
+            if self._capacity(pool.backend) is None:
+                self.opened.setdefault(name, now)
+            else:
+                asks.setdefault(pool.name, {})[name] = []
+        for run_id, text in waiting.items():
+            m = _BOOT_WAIT.match(text)
+            if m is not None and (p := pool_of.get(m.group(1))) is not None:
+                asks.get(p.name, {}).get(m.group(1), []).append(run_id)
+        for name, slots in asks.items():
+            cap = self._capacity(pools[name].backend)
+            assert cap is not None
+            _quietly(f"pool {name}: creating placeholders", cap.ask, pools[name], slots, now)
+
     def _budget_left(self, spent: Mapping[str, tuple[float, float]]) -> dict[str, float]:
         """USD each project with a USD budget may still spend in its window."""
         out = {}
@@ -184,6 +247,16 @@ class PoolControl:
             if p.budget is not None and p.budget.usd is not None:
                 out[name] = max(0.0, p.budget.usd - spent.get(name, (0.0, 0.0))[1])
         return out
+
+
+def _quietly(what: str, fn: Callable[..., T], *args: Any) -> T | None:
+    """``fn(*args)``, or None with a warning where the cluster does not answer (the backend's
+    API error): the tick goes on, and the next one tries again."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        log.warning("%s failed: %s", what, e)
+        return None
 
 
 def _pool_for(run: Run, pools: Mapping[str, Pool]) -> Pool | None:

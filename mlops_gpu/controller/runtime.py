@@ -107,12 +107,24 @@ class Runtime:
     def problems(self, spec: RunSpec, nodes: list[Node] | None = None) -> list[str]:
         """What is wrong with ``spec`` for this config and inventory (``nodes``: the
         inventory, when the caller has read it already)."""
+        from mlops_gpu.config.pools import acted_on
+
+        listed = self.nodes() if nodes is None else nodes
+        # A pool's node shape counts even while none is up: on Kubernetes the autoscaler's
+        # nodes do not exist until a placeholder asks for them (Slurm lists powered-down ones).
+        shapes = [
+            Node(f"{name}/new", p.backend, p.gpu_type,
+                 tuple(str(i) for i in range(p.gpus_per_node)), schedulable=False,
+                 state_reason="a node the pool can add")
+            for name in acted_on(self.cfg.pools, self.cfg.backends)
+            if (p := self.cfg.pools[name]).backend in self.cfg.backends
+        ]  # fmt: skip
         return request_problems(
             spec,
             projects=self.cfg.model_projects(),
             gpu_types=self.cfg.model_gpu_types(),
             priority_classes=self.cfg.priority_classes,
-            nodes=self.nodes() if nodes is None else nodes,
+            nodes=[*listed, *shapes],
             backends=self.cfg.backends,
             capabilities={n: b.capabilities for n, b in self.backends.items()},
         )

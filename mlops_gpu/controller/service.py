@@ -138,8 +138,8 @@ class SchedulerThread:
         self.role = "leader"
         log.info("scheduler: leading for %s", self.rt.cfg.store_url)
         if names := acted_on(self.rt.cfg.pools, self.rt.cfg.backends):
-            log.info("scheduler: pools %s: powered-down nodes booted for runs through Slurm's "
-                     "power saving", ", ".join(names))  # fmt: skip
+            log.info("scheduler: pools %s: nodes booted for runs through Slurm's power saving "
+                     "or a Kubernetes autoscaler's placeholder pods", ", ".join(names))  # fmt: skip
         if (note := not_acted_on(self.rt.cfg.pools, self.rt.cfg.backends)) is not None:
             log.warning("scheduler: %s", note)  # pools of backends without power control (README)
         try:
