@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mlops_gpu.config.bounded import ConfigError, load_yaml
+from mlops_gpu.config.registry import backend_types
 from mlops_gpu.config.schema import Config
 
 __all__ = ["ConfigError", "find_config", "load_config", "parse_config", "user_config_path"]
@@ -48,11 +49,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
     # pydantic puts the backend's discriminator tag after its name (backends.NAME.TAG.key):
     # drop the tag, which is not a key of the file.
     parts = [str(p) for p in loc]
-    if (
-        len(parts) > 2
-        and parts[0] == "backends"
-        and parts[2] in ("local", "fake", "slurm", "kubernetes")
-    ):
+    if len(parts) > 2 and parts[0] == "backends" and parts[2] in backend_types():
         del parts[2]
     return ".".join(parts) or "(top level)"
 

@@ -1,25 +1,27 @@
 """The config schema (pydantic, every model forbids unknown keys) and its conversion to model
-values."""
+values.
+
+Invariants:
+- ``backends`` accepts exactly the backend types of the registry (``config.registry``: the
+  built-ins and the ``mlops_gpu.backends`` entry point group), told apart by ``type``.
+"""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
+from mlops_gpu.config.backends import BackendConfigBase
+from mlops_gpu.config.base import Strict as _Strict
 from mlops_gpu.config.pools import PoolConfig, pool_errors
+from mlops_gpu.config.registry import backend_types
 from mlops_gpu.config.server import ProjectRole, ServerConfig
 from mlops_gpu.model import Budget, Cohort, GpuType, Node, PolicySettings, Project, Quota
 
 NonNeg = Annotated[int, Field(ge=0)]
-
-
-class _Strict(BaseModel):
-    # strict: no silent coercion (``gpus: true`` is not 1 GPU, ``"4"`` is not 4).
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class GpuTypeConfig(_Strict):
@@ -66,120 +68,14 @@ class CohortConfig(_Strict):
     parent: str | None = None
 
 
-class NodeConfig(_Strict):
-    name: str = Field(min_length=1)
-    gpu_type: str
-    #: Number of virtual GPUs (ids 0..gpus-1), or explicit device ids.
-    gpus: int | None = Field(None, ge=1, le=4096)
-    devices: list[str] | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    #: MIG slices by profile: ``{"1g.10gb": ["MIG-...", ...]}`` (GPUs split into slices are
-    #: not also listed as whole devices).
-    mig: dict[str, list[str]] = Field(default_factory=dict)
-    #: Let fractional and memory-capped runs share these devices (no isolation).
-    shared: bool = False
-    gpu_memory_mb: int | None = Field(None, gt=0)
-    #: Host CPU (millicores) and memory runs may take here; unset: not tracked.
-    cpu_milli: int | None = Field(None, gt=0)
-    host_memory_mb: int | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def _one_of(self) -> NodeConfig:
-        if self.gpus is not None and self.devices is not None:
-            raise ValueError("give exactly one of 'gpus' (a count) or 'devices' (a list of ids)")
-        if self.gpus is None and self.devices is None and not self.mig:
-            raise ValueError("give exactly one of 'gpus' (a count) or 'devices' (a list of ids)")
-        for profile in self.mig:
-            if not re.fullmatch(r"\d+g\.\d+gb", profile):
-                raise ValueError(f"mig: expected profiles such as 1g.10gb, got {profile!r}")
-        if self.devices is not None and len(set(self.devices)) != len(self.devices):
-            raise ValueError("device ids must be unique")
-        return self
-
-    def device_ids(self) -> tuple[str, ...]:
-        if self.devices is not None:
-            return tuple(self.devices)
-        return tuple(str(i) for i in range(self.gpus or 0))
-
-
-class LocalBackendConfig(_Strict):
-    type: Literal["local"] = "local"
-    nodes: list[NodeConfig] = Field(min_length=1)
-
-
-class FakeBackendConfig(_Strict):
-    type: Literal["fake"]
-    nodes: list[NodeConfig] = Field(min_length=1)
-    duration_s: float = Field(1.0, ge=0)
-
-
-class SlurmBackendConfig(_Strict):
-    """A Slurm cluster reached with its command-line tools (``sinfo``, ``sbatch``, ``squeue``,
-    ``scontrol``, ``scancel``, ``sacct -c``); nodes come from ``sinfo``."""
-
-    type: Literal["slurm"]
-    #: The cluster's name in run handles (``slurm:<cluster>:<jobid>``).
-    cluster: str = Field("slurm", pattern=r"^[A-Za-z0-9_.-]+$")
-    partition: str | None = None
-    account: str | None = None
-    #: Our GPU type name -> the cluster's GRES type (``a100-80gb: a100``); a GRES type with no
-    #: entry here is taken as the GPU type of that name.
-    gres_types: dict[str, str] = Field(default_factory=dict)
-    #: ``SLURM_CONF`` for the tools (default: theirs).
-    slurm_conf: str | None = None
-    #: Folder on storage the compute nodes share: job scripts, logs, checkpoints, telemetry
-    #: (default: ``<state_dir>/slurm/<backend name>``).
-    shared_dir: str | None = None
-    #: The Python that runs ``mlops-gpu exec`` on the compute nodes (default: the scheduler's).
-    python: str | None = None
-    #: Seconds an inventory (``sinfo``) is reused before it is read again.
-    inventory_s: float = Field(10.0, ge=0)
-    #: Seconds a Slurm command may take before it counts as failed.
-    command_timeout_s: float = Field(30.0, gt=0)
-    #: Node labels, by node name (e.g. ``{sn1: {rack: r1}}``), for topology-aware placement.
-    labels: dict[str, dict[str, str]] = Field(default_factory=dict)
-
-    @property
-    def nodes(self) -> list[NodeConfig]:
-        return []  # from sinfo, at run time
-
-
-class KubernetesBackendConfig(_Strict):
-    """A Kubernetes cluster reached with the official client; nodes come from the API."""
-
-    type: Literal["kubernetes"]
-    #: Kubeconfig file and context (default: the client's own lookup and current context).
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str = "default"
-    #: The image runs' pods start (it needs Python and mlops-gpu for the launcher).
-    image: str = "python:3.11-slim"
-    python: str = "python3"
-    service_account: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    #: Kubernetes ``volumes`` and container ``volumeMounts``, passed through as given.
-    volumes: list[dict[str, Any]] = Field(default_factory=list)
-    volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
-    pod_annotations: dict[str, str] = Field(default_factory=dict)
-    #: Node label ``nvidia.com/gpu.product`` value -> our GPU type.
-    gpu_models: dict[str, str] = Field(default_factory=dict)
-    inventory_s: float = Field(10.0, ge=0)
-    #: The API client's rate limit, as client-go's ``--kube-api-qps``/``--kube-api-burst``
-    #: (the defaults are kube-scheduler's).
-    api_qps: float = Field(50.0, gt=0)
-    api_burst: int = Field(100, ge=1)
-    #: Where runs' pods see their checkpoint folder (mount shared storage there).
-    checkpoint_dir: str = "/tmp/mlops-gpu-checkpoints"
-
-    @property
-    def nodes(self) -> list[NodeConfig]:
-        return []  # from the API, at run time
-
-
-BackendConfig = Annotated[
-    LocalBackendConfig | FakeBackendConfig | SlurmBackendConfig | KubernetesBackendConfig,
-    Field(discriminator="type"),
-]
+if TYPE_CHECKING:
+    BackendConfig = BackendConfigBase
+else:
+    # The union follows the registry: a backend installed as a plugin is a type here.
+    BackendConfig = Annotated[
+        Union[tuple(backend_types().values())],  # noqa: UP007 (built at run time)
+        Field(discriminator="type"),
+    ]
 
 
 class MlflowConfig(_Strict):
@@ -338,7 +234,7 @@ class Config(_Strict):
                 cur = self.cohorts[cur].parent
         node_names: set[str] = set()
         for bname, b in self.backends.items():
-            for i, n in enumerate(b.nodes):
+            for i, n in enumerate(b.config_nodes()):
                 if n.gpu_type not in self.gpu_types:
                     errors.append(
                         f"backends.{bname}.nodes.{i}.gpu_type: unknown GPU type {n.gpu_type!r}"
@@ -460,7 +356,7 @@ class Config(_Strict):
                 cpu_milli=n.cpu_milli,
                 host_memory_mb=n.host_memory_mb,
             )
-            for n in b.nodes
+            for n in b.config_nodes()
         ]
 
     def policy_settings(self) -> PolicySettings:

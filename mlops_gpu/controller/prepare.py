@@ -5,9 +5,10 @@ created and proven writable (a file is made and removed in each), and the backgr
 when asked for, is started. Whatever of this fails raises a one-line ``SetupError`` with no run
 stored, so a retry after the fix makes exactly one run.
 
-Folders by backend: ``local`` writes each attempt's logs under ``<state_dir>/runs`` and its
-checkpoints under ``<state_dir>/checkpoints``; ``slurm`` its job scripts and logs under its
-shared folder; every backend's scheduler logs to ``<state_dir>/scheduler.log``.
+Folders by backend (each backend model's ``host_folders``): ``local`` writes each attempt's
+logs under ``<state_dir>/runs`` and its checkpoints under ``<state_dir>/checkpoints``; ``slurm``
+its job scripts and logs under its shared folder; every backend's scheduler logs to
+``<state_dir>/scheduler.log``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from mlops_gpu.config import Config, LocalBackendConfig, SlurmBackendConfig
+from mlops_gpu.config import Config
 from mlops_gpu.model import RunSpec
 from mlops_gpu.state import SetupError
 
@@ -29,13 +30,7 @@ def run_folders(cfg: Config, specs: Iterable[RunSpec]) -> list[Path]:
     chosen = list(cfg.backends) if None in names else [n for n in cfg.backends if n in names]
     out = [cfg.state_path]
     for name in chosen:
-        b = cfg.backends[name]
-        if isinstance(b, LocalBackendConfig):
-            out += [cfg.state_path / "runs", cfg.state_path / "checkpoints"]
-        elif isinstance(b, SlurmBackendConfig):
-            out.append(
-                cfg.resolve_path(b.shared_dir) if b.shared_dir else cfg.state_path / "slurm" / name
-            )
+        out += cfg.backends[name].host_folders(cfg, name)
     return list(dict.fromkeys(out))
 
 

@@ -10,16 +10,8 @@ from functools import cached_property
 from typing import Any
 
 from mlops_gpu.backends import Backend
-from mlops_gpu.backends.fake import FakeBackend
-from mlops_gpu.backends.local import LocalBackend
-from mlops_gpu.config import (
-    Config,
-    FakeBackendConfig,
-    KubernetesBackendConfig,
-    LocalBackendConfig,
-    SlurmBackendConfig,
-    load_config,
-)
+from mlops_gpu.config import Config, load_config
+from mlops_gpu.controller.backend_build import make_backend
 from mlops_gpu.core import request_problems
 from mlops_gpu.model import Node, ResourceRequest, Run, RunSpec
 from mlops_gpu.state import Store
@@ -29,58 +21,6 @@ from mlops_gpu.state.jobs import JobControl
 
 class SubmitError(ValueError):
     """A run that cannot be queued; nothing was written."""
-
-
-def build_backend(cfg: Config, name: str) -> Backend:
-    b = cfg.backends[name]
-    nodes = cfg.model_nodes(name)
-    if isinstance(b, LocalBackendConfig):
-        return LocalBackend(name, nodes, cfg.state_path)
-    if isinstance(b, FakeBackendConfig):
-        return FakeBackend(name, nodes, default_duration_s=b.duration_s)
-    if isinstance(b, SlurmBackendConfig):
-        from mlops_gpu.backends.slurm import SlurmBackend
-
-        shared = cfg.resolve_path(b.shared_dir) if b.shared_dir else cfg.state_path / "slurm" / name
-        return SlurmBackend(
-            name,
-            shared,
-            cluster=b.cluster,
-            partition=b.partition,
-            account=b.account,
-            gres_types=b.gres_types,
-            slurm_conf=str(cfg.resolve_path(b.slurm_conf)) if b.slurm_conf else None,
-            python=b.python,
-            inventory_s=b.inventory_s,
-            timeout_s=b.command_timeout_s,
-            labels=b.labels,
-        )
-    if isinstance(b, KubernetesBackendConfig):
-        from mlops_gpu.backends.k8s import KubernetesBackend
-        from mlops_gpu.backends.k8s_manifest import PodSettings
-
-        pod = PodSettings(
-            namespace=b.namespace,
-            image=b.image,
-            python=b.python,
-            service_account=b.service_account,
-            env=b.env,
-            volumes=tuple(b.volumes),
-            volume_mounts=tuple(b.volume_mounts),
-            annotations=b.pod_annotations,
-        )
-        return KubernetesBackend(
-            name,
-            kubeconfig=str(cfg.resolve_path(b.kubeconfig)) if b.kubeconfig else None,
-            context=b.context,
-            pod=pod,
-            gpu_models=b.gpu_models,
-            inventory_s=b.inventory_s,
-            checkpoint_dir=b.checkpoint_dir,
-            api_qps=b.api_qps,
-            api_burst=b.api_burst,
-        )
-    raise AssertionError(f"unhandled backend type {type(b).__name__}")  # pragma: no cover
 
 
 class Runtime:
@@ -99,7 +39,7 @@ class Runtime:
 
     @cached_property
     def backends(self) -> Mapping[str, Backend]:
-        return {name: build_backend(self.cfg, name) for name in self.cfg.backends}
+        return {name: make_backend(self.cfg, name) for name in self.cfg.backends}
 
     def nodes(self) -> list[Node]:
         return [n for b in self.backends.values() for n in b.inventory()]
