@@ -275,7 +275,7 @@ class IdentityRefresh:
         if key in self._reading or key in self._wanted:
             return
         self._wanted[key] = secret
-        if self._task is None:
+        if self._task is None or self._task.done():  # (done: its loop ended under it)
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:

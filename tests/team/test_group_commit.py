@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -127,7 +128,7 @@ def test_token_users_reads_many_tokens_as_token_user_reads_each(rt: Runtime) -> 
             for n in ("mem", "peer", "root")]  # fmt: skip
     gone = add_user(rt.store, "gone", admin=False, projects={}, ttl_s=3600)
     revoke(rt.store, "gone")
-    expired = add_user(rt.store, "old", admin=False, projects={}, ttl_s=0.001)
+    expired = add_user(rt.store, "old", admin=False, projects={}, ttl_s=60, now=time.time() - 61)
     asked = [*toks, gone, expired, "mgt_unknown", "not-a-token"]
     got = token_users(rt.store, asked)
     assert set(got) == set(toks)
