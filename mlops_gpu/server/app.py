@@ -1,6 +1,8 @@
 """The FastAPI app: routes under ``/api/v1``, health at the root, the middlewares (audit
 outermost, so that a request refused for its size is audited too; then the body limit), JSON
-errors, no CORS (browsers of other origins get no ``Access-Control-Allow-Origin``).
+errors, no CORS (browsers of other origins get no ``Access-Control-Allow-Origin``). In front of
+all of it, ``fast_submit`` answers the common single-run submit (``ServerApp``), bounded and
+audited as the rest.
 
 Another module adds its own routes with ``app.include_router(router)`` or ``app.mount(path,
 asgi_app)`` on what ``create_app`` returns (``extras``: a list of callables, each given the app,
@@ -15,8 +17,8 @@ from fastapi import Depends, FastAPI, Request
 
 from mlops_gpu.server import errors
 from mlops_gpu.server.audit import AuditTrail, audit_writer
-from mlops_gpu.server.auth import IdentityCache, authenticate, identity
-from mlops_gpu.server.fast_submit import FastSubmit
+from mlops_gpu.server.auth import IdentityCache, IdentityRefresh, authenticate, identity
+from mlops_gpu.server.fast_submit import FastSubmit, ServerApp
 from mlops_gpu.server.limits import BodyLimit, RateLimiter
 from mlops_gpu.server.routes import cluster, health, members, metrics, runs, sdk
 from mlops_gpu.server.shared import SharedState
@@ -41,7 +43,7 @@ def create_app(
         ver = version("mlops-gpu")
     except PackageNotFoundError:
         ver = "0"
-    app = FastAPI(
+    app = ServerApp(
         title="mlops-gpu",
         version=ver,
         openapi_url=None,  # served below, behind the identity check
@@ -60,6 +62,7 @@ def create_app(
     app.state.submits = submit_writer(rt)
     app.state.audit_writer = audit_writer(rt.store)
     app.state.identities = IdentityCache(shared=shared)
+    app.state.identity_refresh = IdentityRefresh(rt, app.state.identities)
 
     def _close_writers() -> None:  # after uvicorn drained the requests in flight
         app.state.submits.close()
@@ -81,7 +84,7 @@ def create_app(
     dashboard.install(app)  # the web dashboard at /, same identities as the API
     for extra in extras:
         extra(app)
-    app.add_middleware(FastSubmit, api=app)  # inside the body limit and the audit trail
+    app.fast = FastSubmit(app.stack, app, srv.max_body_bytes)  # before the whole stack
     # the large limit of POST /runs/call only for an identity that passed (401 before the body)
     app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes,
                        routes={API + sdk.CALL_PATH: sdk.call_body_limit(srv)},

@@ -6,7 +6,10 @@ project, a user; else the path), when, the client's address, and the HTTP status
 Routes name their target and a short detail in ``request.state.audit_target`` and
 ``request.state.audit_detail``. A row that cannot be written is logged, and the request's own
 answer stands. The row is written (``group_commit``: with the rows of concurrent requests, in
-one transaction) before the request's cycle ends, after its answer was sent.
+one transaction) before the request's cycle ends, after its answer was sent. A single-run
+submit answered by ``fast_submit`` does not pass through here: its row (``request_row``) is
+stored in the transaction of the run itself, or written by ``fast_submit`` through the same
+writer when it answers an error.
 """
 
 from __future__ import annotations
@@ -52,22 +55,32 @@ class AuditTrail:
             await self._write(scope, state, status["code"])
 
     async def _write(self, scope: Scope, state: dict[str, Any], status: int) -> None:
-        from mlops_gpu.state import audit
+        await write_row(self.writer, scope, request_row(scope, state, status))
 
-        who = state.get("identity")
-        client = scope.get("client")
-        row = audit.entry_row(
-            user=who.name if who is not None else None,
-            action=f"{scope['method']} {scope['path']}",
-            target=state.get("audit_target"),
-            client=client[0] if client else None,
-            status=status,
-            detail=state.get("audit_detail"),
-        )
-        try:
-            await self.writer.put(row)
-        except Exception:
-            log.exception("could not write the audit row of %s %s", scope["method"], scope["path"])
+
+def request_row(scope: Scope, state: dict[str, Any], status: int) -> dict[str, Any]:
+    """The audit row of a request (``scope``, its ``state``) answered ``status``."""
+    from mlops_gpu.state import audit
+
+    who = state.get("identity")
+    client = scope.get("client")
+    return audit.entry_row(
+        user=who.name if who is not None else None,
+        action=f"{scope['method']} {scope['path']}",
+        target=state.get("audit_target"),
+        client=client[0] if client else None,
+        status=status,
+        detail=state.get("audit_detail"),
+    )
+
+
+async def write_row(writer: GroupCommit[dict[str, Any], None], scope: Scope,
+                    row: dict[str, Any]) -> None:  # fmt: skip
+    """``row`` written by ``writer``; a failure is logged (the request's answer stands)."""
+    try:
+        await writer.put(row)
+    except Exception:
+        log.exception("could not write the audit row of %s %s", scope["method"], scope["path"])
 
 
 def audit_writer(store: Any) -> GroupCommit[dict[str, Any], None]:

@@ -12,7 +12,9 @@ Without a role in a project its runs do not exist for the identity (404, never 4
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +28,8 @@ from mlops_gpu.model import Run
 from mlops_gpu.server.errors import ApiError
 from mlops_gpu.server.shared import SharedState
 from mlops_gpu.state import users as users_mod
+
+log = logging.getLogger("mlops_gpu.server")
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,13 @@ class IdentityCache:
     generation is still that one. ``invalidate`` (after a membership change committed) adds
     one to it in every worker that shares ``shared``: every entry cached before, and every
     store read in flight during the change, is never served, so no pre-change role comes
-    back."""
+    back.
+
+    Read ahead (``due``, ``IdentityRefresh``): an entry in the last ``refresh_s`` of its life
+    is still served, and read again in the background, so that a busy client's identity is
+    renewed before it expires instead of its requests waiting for the read (every client's
+    entry expiring at once made a burst of slow answers each TTL). An entry is never served
+    past its ``ttl_s`` from the read that made it, so revocations count as before."""
 
     def __init__(self, ttl_s: float = IDENTITY_TTL_S, max_size: int = 10_000,
                  clock: Callable[[], float] = time.time,
@@ -135,6 +145,7 @@ class IdentityCache:
         self.shared = shared if shared is not None else SharedState.private()
         # key -> (valid until, generation it was read under, identity)
         self._items: dict[str, tuple[float, int, Identity]] = {}
+        self.refresh_s = ttl_s / 2
 
     def generation(self) -> int:
         """Read before a store read whose identity is then ``put``."""
@@ -148,6 +159,15 @@ class IdentityCache:
             self._items.pop(key, None)
             return None
         return hit[2]
+
+    def due(self, key: str) -> bool:
+        """Whether ``key``'s entry (served now) is in the last ``refresh_s`` of its life."""
+        hit = self._items.get(key)
+        return hit is not None and hit[0] - self.clock() < self.refresh_s
+
+    def drop(self, key: str) -> None:
+        """Forget ``key`` (its token no longer authenticates: the next request reads it)."""
+        self._items.pop(key, None)
 
     def put(self, key: str, who: Identity, generation: int,
             expires_at: float | None = None) -> None:  # fmt: skip
@@ -224,6 +244,63 @@ def _load(rt: Any, cache: IdentityCache, key: str, secret: str) -> Identity:
     return who
 
 
+def _load_many(rt: Any, cache: IdentityCache, secrets: dict[str, str]) -> None:
+    """Read the identities of ``secrets`` (cache key -> token or proxied name) again, tokens in
+    one transaction, and cache them; a token that no longer authenticates is dropped."""
+    generation = cache.generation()  # before the read: a change during it is not cached
+    toks = [s for k, s in secrets.items() if not k.startswith("p:")]
+    found = users_mod.token_users(rt.store, toks) if toks else {}
+    for key, secret in secrets.items():
+        if key.startswith("p:"):
+            cache.put(key, _of(rt, secret, users_mod.get_user(rt.store, secret)), generation)
+        elif secret in found:
+            user, expires_at = found[secret]
+            cache.put(key, _of(rt, user.name, user), generation, expires_at)
+        else:
+            cache.drop(key)
+
+
+class IdentityRefresh:
+    """Identities read ahead (``IdentityCache.due``): ``want`` notes a key, and one task at a
+    time reads every key noted (``_load_many``) in a worker thread. A failed read is logged;
+    its entries then expire as usual, and the request path reads them itself."""
+
+    def __init__(self, rt: Any, cache: IdentityCache) -> None:
+        self.rt, self.cache = rt, cache
+        self._wanted: dict[str, str] = {}
+        self._reading: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def want(self, key: str, secret: str) -> None:
+        if key in self._reading or key in self._wanted:
+            return
+        self._wanted[key] = secret
+        if self._task is None or self._task.done():  # (done: its loop ended under it)
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while self._wanted:
+                batch, self._wanted = self._wanted, {}
+                self._reading = set(batch)
+                try:
+                    await anyio.to_thread.run_sync(_load_many, self.rt, self.cache, batch)
+                except Exception as e:  # the store unavailable: requests read it themselves
+                    log.warning("could not read %d identities ahead: %s", len(batch), e)
+                finally:
+                    self._reading = set()
+        finally:
+            self._task = None
+
+
+def cached(state: Any, key: str, secret: str) -> Identity | None:
+    """The cached identity of ``key`` (None: not cached), read ahead when it is due."""
+    who: Identity | None = state.identities.get(key)
+    if who is not None and state.identities.due(key):
+        state.identity_refresh.want(key, secret)
+    return who
+
+
 async def authenticate(state: Any, scope: Any) -> Identity:
     """The identity of the request ``scope`` (ApiError 401 without one), rate-limited (429);
     ``state``: the app's state. A cached identity (``IdentityCache``) is answered without a
@@ -231,7 +308,7 @@ async def authenticate(state: Any, scope: Any) -> Identity:
     read (``limits.BodyLimit``)."""
     rt = state.rt
     key, secret = key_of(rt.cfg.server.auth, scope.get("client"), first_headers(scope["headers"]))
-    who = state.identities.get(key)
+    who = cached(state, key, secret)
     if who is None:
         who = await anyio.to_thread.run_sync(_load, rt, state.identities, key, secret)
     req_state = scope.setdefault("state", {})

@@ -1,20 +1,28 @@
-"""The hot path of ``POST /api/v1/runs``: a plain ASGI handler in front of FastAPI's routing.
+"""The hot path of ``POST /api/v1/runs``: a plain ASGI handler in front of the whole app.
 
 Profiles of the server under 32 clients showed FastAPI's machinery per request (routing, the
-dependency solver, the exception and exit-stack layers) costing more CPU than the submit itself
-once submits were group-committed. This handler answers the common case (a known identity, a
-JSON object body that validates) itself, with the route's own pieces: ``SubmitBody``
-validated as FastAPI validates it (python mode, after ``json.loads``), ``identity``'s cache and
-rate limit, ``routes.runs._spec``, the group commit, ``run_to_public``.
+dependency solver, the exception and exit-stack layers, Starlette's error and FastAPI's
+telemetry middlewares, each wrapping ``send``) costing more CPU than the submit itself once
+submits were group-committed. ``ServerApp`` (the app ``create_app`` builds) hands this handler
+every ``POST /api/v1/runs`` before any of that; it answers the common case (a known identity,
+a JSON object body within the size limit that validates) itself, with the route's own pieces:
+``SubmitBody`` validated as FastAPI validates it (python mode, after ``json.loads``),
+``identity``'s cache and rate limit, ``routes.runs._spec``, the group commit,
+``run_to_public``.
 
 Invariants:
-- Its answers are the route's: anything it is not sure of (another path or method, no valid
-  identity, a body that is not a JSON object or does not validate) goes to FastAPI unchanged
-  (the body it read is handed on), so every error shape (401, 422 with ``field``) is FastAPI's.
-- It sits inside the body limit and the audit trail (``create_app`` adds it first): a fast
-  submit is bounded and audited like any other, and sets the same ``identity``,
-  ``audit_target`` and ``audit_detail``.
-- A 201 is sent only after the run's batch committed (``group_commit``).
+- Its answers are the route's: anything it is not sure of (no valid identity, a body over the
+  limit or not a JSON object or that does not validate, a client gone) goes to the whole app
+  unchanged, with the body read so far handed on (``_replay``), so every refusal there (401,
+  413, 422 with ``field``) is the app's, audited by its ``AuditTrail``.
+- The body limit holds: a ``Content-Length`` over ``server.max_body_bytes`` (or not a number)
+  goes to the app before a byte is read, and reading stops as soon as the bytes pass it.
+- Every answer it sends is audited, as ``AuditTrail`` would (``audit.request_row``): a 201's row
+  is stored in the transaction of the run (``submits.Submit.audit``: a 201 means the run and
+  its row are committed); an error's row is written through the app's audit writer after the
+  answer.
+- A 201 is sent only after the run's batch committed (``group_commit``); an unexpected error is
+  logged and answered 500 ``internal``, never with a traceback.
 """
 
 from __future__ import annotations
@@ -24,54 +32,89 @@ import logging
 from typing import Any
 
 import anyio
+from fastapi import FastAPI
 from pydantic import ValidationError
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlops_gpu.server.errors import _CODES, ApiError, body
+from mlops_gpu.server.audit import request_row, write_row
+from mlops_gpu.server.errors import ApiError, body
 
 log = logging.getLogger("mlops_gpu.server")
 PATH = "/api/v1/runs"
 
 
-class FastSubmit:
-    def __init__(self, app: ASGIApp, api: Any) -> None:
-        #: ``api``: the FastAPI app (its ``state``: runtime, caches, writers)
-        self.app, self.api = app, api
+class ServerApp(FastAPI):
+    """FastAPI with ``fast`` (a ``FastSubmit``) answering ``POST /api/v1/runs`` in front of
+    the middleware stack; every other request, and whatever ``fast`` hands back, goes through
+    the whole app (``stack``)."""
+
+    fast: FastSubmit | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH:
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        while True:
-            try:
-                msg = await receive()
-            except HTTPException as e:  # the body limit's 413, past a route's handlers here
-                await _send(send, e.status_code, body(_CODES.get(e.status_code, "error"),
-                                                      str(e.detail)))  # fmt: skip
+        fast = self.fast
+        if (
+            fast is not None
+            and scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"] == PATH
+        ):
+            await fast(scope, receive, send)
+        else:
+            await FastAPI.__call__(self, scope, receive, send)
+
+    async def stack(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The whole app (its middlewares, routing and FastAPI's own layers)."""
+        await FastAPI.__call__(self, scope, receive, send)
+
+
+class FastSubmit:
+    def __init__(self, app: ASGIApp, api: Any, max_bytes: int) -> None:
+        #: ``app``: the whole app, for what this hands on; ``api``: the FastAPI app (its
+        #: ``state``: runtime, caches, writers); ``max_bytes``: the body limit
+        self.app, self.api, self.max_bytes = app, api, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        for k, v in scope["headers"]:
+            if k == b"content-length" and (not v.isdigit() or int(v) > self.max_bytes):
+                await self.app(scope, receive, send)  # the app's BodyLimit answers the 413
                 return
-            if msg["type"] != "http.request":  # the client went away: FastAPI sees it too
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":  # the client went away: the app sees it too
                 await self.app(scope, _replay(chunks, msg, receive), send)
                 return
-            chunks.append(msg.get("body", b""))
-            if not msg.get("more_body", False):
+            chunk = msg.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            more = bool(msg.get("more_body", False))
+            if size > self.max_bytes:  # the app's BodyLimit counts these bytes and refuses
+                await self.app(scope, _replay(chunks, None, receive, more), send)
+                return
+            if not more:
                 break
+        req_state: dict[str, Any] = scope.setdefault("state", {})
         try:
-            handled = await self._submit(scope, b"".join(chunks), send)
+            handled = await self._submit(scope, req_state, b"".join(chunks), send)
         except ApiError as e:
             await _send(send, e.status, body(e.code, e.message, e.field), e.headers)
+            await write_row(self.api.state.audit_writer, scope,
+                            request_row(scope, req_state, e.status))  # fmt: skip
             return
         if not handled:
             await self.app(scope, _replay(chunks, None, receive), send)
 
-    async def _submit(self, scope: Scope, data: bytes, send: Send) -> bool:
-        """Whether it answered; ApiError: the route's error answer."""
+    async def _submit(self, scope: Scope, req_state: dict[str, Any], data: bytes,
+                      send: Send) -> bool:  # fmt: skip
+        """Whether it answered; ApiError: the error to answer (and audit)."""
         from mlops_gpu.controller import SubmitError
         from mlops_gpu.model.public import run_to_public
-        from mlops_gpu.server.auth import _load, first_headers, key_of
+        from mlops_gpu.server.auth import _load, cached, first_headers, key_of
         from mlops_gpu.server.routes.runs import _spec
         from mlops_gpu.server.schemas import SubmitBody
+        from mlops_gpu.server.submits import Submit
+        from mlops_gpu.state import SetupError, StoreError
 
         state = self.api.state
         headers = first_headers(scope["headers"])
@@ -85,7 +128,7 @@ class FastSubmit:
             key, secret = key_of(state.rt.cfg.server.auth, scope.get("client"), headers)
         except ApiError:
             return False  # (FastAPI answers the 401 the same way, and audits it)
-        who = state.identities.get(key)
+        who = cached(state, key, secret)
         if who is None:
             # read from the store and cached as the route's dependency does: every client's
             # identity expires each TTL, and sending those requests through FastAPI's routing
@@ -101,22 +144,23 @@ class FastSubmit:
             sub = None
         if sub is None or sub.job_fields():  # arrays, dependencies, holds: the route's own path
             return False
-        req_state: dict[str, Any] = scope.setdefault("state", {})
         req_state["identity"] = who
-        if state.limiter is not None:
-            state.limiter.check(who.name)
-        spec = _spec(state.rt, sub, who, "")
         try:
-            run = await state.submits.put(spec)
+            if state.limiter is not None:
+                state.limiter.check(who.name)
+            spec = _spec(state.rt, sub, who, "")
+            # the row of the 201, stored with the run (its target: the run's id); an error's
+            # row has no detail, as the route's
+            row = request_row(scope, {**req_state, "audit_detail": f"project {spec.project}"}, 201)
+            run = await state.submits.put(Submit(spec, row))
+        except ApiError:
+            raise
         except SubmitError as e:
             raise ApiError(422, "rejected", str(e)) from None
-        except Exception as e:
-            from mlops_gpu.state import SetupError, StoreError
-
-            if isinstance(e, StoreError | SetupError):
-                log.error("store unavailable for POST %s: %s", PATH, e)
-                msg = "the store is unavailable; retry later"
-                raise ApiError(503, "unavailable", msg) from None
+        except (StoreError, SetupError) as e:
+            log.error("store unavailable for POST %s: %s", PATH, e)
+            raise ApiError(503, "unavailable", "the store is unavailable; retry later") from None
+        except Exception:
             log.exception("internal error for POST %s", PATH)
             raise ApiError(500, "internal", "internal error (logged by the server)") from None
         req_state["audit_target"] = run.id
@@ -125,10 +169,12 @@ class FastSubmit:
         return True
 
 
-def _replay(chunks: list[bytes], last: Message | None, receive: Receive) -> Receive:
-    """A ``receive`` that gives the body read so far again, then what the client sends."""
+def _replay(chunks: list[bytes], last: Message | None, receive: Receive,
+            more: bool = False) -> Receive:  # fmt: skip
+    """A ``receive`` that gives the body read so far again (``more``: the client has more of
+    it), then what the client sends."""
     pending: list[Message] = [{"type": "http.request", "body": b"".join(chunks),
-                               "more_body": False}]  # fmt: skip
+                               "more_body": more}]  # fmt: skip
     if last is not None:
         pending = [last]  # a disconnect: the route sees it, as without this handler
 

@@ -6,6 +6,11 @@ stored in one transaction (``Store.submit_many``) after their folders were prove
 each request is answered after its run was committed, and a failing store fails the whole batch
 with nothing stored. The inventory is read once per batch, not once per request.
 
+An item may carry its request's audit row (``Submit.audit``, from ``fast_submit``): it is
+stored in the transaction of its run, with the run's id as target, so a 201 means the run and
+its audit row are both committed, and the audit trail costs no transaction of its own. An item
+whose spec is refused stores no row here (its request answers the error and audits it).
+
 Folders are proven per backend a spec names (``prepare_folders`` of that spec alone, once per
 batch for each backend name): a run whose backend's folder cannot be written fails its own
 request with the ``SetupError`` (503, as a lone submit), and the rest of the batch is stored.
@@ -14,19 +19,29 @@ request with the ``SetupError`` (503, as a lone submit), and the rest of the bat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mlops_gpu.model import Run, RunSpec
 from mlops_gpu.server.group_commit import GroupCommit
 
 
-def submit_writer(rt: Any) -> GroupCommit[RunSpec, Run]:
+@dataclass(frozen=True, slots=True)
+class Submit:
+    spec: RunSpec
+    #: the request's ``audit.entry_row`` (status 201), stored with the run; None: the request
+    #: is audited by ``AuditTrail`` after its answer (the FastAPI route)
+    audit: dict[str, Any] | None = None
+
+
+def submit_writer(rt: Any) -> GroupCommit[Submit, Run]:
     """The group commit of single-run submits into ``rt``'s store (``rt``: a ``Runtime``)."""
     from mlops_gpu.controller import SubmitError
     from mlops_gpu.controller.prepare import prepare_folders
     from mlops_gpu.state import SetupError
 
-    def write(specs: Sequence[RunSpec]) -> list[Run | BaseException]:
+    def write(items: Sequence[Submit]) -> list[Run | BaseException]:
+        specs = [item.spec for item in items]
         nodes = rt.nodes()
         out: list[Run | BaseException | None] = [None] * len(specs)
         good: list[int] = []
@@ -51,7 +66,9 @@ def submit_writer(rt: Any) -> GroupCommit[RunSpec, Run]:
                 good.append(i)
         if good:
             chosen = [specs[i] for i in good]
-            for i, run in zip(good, rt.store.submit_many(chosen), strict=True):
+            rows = [items[i].audit for i in good]
+            stored = rt.store.submit_many(chosen, audit=rows)
+            for i, run in zip(good, stored, strict=True):
                 out[i] = run
         return [x for x in out if x is not None]
 

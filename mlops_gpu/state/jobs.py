@@ -2,7 +2,8 @@
 cancelling the runs whose dependencies can never be met.
 
 Invariants:
-- One submit is one transaction (one revision): an array's elements all, or none.
+- One submit is one transaction (one revision): an array's elements all, or none, and the
+  ``audit`` rows handed with it (the server's submits: a run stored is a run audited).
 - Array elements are ids ``<array-id>_<index>`` with the ``array_id`` column set; an array id
   is never a run id (it has no ``_``), so an id names a run or an array, never both.
 - Dependencies are stored resolved to run ids: a dependency on an array id becomes one on each
@@ -29,6 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from mlops_gpu.model import TERMINAL_PHASES, Dependency, Phase, Run, RunSpec
 from mlops_gpu.state.bulk import CHUNK, Move, bump, locked_rows, move_many
 from mlops_gpu.state.errors import DependencyError
+from mlops_gpu.state.schema import audit as audit_table
 from mlops_gpu.state.schema import events, runs
 
 if TYPE_CHECKING:
@@ -111,10 +113,15 @@ def _check_acyclic(ids: Sequence[str], specs: Sequence[RunSpec]) -> None:
 
 
 def submit_runs(
-    store: Store, specs: Sequence[RunSpec], now: float | None, job: JobControl | None = None
+    store: Store,
+    specs: Sequence[RunSpec],
+    now: float | None,
+    job: JobControl | None = None,
+    audit: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[Run]:
-    """Queue ``specs`` in one transaction (``Store.submit_many``), with ``job``'s controls."""
-    from mlops_gpu.state.store import new_run_id
+    """Queue ``specs`` in one transaction (``Store.submit_many``), with ``job``'s controls and
+    ``audit``'s rows (see ``Store.submit_many``)."""
+    from mlops_gpu.state.store import _row_to_run, new_run_id
 
     if not specs:
         return []
@@ -135,12 +142,25 @@ def submit_runs(
                     final = _resolve(conn, final, job)
                     _check_acyclic(ids, final)
                 rows = _insert(conn, ids, final, now, job.held, aid)
+                if audit is not None:
+                    _audit(conn, ids, audit)
             break
         except IntegrityError:  # an id collision: draw them all again
             continue
     else:  # pragma: no cover - 40 random bits colliding five times in a row
         raise RuntimeError("could not allocate unique run ids")
-    return [store._run(row) for row in rows]
+    # not through the store's run cache (``Store._run``): a server's API store submits runs it
+    # never reads again, and 8,000 cached runs made the collector's full passes cost tens of
+    # milliseconds of some request's latency (benchmarks/RESULTS.md, api_throughput.py)
+    return [_row_to_run(row) for row in rows]
+
+
+def _audit(conn: Connection, ids: Sequence[str], rows: Sequence[dict[str, Any] | None]) -> None:
+    if len(rows) != len(ids):
+        raise ValueError(f"{len(rows)} audit rows for {len(ids)} runs")
+    out = [{**row, "target": rid} for rid, row in zip(ids, rows, strict=True) if row is not None]
+    if out:
+        conn.execute(audit_table.insert(), out)
 
 
 def _insert(

@@ -67,13 +67,18 @@ class Store(SchedulerMoves, RunRequests):
         return self.submit_many([spec], now)[0]
 
     def submit_many(
-        self, specs: Sequence[RunSpec], now: float | None = None, job: JobControl | None = None
+        self,
+        specs: Sequence[RunSpec],
+        now: float | None = None,
+        job: JobControl | None = None,
+        audit: Sequence[dict[str, Any] | None] | None = None,
     ) -> list[Run]:
         """Queue ``specs`` in one transaction (one revision): all of them or, on an error,
         none. A scheduler sees them in the same tick (a sweep, a burst of runs), and the
         store commits once instead of once per run. ``job``: arrays, holds, dependencies by
-        name (``state.jobs``)."""
-        return submit_runs(self, specs, now, job)
+        name (``state.jobs``). ``audit``: one ``audit.entry_row`` (or None) per spec, stored in
+        the same transaction with its run's id as ``target`` (the server's audited submits)."""
+        return submit_runs(self, specs, now, job, audit)
 
     def get(self, run_id: str) -> Run | None:
         with self._ro() as conn:

@@ -43,7 +43,7 @@ def test_one_batch_with_an_unwritable_backend_folder(
 ) -> None:
     """The batch's write itself (deterministic: one call, three specs)."""
     from mlops_gpu.controller import Runtime
-    from mlops_gpu.server.submits import submit_writer
+    from mlops_gpu.server.submits import Submit, submit_writer
     from mlops_gpu.state import SetupError
     from team.conftest import team_config
 
@@ -54,7 +54,7 @@ def test_one_batch_with_an_unwritable_backend_folder(
     try:
         specs = [rt.spec(("true",), project="p", user="mem", backend=b)
                  for b in ("local", "hpc", "local")]  # fmt: skip
-        out = gc.write(specs)
+        out = gc.write([Submit(s) for s in specs])
         assert [type(x).__name__ for x in out] == ["Run", "SetupError", "Run"]
         assert isinstance(out[1], SetupError) and "a-file" in str(out[1])
         assert len(rt.store.list_runs()) == 2

@@ -20,6 +20,7 @@ from mlops_gpu.model.public import event_to_public, run_to_public
 from mlops_gpu.server.auth import Identity, identity
 from mlops_gpu.server.errors import ApiError, json_response
 from mlops_gpu.server.schemas import RUN_ID, BatchBody, SubmitBody, UpdateBody
+from mlops_gpu.server.submits import Submit
 
 router = APIRouter(tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID, description="a run id, r + 10 hex digits")]
@@ -119,7 +120,7 @@ async def submit(body: SubmitBody, request: Request, who: Who) -> Response:
     job = body.job_fields()
     try:
         if not job:  # stored with the runs of concurrent requests, answered once committed
-            runs = [await request.app.state.submits.put(spec)]
+            runs = [await request.app.state.submits.put(Submit(spec))]
         else:  # arrays, dependencies, holds, begin times: one transaction of their own
             await run_in_threadpool(_deps_visible, rt, body, who)
             runs = await run_in_threadpool(submit_job, rt, spec, request_of(job))
