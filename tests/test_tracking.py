@@ -14,10 +14,10 @@ import yaml
 from mlops_gpu.backends.fake import FakeBackend
 from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
-from mlops_gpu.controller.tracking import Tracker
 from mlops_gpu.controller.usage_report import build_report
 from mlops_gpu.model import GpuType, ResourceRequest
 from mlops_gpu.testing import config_yaml
+from mlops_gpu.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.mlflow_server
 

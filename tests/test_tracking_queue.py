@@ -18,12 +18,12 @@ from sqlalchemy import delete, select
 from mlops_gpu.backends.fake import FakeBackend
 from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
-from mlops_gpu.controller.tracking_queue import Ended
 from mlops_gpu.model import ACTIVE_PHASES, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.state.schema import LATEST, events, schema_version
 from mlops_gpu.state.store import Store
 from mlops_gpu.testing import config_yaml
+from mlops_gpu.tracking.close_queue import Ended
 
 
 class Clock:

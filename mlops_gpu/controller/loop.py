@@ -47,13 +47,13 @@ from mlops_gpu.controller.overtime import ended_overdue, overdue
 from mlops_gpu.controller.pools import PoolControl
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.controller.samples import GpuSamples
-from mlops_gpu.controller.tracking import Tracker
-from mlops_gpu.controller.tracking_queue import Ended, TrackingQueue
 from mlops_gpu.core import Snapshot
 from mlops_gpu.core.decision import ReasonCode
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
 from mlops_gpu.state import ConflictError, LeaderLock, LeadershipLost, UsageRow, observed
 from mlops_gpu.state.jobs import cancel_doomed
+from mlops_gpu.tracking.close_queue import Ended, TrackingQueue
+from mlops_gpu.tracking.tracker import Tracker
 
 log = logging.getLogger("mlops_gpu.controller")
 

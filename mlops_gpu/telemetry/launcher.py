@@ -54,8 +54,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 # The REST client (urllib, http.client, email: ~20 ms) and the sampler are imported once the
 # child runs: on a busy node, every millisecond before the child starts is the job's.
 if TYPE_CHECKING:
-    from mlops_gpu.telemetry.mlflow_rest import MlflowRest
     from mlops_gpu.telemetry.sampler import GpuSample
+    from mlops_gpu.tracking.rest import MlflowRest
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -242,7 +242,7 @@ class Launcher:
             return self.client
         if not self.run_id:
             return None
-        from mlops_gpu.telemetry.mlflow_rest import MlflowRest, rest_uri
+        from mlops_gpu.tracking.rest import MlflowRest, rest_uri
 
         base = rest_uri(self.tracking_uri)
         if base is None:

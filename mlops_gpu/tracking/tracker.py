@@ -56,17 +56,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlops_gpu.controller import tracking_fields
-from mlops_gpu.controller.mlflow_local import MlflowLocal
-from mlops_gpu.controller.mlflow_thread import MlflowThread
 from mlops_gpu.model import GpuType, Run
 from mlops_gpu.state.mlflow_notes import CLOSED, OPENED, UnclosedMlflowRun
-from mlops_gpu.telemetry.mlflow_rest import (
+from mlops_gpu.tracking import fields as tracking_fields
+from mlops_gpu.tracking.local import MlflowLocal
+from mlops_gpu.tracking.rest import (
     MlflowRest,
     TrackingError,
     TrackingUnavailable,
     rest_uri,
 )
+from mlops_gpu.tracking.thread import MlflowThread
 
 log = logging.getLogger("mlops_gpu.tracking")
 

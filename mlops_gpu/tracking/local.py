@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mlops_gpu.telemetry.mlflow_rest import TrackingError, TrackingUnavailable
+from mlops_gpu.tracking.rest import TrackingError, TrackingUnavailable
 
 T = TypeVar("T")
 
