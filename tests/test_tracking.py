@@ -156,7 +156,7 @@ def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path:
     assert mr.info.run_id == job.req.env["MLFLOW_RUN_ID"] and mr.info.status == "FINISHED"
     assert mr.data.tags["mlops_gpu.project"] == "vision"
     m = mr.data.metrics
-    assert m["mlops_gpu.gpu_hours"] == round(600 / 3600, 4)  # (rounded: tracking_fields)
+    assert m["mlops_gpu.gpu_hours"] == round(600 / 3600, 4)  # (rounded: tracking.fields)
     assert m["mlops_gpu.mean_gpu_utilization"] == 42.0
     (row,) = rt.store.usage()
     assert (row.mean_util, row.idle_s) == (42.0, 60.0)

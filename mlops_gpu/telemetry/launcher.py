@@ -2,7 +2,7 @@
 
 It starts the child first (before NVML or any network), then, while the child runs, samples the
 run's own GPUs (``sampler``) every ``interval_s`` and logs them to the MLflow run over REST
-(``mlflow_rest``), with MLflow's system-metric names. When the child ends it logs
+(``tracking.rest``), with MLflow's system-metric names. When the child ends it logs
 ``mlops_gpu.mean_gpu_utilization`` and, where NVML counts energy, ``mlops_gpu.energy_kwh``, and
 exits with the child's status (128 + N if a signal N killed it).
 
