@@ -28,10 +28,11 @@ from mlops_gpu.state.bulk import Move, bump, locked_rows, move_many
 from mlops_gpu.state.errors import ConflictError
 from mlops_gpu.state.jobs import JobControl, submit_runs
 from mlops_gpu.state.ledger import UsageRow, read_usage, record_usage
+from mlops_gpu.state.migrations import LATEST, migrate
 from mlops_gpu.state.mlflow_notes import UnclosedMlflowRun, note_rows, unclosed
 from mlops_gpu.state.open_check import Hints, check_file, create_new, inspect_existing, sqlite_file
 from mlops_gpu.state.open_check import translate as _translate
-from mlops_gpu.state.schema import LATEST, events, migrate, revision, runs
+from mlops_gpu.state.schema import events, revision, runs
 
 
 @dataclass(frozen=True, slots=True)
