@@ -7,10 +7,13 @@ store at once migrate it exactly once. Never edit a released step: add a new one
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from sqlalchemy import Connection, Table, inspect, text
 
+from mlops_gpu.model import ACTIVE_PHASES
+from mlops_gpu.state.mlflow_notes import CLOSED, note_rows, unclosed
 from mlops_gpu.state.schema import (
     audit,
     events,
@@ -71,11 +74,6 @@ def _v5(conn: Connection) -> None:
     # closed, and a start closes those over but not noted. Before, runs were closed inside the
     # tick and nothing was noted: note every attempt that is over closed, so that the first
     # start after the upgrade does not close them all again.
-    import time
-
-    from mlops_gpu.model import ACTIVE_PHASES
-    from mlops_gpu.state.mlflow_notes import CLOSED, note_rows, unclosed
-
     if "ix_events_kind" not in {ix["name"] for ix in inspect(conn).get_indexes("events")}:
         conn.execute(text("CREATE INDEX ix_events_kind ON events (kind)"))
     old = unclosed(conn, ACTIVE_PHASES, with_lost=False)  # (events.lost_gpu_s comes with v7)
