@@ -121,6 +121,7 @@ def job_options(f: Any) -> Any:
 @click.pass_context
 def submit(
     ctx: click.Context,
+    /,
     project: str,
     gpus: int,
     nodes: int,

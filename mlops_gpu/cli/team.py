@@ -156,7 +156,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     from mlops_gpu.state.users import list_users
 
     rt = _rt(ctx)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for u in list_users(rt.store):
         roles = {p: c.members[u.name] for p, c in rt.cfg.projects.items() if u.name in c.members}
         for project, role in u.projects.items():  # the higher of the two wins, as in the server
@@ -217,12 +217,12 @@ def audit(
         raise UserError(e.format_message()) from None
     rows = trail.read(_rt(ctx).store, since=start, user=user, limit=limit)
     if as_json:
-        click.echo(json.dumps([{**e.to_dict(), "time": iso(e.time)} for e in rows], indent=2))
+        click.echo(json.dumps([{**ev.to_dict(), "time": iso(ev.time)} for ev in rows], indent=2))
         return
-    for e in rows:
+    for ev in rows:
         click.echo(
             visible(
-                f"{iso(e.time)}  {e.user or '-':<16} {e.status}  {e.action}  "
-                f"{e.target or '-'}  {e.client or '-'}  {e.detail or ''}".rstrip()
+                f"{iso(ev.time)}  {ev.user or '-':<16} {ev.status}  {ev.action}  "
+                f"{ev.target or '-'}  {ev.client or '-'}  {ev.detail or ''}".rstrip()
             )
         )

@@ -155,7 +155,7 @@ class MlopsGpuWorker(BaseWorker[MlopsGpuJobConfiguration, MlopsGpuVariables, Mlo
         self,
         flow_run: FlowRun,
         configuration: MlopsGpuJobConfiguration,
-        task_status: anyio.abc.TaskStatus[str] | None = None,
+        task_status: anyio.abc.TaskStatus[Any] | None = None,  # (Prefect types it int; ids are str)
     ) -> MlopsGpuWorkerResult:
         logger = self.get_flow_run_logger(flow_run)
         run = await anyio.to_thread.run_sync(_submit, flow_run, configuration)
