@@ -47,7 +47,7 @@ fi
 echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "== mypy --strict (model, core, state, sim)" >&2
+echo "== mypy --strict (mlops_gpu, plugins)" >&2
 .venv/bin/mypy
 if command -v cargo >/dev/null; then
   echo "== cargo fmt --check, cargo clippy, cargo test (native/ and native/py)" >&2

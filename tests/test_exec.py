@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from mlops_gpu.telemetry.launcher import Launcher
-from mlops_gpu.telemetry.mlflow_rest import MlflowRest, TrackingError, rest_uri
 from mlops_gpu.telemetry.sampler import GpuSampler, visible_devices
+from mlops_gpu.tracking.rest import MlflowRest, TrackingError, rest_uri
 
 CLI = [sys.executable, "-m", "mlops_gpu.cli.main"]
 

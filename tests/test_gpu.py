@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlops_gpu.telemetry.mlflow_rest import MlflowRest
+from mlops_gpu.tracking.rest import MlflowRest
 
 
 def gpu_count() -> int:

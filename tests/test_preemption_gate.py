@@ -261,7 +261,8 @@ def test_a_store_from_before_lost_work_gains_the_column(tmp_path: Path) -> None:
     from sqlalchemy import select, text
 
     from mlops_gpu.state import Store
-    from mlops_gpu.state.schema import LATEST, schema_version
+    from mlops_gpu.state.migrations import LATEST
+    from mlops_gpu.state.schema import schema_version
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = Store(url)

@@ -17,7 +17,8 @@ from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.phase import can_transition
 from mlops_gpu.model.public import run_to_public
 from mlops_gpu.state import ConflictError, Event, LeaderLock, Store, UsageRow
-from mlops_gpu.state.schema import LATEST, runs, schema_version
+from mlops_gpu.state.migrations import LATEST
+from mlops_gpu.state.schema import runs, schema_version
 from mlops_gpu.state.store import ETA_SLACK_S
 from mlops_gpu.testing.builders import make_spec, placed
 

@@ -14,10 +14,10 @@ import yaml
 from mlops_gpu.backends.fake import FakeBackend
 from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
-from mlops_gpu.controller.tracking import Tracker
 from mlops_gpu.controller.usage_report import build_report
 from mlops_gpu.model import GpuType, ResourceRequest
 from mlops_gpu.testing import config_yaml
+from mlops_gpu.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.mlflow_server
 
@@ -156,7 +156,7 @@ def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path:
     assert mr.info.run_id == job.req.env["MLFLOW_RUN_ID"] and mr.info.status == "FINISHED"
     assert mr.data.tags["mlops_gpu.project"] == "vision"
     m = mr.data.metrics
-    assert m["mlops_gpu.gpu_hours"] == round(600 / 3600, 4)  # (rounded: tracking_fields)
+    assert m["mlops_gpu.gpu_hours"] == round(600 / 3600, 4)  # (rounded: tracking.fields)
     assert m["mlops_gpu.mean_gpu_utilization"] == 42.0
     (row,) = rt.store.usage()
     assert (row.mean_util, row.idle_s) == (42.0, 60.0)

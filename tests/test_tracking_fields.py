@@ -1,4 +1,4 @@
-"""What an attempt's MLflow run shows (``controller.tracking_fields``), in the local SQLite store
+"""What an attempt's MLflow run shows (``tracking.fields``), in the local SQLite store
 through the real ``mlflow`` package: the submitting user as MLflow's user, the request as params
 (a long command cut to MLflow's limit, marked), rounded metrics, and artifacts under the state
 folder (or ``mlflow.artifact_root``), never ``./mlruns`` of the scheduler's working folder."""

@@ -1,4 +1,4 @@
-"""MLflow closes off the tick's path (``controller.tracking_queue``): a tick does not wait for
+"""MLflow closes off the tick's path (``tracking.close_queue``): a tick does not wait for
 MLflow; a close lost to a stop is made at the next start from the store; the v5 migration notes
 old attempts closed so an upgraded store is not closed twice. The local SQLite MLflow store (the
 embedded default) through the real ``mlflow`` package; one slow-client test uses a stub."""
@@ -18,12 +18,13 @@ from sqlalchemy import delete, select
 from mlops_gpu.backends.fake import FakeBackend
 from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
-from mlops_gpu.controller.tracking_queue import Ended
 from mlops_gpu.model import ACTIVE_PHASES, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
-from mlops_gpu.state.schema import LATEST, events, schema_version
+from mlops_gpu.state.migrations import LATEST
+from mlops_gpu.state.schema import events, schema_version
 from mlops_gpu.state.store import Store
 from mlops_gpu.testing import config_yaml
+from mlops_gpu.tracking.close_queue import Ended
 
 
 class Clock:

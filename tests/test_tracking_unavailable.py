@@ -18,10 +18,11 @@ import yaml
 
 from mlops_gpu.backends.fake import FakeBackend
 from mlops_gpu.config.locate import parse_config
-from mlops_gpu.controller import Controller, Runtime, tracking
+from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.model import ResourceRequest
 from mlops_gpu.state.store import Store
 from mlops_gpu.testing import config_yaml
+from mlops_gpu.tracking import tracker as tracking
 
 
 class Clock:

@@ -36,7 +36,7 @@ def argv_problem(args: list[str], verb: str | None) -> str | None:
 
 
 def _one_line(e: click.UsageError) -> click.ClickException:
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
 
     path = e.ctx.command_path if e.ctx is not None else "mlops-gpu"
     verb = path.split(" ", 1)[1] + ": " if " " in path else ""
@@ -61,7 +61,7 @@ class ArgsGroup(click.Group):
         config = ctx.params.get("config")
         problem = argv_problem([config] if config else [], None) or argv_problem(sub, verb)
         if problem is not None:
-            from mlops_gpu.cli.main import UserError
+            from mlops_gpu.cli.common import UserError
 
             raise UserError(problem)
         return rest

@@ -11,10 +11,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlops_gpu.cli.safe_text import cell, visible
 from mlops_gpu.config.starter import StarterNode, starter_config
 from mlops_gpu.model import TERMINAL_PHASES, Phase, ResourceRequest, Run, RunSpec
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 TRAIN_SCRIPT = '''\
 """A stand-in training job: prints its devices and per-epoch progress."""
@@ -81,7 +85,7 @@ def _last_line(rt: object, run: Run) -> str:
     return ""
 
 
-def _table(rt: object, runs: list[Run]) -> object:
+def _table(rt: object, runs: list[Run]) -> Table:
     from rich.table import Table
 
     from mlops_gpu.cli.render import _gpus

@@ -19,37 +19,18 @@ from typing import Any
 import click
 
 from mlops_gpu.cli import remote_cmds as remote
+from mlops_gpu.cli.common import (  # (re-exported: the verbs' shared helpers were here)
+    UserError,
+    array_lines,
+    local_me,
+    user_options,
+    whose,
+)
 from mlops_gpu.cli.parse import parse_duration
 
 
 def _error(msg: str) -> click.ClickException:
-    from mlops_gpu.cli.main import UserError
-
     return UserError(msg)
-
-
-def whose(user: str | None, mine: bool, me: Any) -> str | None:
-    """The user a view is limited to: ``--user NAME``, ``--mine`` (``me()``: the current
-    identity), or None (everyone's)."""
-    if user is not None and mine:
-        raise _error("--user and --mine: give one of them, not both")
-    if user is not None and not user.strip():
-        raise _error("--user: expected a user name, got an empty one")
-    return str(me()) if mine else user
-
-
-def local_me() -> str:
-    """The current identity in local mode: ``MLOPS_GPU_USER``, else the OS user."""
-    from mlops_gpu.controller.runtime import current_user
-
-    return current_user()
-
-
-def user_options(f: Any) -> Any:
-    """``--user NAME`` and ``--mine`` on a view."""
-    f = click.option("--mine", is_flag=True, help="Only my runs ($MLOPS_GPU_USER or the OS "
-                     "user; remotely the token's user).")(f)  # fmt: skip
-    return click.option("--user", "-u", "user", default=None, help="Only this user's runs.")(f)
 
 
 def parse_since(text: str, now: float | None = None) -> float:
@@ -97,15 +78,15 @@ def update(
     if (target := remote.remote_target(ctx)) is not None:
         remote.update(target, run_id, changes, as_json)
         return
-    from mlops_gpu.cli.main import _ids_of, _runtime
+    from mlops_gpu.cli.common import ids_of, open_runtime
     from mlops_gpu.controller.update import UpdateError, update_array, update_run
 
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     types = changes.pop("gpu_types")
     changes["gpu_types"] = tuple(types) if types else None
     try:
         if rt.store.get(run_id) is None:  # an array id: its pending elements, a line each
-            done = update_array(rt, _ids_of(rt, run_id), **changes)
+            done = update_array(rt, ids_of(rt, run_id), **changes)
             for line in array_lines(
                 [run_to_public(r) for r, _ in done], {r.id: what for r, what in done}, as_json
             ):
@@ -115,14 +96,6 @@ def update(
     except UpdateError as e:
         raise _error(str(e)) from None
     click.echo(json.dumps(run_to_public(run)) if as_json else f"{run_id}: {what}")
-
-
-def array_lines(elements: list[dict[str, Any]], what: dict[str, str], as_json: bool) -> list[str]:
-    """What ``update ARRAY_ID`` prints, locally and remotely: the elements as JSON, or a line
-    per element saying what happened to it."""
-    if as_json:
-        return [json.dumps(elements)]
-    return [f"{e['id']}: {what[e['id']]}" for e in elements]
 
 
 @click.command()
@@ -153,10 +126,10 @@ def history(
     if (target := remote.remote_target(ctx)) is not None:
         rows = remote.history(target, start, project, user, mine, limit)
     else:
-        from mlops_gpu.cli.main import _runtime
+        from mlops_gpu.cli.common import open_runtime
         from mlops_gpu.controller.history import history_rows
 
-        rt = _runtime(ctx)
+        rt = open_runtime(ctx)
         who = whose(user, mine, local_me)
         rows = history_rows(rt, since=start, projects=[project] if project else None, user=who,
                             limit=limit)  # fmt: skip

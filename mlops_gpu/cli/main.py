@@ -19,28 +19,11 @@ from typing import Any
 import click
 
 from mlops_gpu.cli import remote_cmds as remote
+from mlops_gpu.cli.common import UserError, ids_of, local_me, open_runtime, user_options, whose
 from mlops_gpu.cli.errors import SetupErrorsAsOneLine
-from mlops_gpu.cli.jobs import local_me, user_options, whose
 from mlops_gpu.cli.safe_text import visible
 
 CONFIG_HELP = "Config file (default: $MLOPS_GPU_CONFIG, ./mlops-gpu.yaml, ~/.config/mlops-gpu/)."
-
-
-class UserError(click.ClickException):
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"mlops-gpu: error: {visible(self.format_message())}", err=True)
-
-
-def _runtime(ctx: click.Context) -> Any:
-    from mlops_gpu.config import ConfigError
-    from mlops_gpu.controller import Runtime
-
-    try:
-        return Runtime.load(ctx.obj["config"])
-    except ConfigError as e:
-        raise UserError(str(e)) from None
 
 
 def _dump(obj: Any) -> None:
@@ -128,7 +111,7 @@ def queue(
     if (target := remote.remote_target(ctx)) is not None:
         remote.queue(target, project, as_json, user, mine, expand)
         return
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     runs = queue_runs(rt, project, whose(user, mine, local_me))
     if as_json:
         _dump([run_to_public(r) for r in runs])
@@ -169,10 +152,10 @@ def status(
         lim = None if show_all else limit
         remote.status(target, run_ids, project, lim, events, as_json, user, mine, expand)
         return
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     who = whose(user, mine, local_me)
     if run_ids:
-        ids = [i for rid in run_ids for i in _ids_of(rt, rid)]
+        ids = [i for rid in run_ids for i in ids_of(rt, rid)]
         runs = [r for r in (rt.store.get(i) for i in ids) if who in (None, r.spec.user)]
     else:
         runs = user_runs(rt.store, project, who, None if show_all else limit)
@@ -188,16 +171,6 @@ def status(
     for r in runs if events else ():
         events_table(r.id, history[r.id])
     warn_if_none(rt)  # (after the output: an error above is the only line then)
-
-
-def _ids_of(rt: Any, run_or_array: str) -> list[str]:
-    """The run, or an array's elements (``status``, ``cancel``, ``hold``, ``release``)."""
-    from mlops_gpu.state.jobs import expand_ids
-
-    try:
-        return expand_ids(rt.store, [run_or_array])
-    except KeyError:
-        raise UserError(f"no run with id {run_or_array!r}") from None
 
 
 def _get_run(rt: Any, run_id: str) -> Any:
@@ -218,7 +191,7 @@ def logs(ctx: click.Context, run_id: str, attempt: int | None, follow: bool) -> 
 
     if (target := remote.remote_target(ctx)) is not None:
         sys.exit(remote.logs(target, run_id, attempt, follow))
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     sys.exit(print_logs(rt, _get_run(rt, run_id), attempt, follow))
 
 
@@ -232,8 +205,8 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     if (target := remote.remote_target(ctx)) is not None:
         remote.cancel(target, run_ids)
         return
-    rt = _runtime(ctx)
-    for rid in [i for given in run_ids for i in _ids_of(rt, given)]:
+    rt = open_runtime(ctx)
+    for rid in [i for given in run_ids for i in ids_of(rt, given)]:
         _phase, what = cancel_run(rt, rid)
         click.echo(f"{rid}: {what}")
 
@@ -249,7 +222,7 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
     if (target := remote.remote_target(ctx)) is not None:
         remote.nodes(target, as_json)
         return
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     if as_json:
         _dump(node_rows(rt))
     else:

@@ -32,12 +32,12 @@ def parse_listen(value: str) -> tuple[str, int]:
 @click.pass_context
 def metrics(ctx: click.Context, listen: str | None, once: bool) -> None:
     """Prometheus metrics of queues, quotas, GPUs and costs (--once, or --listen HOST:PORT)."""
-    from mlops_gpu.cli.main import UserError, _runtime
+    from mlops_gpu.cli.common import UserError, open_runtime
     from mlops_gpu.controller.prometheus import metrics_bytes, serve
 
     if once == (listen is not None):
         raise UserError("give exactly one of --once and --listen HOST:PORT")
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     if once:
         sys.stdout.buffer.write(metrics_bytes(rt))
         sys.stdout.flush()

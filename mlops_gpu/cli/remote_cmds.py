@@ -15,7 +15,7 @@ from mlops_gpu.cli.safe_text import visible
 
 def remote_target(ctx: click.Context) -> Any:
     """The server this command talks to, or None (local mode)."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.remote.credentials import CredentialsError, target
 
     try:
@@ -31,7 +31,7 @@ def client(t: Any) -> Any:
 
 
 def failing(e: Exception) -> click.ClickException:
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
 
     return UserError(str(e))
 
@@ -96,7 +96,7 @@ def _warn_if_none(c: Any) -> None:
 
 def _whose(c: Any, user: str | None, mine: bool) -> str | None:
     """``--user``/``--mine`` remotely: ``--mine`` is the token's user."""
-    from mlops_gpu.cli.jobs import whose
+    from mlops_gpu.cli.common import whose
 
     return whose(user, mine, lambda: c.whoami()["name"])
 
@@ -160,7 +160,7 @@ class _Event:
 
 
 def _get(c: Any, run_id: str, events: bool) -> dict[str, Any]:
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.remote import RemoteError
 
     try:
@@ -173,7 +173,7 @@ def _get(c: Any, run_id: str, events: bool) -> dict[str, Any]:
 
 def _get_many(c: Any, run_or_array: str, events: bool) -> list[dict[str, Any]]:
     """The run, or an array's elements in index order (as local mode's ``_ids_of``)."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.remote import RemoteError
 
     try:
@@ -251,7 +251,7 @@ def nodes(t: Any, as_json: bool) -> None:
 
 def update(t: Any, run_id: str, changes: dict[str, Any], as_json: bool) -> None:
     """``update`` remotely: only the fields given travel (``PATCH /api/v1/runs/{id}``)."""
-    from mlops_gpu.cli.jobs import array_lines
+    from mlops_gpu.cli.common import array_lines
     from mlops_gpu.remote import RemoteError
 
     body = {k: v for k, v in changes.items() if v is not None}

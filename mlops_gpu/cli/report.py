@@ -102,7 +102,7 @@ def plot(out: dict[str, Any], path: str) -> Any:
 @click.pass_context
 def report(ctx: click.Context, by: str, since: str | None, fmt: str, plot_path: str | None) -> None:
     """GPU-hours, cost, utilization, waits, preemptions and wasted GPU-hours from the ledger."""
-    from mlops_gpu.cli.main import UserError, _runtime
+    from mlops_gpu.cli.common import UserError, open_runtime
     from mlops_gpu.cli.parse import parse_duration
     from mlops_gpu.controller.usage_report import build_report
 
@@ -115,7 +115,7 @@ def report(ctx: click.Context, by: str, since: str | None, fmt: str, plot_path: 
     if (target := remote.remote_target(ctx)) is not None:
         out = remote.report(target, by, start)  # the server's ledger, as its identity sees it
     else:
-        rt = _runtime(ctx)
+        rt = open_runtime(ctx)
         prices = {t: g.price_per_hour for t, g in rt.cfg.model_gpu_types().items()}
         out = build_report(rt.store.usage(since=start), prices, start, by)
     if plot_path:

@@ -56,7 +56,7 @@ def scheduler(
 ) -> None:
     """Run the scheduling loop in the foreground (the daemon); `scheduler status|stop|restart`
     to see or control the one that runs."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
 
     if ctx.invoked_subcommand is not None:
         if once or idle_exit is not None or quiet_if_running or verbose:
@@ -81,10 +81,10 @@ def run_(
 def _foreground(
     ctx: click.Context, once: bool, idle_exit: float | None, quiet_if_running: bool, verbose: bool
 ) -> None:
+    from mlops_gpu.cli.common import open_runtime
     from mlops_gpu.cli.daemon import run_scheduler
-    from mlops_gpu.cli.main import _runtime
 
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     sys.exit(run_scheduler(rt, once=once, idle_exit=idle_exit,
                            quiet_if_running=quiet_if_running, verbose=verbose))  # fmt: skip
 
@@ -96,10 +96,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """The scheduler running for this store: pid, uptime, last tick, engine, config version."""
     import json
 
-    from mlops_gpu.cli.main import _runtime
+    from mlops_gpu.cli.common import open_runtime
     from mlops_gpu.config.pools import not_acted_on
 
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     out = status_dict(rt)
     # configured pools that nothing scales (backends without power control)
     out["pools_note"] = not_acted_on(rt.cfg.pools, rt.cfg.backends)
@@ -119,9 +119,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def stop(ctx: click.Context, timeout: float) -> None:
     """Stop the running scheduler gracefully (SIGTERM; it ends its tick) and wait for it."""
-    from mlops_gpu.cli.main import _runtime
+    from mlops_gpu.cli.common import open_runtime
 
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     pid = _stop(rt, timeout)
     if pid is None:
         click.echo(f"no scheduler is running for {_store(rt)}")
@@ -138,11 +138,11 @@ def stop(ctx: click.Context, timeout: float) -> None:
 @click.pass_context
 def restart(ctx: click.Context, timeout: float, idle_exit: float | None) -> None:
     """Stop the running scheduler (if any) and start one in the background."""
-    from mlops_gpu.cli.main import UserError, _runtime
+    from mlops_gpu.cli.common import UserError, open_runtime
     from mlops_gpu.controller.daemon import start_background
     from mlops_gpu.state import heartbeat as hb
 
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     before = hb.read(rt.store)
     was_running = hb.is_running(before)
     old = _stop(rt, timeout)
@@ -173,7 +173,7 @@ def restart(ctx: click.Context, timeout: float, idle_exit: float | None) -> None
 
 def _stop(rt: Any, timeout: float) -> int | None:
     """SIGTERM to the running scheduler, then wait until it exits; its pid (None: none ran)."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.state import heartbeat as hb
 
     info = hb.read(rt.store)

@@ -133,7 +133,7 @@ def simulate(
     pool_spec: str | None,
 ) -> None:
     """Replay a GPU cluster trace under scheduling policies, side by side."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.sim import Cluster
     from mlops_gpu.sim.compare import DEFAULT_POLICIES, compare
     from mlops_gpu.sim.policies import PRESETS
@@ -208,7 +208,7 @@ def _autoscale(trace: Any, pool: Any, policy: str, as_json: bool) -> None:
     try:
         out = compare_scalers(trace, pool, policy, done=finished)
     except ValueError as e:
-        from mlops_gpu.cli.main import UserError
+        from mlops_gpu.cli.common import UserError
 
         raise UserError(str(e)) from None
     if as_json:

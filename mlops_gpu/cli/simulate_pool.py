@@ -22,7 +22,7 @@ _INTS = {"gpus_per_node", "min_nodes", "max_nodes"}
 
 def _error(message: str) -> Exception:
     """The CLI's ``UserError`` (imported late: ``cli.main`` imports the verbs)."""
-    from mlops_gpu.cli.main import UserError as Error
+    from mlops_gpu.cli.common import UserError as Error
 
     return Error(message)
 

@@ -11,6 +11,7 @@ import click
 
 from mlops_gpu.cli import remote_cmds as remote
 from mlops_gpu.cli.parse import parse_duration, parse_env
+from mlops_gpu.model.submit import SubmitFieldError, SubmitRequest, signal_name
 
 _IDS = "ID[,ID]"
 
@@ -120,6 +121,7 @@ def job_options(f: Any) -> Any:
 @click.pass_context
 def submit(
     ctx: click.Context,
+    /,
     project: str,
     gpus: int,
     nodes: int,
@@ -148,65 +150,33 @@ def submit(
     **job: Any,
 ) -> None:
     """Queue COMMAND (after --) as a run; prints the run id (an array's id with --array)."""
-    import os
-    import signal as signal_mod
-
-    from mlops_gpu.cli.main import UserError, _runtime
+    from mlops_gpu.cli.common import UserError, open_runtime
     from mlops_gpu.controller import SubmitError
     from mlops_gpu.controller.jobs import JobRequest, ids_text, submit_job
-    from mlops_gpu.model import CheckpointPolicy, ResourceRequest
     from mlops_gpu.model.public import run_to_public
     from mlops_gpu.model.text import spec_text_problems
 
-    sig = stop_signal.upper() if stop_signal.upper().startswith("SIG") else "SIG" + stop_signal
-    if not isinstance(getattr(signal_mod, sig, None), signal_mod.Signals):
-        raise UserError(f"--signal: unknown signal {stop_signal!r}")
     try:
-        grace_s = 0.0 if grace.strip() in ("0", "0s") else parse_duration(grace, "--grace")
-        runtime_s = parse_duration(max_runtime, "--max-runtime") if max_runtime else None
-        env_map = parse_env(env)
+        asked = submit_request(
+            command, project=project, name=name, gpus=gpus, nodes=nodes, gpu_types=gpu_types,
+            gpu_fraction=gpu_fraction, gpu_memory_mb=gpu_memory_mb, mig=mig,
+            cpu_milli=cpu_milli, host_memory_mb=host_memory_mb, topology_key=topology_key,
+            topology_required=topology_required, priority=priority, max_runtime=max_runtime,
+            experiment=experiment, backend=backend, non_preemptible=non_preemptible,
+            stop_signal=stop_signal, grace=grace, env=env, workdir=workdir,
+            max_attempts=max_attempts,
+        )  # fmt: skip
+    except SubmitFieldError as e:
+        raise UserError(f"--{e.field}: {e}") from None
     except click.BadParameter as e:
         raise UserError(e.format_message()) from None
     req = JobRequest(**job)
     if (target := remote.remote_target(ctx)) is not None:
-        body = {"command": list(command), "project": project, "name": name, "gpus": gpus,
-                "nodes": nodes, "gpu_types": list(gpu_types), "gpu_fraction": gpu_fraction,
-                "gpu_memory_mb": gpu_memory_mb, "mig": mig, "cpu_milli": cpu_milli,
-                "host_memory_mb": host_memory_mb, "topology_key": topology_key,
-                "topology_required": topology_required, "priority": priority,
-                "max_runtime_s": runtime_s, "experiment": experiment, "backend": backend,
-                "preemptible": not non_preemptible, "signal": sig, "grace_s": grace_s,
-                "env": env_map, "workdir": workdir, "max_attempts": max_attempts,
-                **_job_body(req)}  # fmt: skip
-        remote.submit(target, body, as_json)
+        remote.submit(target, {"command": list(command), **asked.body(), **_job_body(req)},
+                      as_json)  # fmt: skip
         return
-    rt = _runtime(ctx)
-    spec = rt.spec(
-        tuple(command),
-        project=project,
-        name=name,
-        priority=priority,
-        request=ResourceRequest(
-            gpus=gpus,
-            nodes=nodes,
-            gpu_types=gpu_types,
-            gpu_fraction=gpu_fraction,
-            gpu_memory_mb=gpu_memory_mb,
-            mig=mig,
-            topology_key=topology_key,
-            topology_required=topology_required,
-            cpu_milli=cpu_milli,
-            host_memory_mb=host_memory_mb,
-        ),
-        max_runtime_s=runtime_s,
-        preemptible=not non_preemptible,
-        checkpoint=CheckpointPolicy(sig, grace_s),
-        experiment=experiment,
-        env=env_map,
-        workdir=os.path.abspath(workdir or os.getcwd()),
-        backend=backend,
-        max_attempts=max_attempts,
-    )
+    rt = open_runtime(ctx)
+    spec = rt.spec_of(asked)
     try:
         # argv is checked by ArgsGroup; the working directory and user name are not argv
         if problems := spec_text_problems(spec):
@@ -223,6 +193,49 @@ def submit(
         click.echo(json.dumps(run_to_public(runs[0])))
     else:
         click.echo(json.dumps([run_to_public(r) for r in runs]))
+
+
+def submit_request(
+    command: tuple[str, ...],
+    *,
+    project: str,
+    name: str | None = None,
+    gpus: int = 1,
+    nodes: int = 1,
+    gpu_types: tuple[str, ...] = (),
+    gpu_fraction: float | None = None,
+    gpu_memory_mb: int | None = None,
+    mig: str | None = None,
+    cpu_milli: int = 0,
+    host_memory_mb: int = 0,
+    topology_key: str | None = None,
+    topology_required: bool = False,
+    priority: str | None = None,
+    max_runtime: str | None = None,
+    experiment: str | None = None,
+    backend: str | None = None,
+    non_preemptible: bool = False,
+    stop_signal: str = "SIGTERM",
+    grace: str = "30s",
+    env: tuple[str, ...] = (),
+    workdir: str | None = None,
+    max_attempts: int | None = None,
+) -> SubmitRequest:
+    """``submit``'s flags (as click passes them: durations and ``KEY=VALUE`` pairs as text) as
+    the one ``SubmitRequest`` every edge fills (``model.submit``). Raises ``click.BadParameter``
+    for a bad duration or pair, ``SubmitFieldError`` for a bad signal."""
+    signal_name(stop_signal)  # (checked first, as before the other flags)
+    grace_s = 0.0 if grace.strip() in ("0", "0s") else parse_duration(grace, "--grace")
+    return SubmitRequest(
+        project=project, command=tuple(command), name=name, gpus=gpus, nodes=nodes,
+        gpu_types=tuple(gpu_types), gpu_fraction=gpu_fraction, gpu_memory_mb=gpu_memory_mb,
+        mig=mig, cpu_milli=cpu_milli, host_memory_mb=host_memory_mb,
+        topology_key=topology_key, topology_required=topology_required, priority=priority,
+        max_runtime_s=parse_duration(max_runtime, "--max-runtime") if max_runtime else None,
+        experiment=experiment, backend=backend, preemptible=not non_preemptible,
+        signal=stop_signal, grace_s=grace_s, env=parse_env(env), workdir=workdir,
+        max_attempts=max_attempts,
+    )  # fmt: skip
 
 
 def _job_body(req: Any) -> dict[str, Any]:
@@ -244,15 +257,15 @@ def _hold_verb(held: bool) -> Any:
     @click.argument("run_ids", nargs=-1, required=True)
     @click.pass_context
     def cmd(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
-        from mlops_gpu.cli.main import _ids_of, _runtime
+        from mlops_gpu.cli.common import ids_of, open_runtime
         from mlops_gpu.state.jobs import set_held
 
         if (target := remote.remote_target(ctx)) is not None:
             remote.hold(target, run_ids, held)
             return
-        rt = _runtime(ctx)
+        rt = open_runtime(ctx)
         for rid in run_ids:
-            ids = _ids_of(rt, rid)
+            ids = ids_of(rt, rid)
             done = set_held(rt.store, ids, held)
             if len(ids) == 1:
                 click.echo(f"{rid}: {done[rid]}")

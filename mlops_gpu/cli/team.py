@@ -13,9 +13,9 @@ import click
 
 
 def _rt(ctx: click.Context) -> Any:
-    from mlops_gpu.cli.main import _runtime
+    from mlops_gpu.cli.common import open_runtime
 
-    return _runtime(ctx)
+    return open_runtime(ctx)
 
 
 @click.command()
@@ -50,7 +50,7 @@ def server(
     """Serve the REST API (/api/v1) for a team, with the scheduler beside it."""
     import sys
 
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.server.serve import serve
 
     if (certfile is None) != (keyfile is None):
@@ -66,7 +66,7 @@ def users() -> None:
 
 
 def _ttl(expires: str | None, rt: Any) -> float:
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.cli.parse import parse_duration
 
     if expires is None:
@@ -98,7 +98,7 @@ def add(
     ctx: click.Context, name: str, role: str | None, projects: tuple[str, ...], expires: str | None
 ) -> None:
     """Create user NAME and print its token (once, as the last line)."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.state.users import ROLES, add_user
     from mlops_gpu.state.users import UserError as StoreUserError
 
@@ -134,7 +134,7 @@ def add(
 @click.pass_context
 def token(ctx: click.Context, name: str, expires: str | None) -> None:
     """Give user NAME a new token (printed once, as the last line)."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.state.users import UserError as StoreUserError
     from mlops_gpu.state.users import add_token
 
@@ -156,7 +156,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     from mlops_gpu.state.users import list_users
 
     rt = _rt(ctx)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for u in list_users(rt.store):
         roles = {p: c.members[u.name] for p, c in rt.cfg.projects.items() if u.name in c.members}
         for project, role in u.projects.items():  # the higher of the two wins, as in the server
@@ -182,7 +182,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def revoke(ctx: click.Context, name: str) -> None:
     """Revoke every token of user NAME (at once: the next request is refused)."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.state.users import UserError as StoreUserError
     from mlops_gpu.state.users import revoke as do_revoke
 
@@ -205,7 +205,7 @@ def audit(
     ctx: click.Context, since: str | None, user: str | None, limit: int, as_json: bool
 ) -> None:
     """The server's audit trail: every mutating request, oldest first."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.cli.parse import parse_duration
     from mlops_gpu.cli.safe_text import visible
     from mlops_gpu.model.public import iso
@@ -217,12 +217,12 @@ def audit(
         raise UserError(e.format_message()) from None
     rows = trail.read(_rt(ctx).store, since=start, user=user, limit=limit)
     if as_json:
-        click.echo(json.dumps([{**e.to_dict(), "time": iso(e.time)} for e in rows], indent=2))
+        click.echo(json.dumps([{**ev.to_dict(), "time": iso(ev.time)} for ev in rows], indent=2))
         return
-    for e in rows:
+    for ev in rows:
         click.echo(
             visible(
-                f"{iso(e.time)}  {e.user or '-':<16} {e.status}  {e.action}  "
-                f"{e.target or '-'}  {e.client or '-'}  {e.detail or ''}".rstrip()
+                f"{iso(ev.time)}  {ev.user or '-':<16} {ev.status}  {ev.action}  "
+                f"{ev.target or '-'}  {ev.client or '-'}  {ev.detail or ''}".rstrip()
             )
         )

@@ -162,10 +162,10 @@ def _source(ctx: click.Context, max_nodes: int, queue_rows: int) -> Any:
             return draw(data, max_nodes), data
 
         return from_server
-    from mlops_gpu.cli.main import _runtime
+    from mlops_gpu.cli.common import open_runtime
     from mlops_gpu.controller.cluster_view import ClusterReader
 
-    rt = _runtime(ctx)
+    rt = open_runtime(ctx)
     reader = ClusterReader(rt)
     return lambda: frame(rt, reader, max_nodes=max_nodes, queue_rows=queue_rows)
 
@@ -184,7 +184,7 @@ def top(ctx: click.Context, once: bool, as_json: bool, interval: float, max_node
         queue_rows: int) -> None:  # fmt: skip
     """A live view: the GPU heatmap, the queue's head with reasons, usage against quota.
     Against a server (``MLOPS_GPU_URL`` or ``login``) it reads everything through the API."""
-    from mlops_gpu.cli.main import UserError
+    from mlops_gpu.cli.common import UserError
     from mlops_gpu.cli.render import console
     from mlops_gpu.remote import RemoteError
 

@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from mlops_gpu.backends import LaunchRequest
-from mlops_gpu.controller.tracking_queue import Ended
 from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.lifecycle import after_launch_failure
+from mlops_gpu.tracking.close_queue import Ended
 
 if TYPE_CHECKING:
     from mlops_gpu.controller.loop import Controller

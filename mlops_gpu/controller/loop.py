@@ -34,10 +34,10 @@ from mlops_gpu.controller.samples import GpuSamples
 from mlops_gpu.controller.snapshot import build_snapshot, template, usage_inputs
 from mlops_gpu.controller.tick import EXPLAIN_EVERY_TICK_UP_TO, TickReport
 from mlops_gpu.controller.tick import tick as one_tick
-from mlops_gpu.controller.tracking import Tracker
-from mlops_gpu.controller.tracking_queue import Ended, TrackingQueue
 from mlops_gpu.model import Run
 from mlops_gpu.state import LeaderLock, LeadershipLost, UsageRow, observed
+from mlops_gpu.tracking.close_queue import Ended, TrackingQueue
+from mlops_gpu.tracking.tracker import Tracker
 
 __all__ = [
     "EXPLAIN_EVERY_TICK_UP_TO",

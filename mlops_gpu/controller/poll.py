@@ -16,9 +16,9 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Literal
 
 from mlops_gpu.backends import Backend, HandleError, JobState, JobStatus
-from mlops_gpu.controller.tracking_queue import Ended
 from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.lifecycle import JobEnd, Requeue, job_end, overdue
+from mlops_gpu.tracking.close_queue import Ended
 
 if TYPE_CHECKING:
     from mlops_gpu.controller.loop import Controller

@@ -35,7 +35,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client.core import (
@@ -145,7 +145,8 @@ def _histogram(name: str, doc: str, labels: Sequence[str]) -> Fam:
 def _hist_buckets(h: observed.Histogram) -> list[tuple[str, float]]:
     from prometheus_client.utils import floatToGoString
 
-    out = [(floatToGoString(b), float(c)) for b, c in zip(h.bounds, h.buckets, strict=True)]
+    go: Callable[[float], str] = floatToGoString  # (prometheus_client leaves it untyped)
+    out = [(go(b), float(c)) for b, c in zip(h.bounds, h.buckets, strict=True)]
     return [*out, ("+Inf", float(h.count))]
 
 

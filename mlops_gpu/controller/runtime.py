@@ -14,6 +14,7 @@ from mlops_gpu.config import Config, load_config
 from mlops_gpu.controller.backend_build import make_backend
 from mlops_gpu.core import request_problems
 from mlops_gpu.model import Node, ResourceRequest, Run, RunSpec
+from mlops_gpu.model.submit import NAME_FROM_COMMAND, SubmitRequest, run_spec
 from mlops_gpu.state import Store
 from mlops_gpu.state.errors import DependencyError
 from mlops_gpu.state.jobs import JobControl
@@ -84,7 +85,7 @@ class Runtime:
         authenticated identity of a server request instead), the config's default class, the
         command as its name when it has none. ``fields``: other ``RunSpec`` fields."""
         return RunSpec(
-            name=name or " ".join(command)[:80],
+            name=name or " ".join(command)[:NAME_FROM_COMMAND],
             project=project,
             user=user if user is not None else current_user(),
             command=command,
@@ -92,6 +93,13 @@ class Runtime:
             priority=priority or self.cfg.default_priority,
             **fields,
         )
+
+    def spec_of(self, req: SubmitRequest, user: str | None = None) -> RunSpec:
+        """The spec a local edge (CLI, SDK, Prefect worker) queues for ``req`` (``run_spec``):
+        the current user unless ``user``, this config's default class, this process's
+        working directory unless it names one."""
+        user = user if user is not None else current_user()
+        return run_spec(req, user=user, default_priority=self.cfg.default_priority, cwd=os.getcwd())
 
     def submit(self, spec: RunSpec, *, start_scheduler: bool = False) -> Run:
         """Validate ``spec`` against the config and inventory, then queue it (``_store``)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import sys
@@ -15,9 +16,10 @@ from mlops_gpu.config import find_config, user_config_path
 from mlops_gpu.controller import Runtime, SubmitError
 from mlops_gpu.controller.config_watch import stat_signature
 from mlops_gpu.controller.jobs import JobRequest, submit_job
-from mlops_gpu.model import TERMINAL_PHASES, CheckpointPolicy, Phase, ResourceRequest, RunSpec
+from mlops_gpu.model import TERMINAL_PHASES, Phase, RunSpec
 from mlops_gpu.model import Run as RunRecord
 from mlops_gpu.model.public import run_to_public
+from mlops_gpu.model.submit import SubmitFieldError, SubmitRequest
 from mlops_gpu.model.text import spec_text_problems
 
 #: config path -> (the file's stat when read, its Runtime): a file edited since is read again,
@@ -128,18 +130,18 @@ def submit(
     queued on the server, under the token's identity; ``config`` and ``start_scheduler`` are
     not used, and ``workdir`` is the job's folder on the server's side (default: the backend's).
     """
+    asked = submit_request(
+        (), project=project, gpus=gpus, nodes=nodes, gpu_type=gpu_type, priority=priority,
+        name=name, max_runtime=max_runtime, experiment=experiment, env=env, workdir=workdir,
+        backend=backend, preemptible=preemptible, signal=signal, grace=grace,
+        max_attempts=max_attempts, gpu_fraction=gpu_fraction, gpu_memory_mb=gpu_memory_mb,
+        mig=mig, topology_key=topology_key, topology_required=topology_required,
+        cpu_milli=cpu_milli, host_memory_mb=host_memory_mb,
+    )  # fmt: skip
     if (remote := remote_target(config)) is not None:
         from mlops_gpu.sdk import remote as rm
 
-        body = {"project": project, "name": name, "gpus": gpus, "nodes": nodes,
-                "gpu_types": [gpu_type] if isinstance(gpu_type, str) else list(gpu_type or ()),
-                "gpu_fraction": gpu_fraction, "gpu_memory_mb": gpu_memory_mb, "mig": mig,
-                "cpu_milli": cpu_milli, "host_memory_mb": host_memory_mb,
-                "topology_key": topology_key, "topology_required": topology_required,
-                "priority": priority, "max_runtime_s": max_runtime, "experiment": experiment,
-                "backend": backend, "preemptible": preemptible, "signal": signal,
-                "grace_s": float(grace), "env": dict(env or {}), "workdir": workdir,
-                "max_attempts": max_attempts}  # fmt: skip
+        body = asked.body()
         job = job_request(after, afterok, afternotok, afterany, after_name, hold, begin)
         if not job.empty:  # as the CLI's flags, in the request (the server resolves them)
             body.update({"after": list(job.after), "afterok": list(job.afterok),
@@ -147,15 +149,7 @@ def submit(
                          "after_name": list(job.after_names), "hold": job.hold,
                          "begin": job.begin})  # fmt: skip
         return rm.submit(remote, target, body, args, kwargs or {})
-    rt, spec, command = build_spec(
-        target, project=project, gpus=gpus, nodes=nodes, gpu_type=gpu_type, priority=priority,
-        name=name, max_runtime=max_runtime, experiment=experiment, env=env, workdir=workdir,
-        backend=backend, preemptible=preemptible, signal=signal, grace=grace,
-        max_attempts=max_attempts, args=args, kwargs=kwargs, config=config,
-        gpu_fraction=gpu_fraction, gpu_memory_mb=gpu_memory_mb, mig=mig,
-        topology_key=topology_key, topology_required=topology_required, cpu_milli=cpu_milli,
-        host_memory_mb=host_memory_mb,
-    )  # fmt: skip
+    rt, spec, command = spec_for(target, asked, args=args, kwargs=kwargs, config=config)
     try:
         # text only (model.text): a surrogateescape'd argv or path cannot be stored
         if problems := spec_text_problems(spec):
@@ -173,8 +167,8 @@ def submit(
     return Run(record.id, rt)
 
 
-def build_spec(
-    target: str | Sequence[str] | Callable[..., Any],
+def submit_request(
+    command: tuple[str, ...],
     *,
     project: str,
     gpus: int = 1,
@@ -191,9 +185,6 @@ def build_spec(
     signal: str = "SIGTERM",
     grace: float = 30.0,
     max_attempts: int | None = None,
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    config: str | os.PathLike[str] | None = None,
     gpu_fraction: float | None = None,
     gpu_memory_mb: int | None = None,
     mig: str | None = None,
@@ -201,39 +192,52 @@ def build_spec(
     topology_required: bool = False,
     cpu_milli: int = 0,
     host_memory_mb: int = 0,
+) -> SubmitRequest:
+    """``submit``'s keywords as the one ``SubmitRequest`` every edge fills (``model.submit``);
+    a bad signal is a ``SubmitError`` (a ``ValueError``) naming the keyword."""
+    types = (gpu_type,) if isinstance(gpu_type, str) else tuple(gpu_type or ())
+    try:
+        return SubmitRequest(
+            project=project, command=command, name=name, gpus=gpus, nodes=nodes,
+            gpu_types=types, gpu_fraction=gpu_fraction, gpu_memory_mb=gpu_memory_mb, mig=mig,
+            cpu_milli=cpu_milli, host_memory_mb=host_memory_mb, topology_key=topology_key,
+            topology_required=topology_required, priority=priority, max_runtime_s=max_runtime,
+            experiment=experiment, backend=backend, preemptible=preemptible, signal=signal,
+            grace_s=grace, env=dict(env or {}), workdir=workdir, max_attempts=max_attempts,
+        )  # fmt: skip
+    except SubmitFieldError as e:
+        raise SubmitError(f"{e.field}: {e}") from None
+
+
+def spec_for(
+    target: str | Sequence[str] | Callable[..., Any],
+    asked: SubmitRequest,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    config: str | os.PathLike[str] | None = None,
 ) -> tuple[Runtime, RunSpec, tuple[str, ...]]:
-    """(the runtime, the spec ``submit`` queues, its command): nothing is stored, but a
-    callable's pickle is written (``command[-1]``; the caller removes it if it stores none)."""
+    """(the runtime, the spec ``submit`` queues for ``target`` as ``asked``, its command):
+    nothing is stored, but a callable's pickle is written (``command[-1]``; the caller removes
+    it if it stores none)."""
     rt = _runtime(config)
     command, callable_name = _command(target, rt, args, kwargs or {})
-    types = (gpu_type,) if isinstance(gpu_type, str) else tuple(gpu_type or ())
-    spec = rt.spec(
-        command,
-        project=project,
-        name=name or callable_name,
-        priority=priority,
-        request=ResourceRequest(
-            gpus=gpus,
-            nodes=nodes,
-            gpu_types=types,
-            gpu_fraction=gpu_fraction,
-            gpu_memory_mb=gpu_memory_mb,
-            mig=mig,
-            topology_key=topology_key,
-            topology_required=topology_required,
-            cpu_milli=cpu_milli,
-            host_memory_mb=host_memory_mb,
-        ),
-        max_runtime_s=max_runtime,
-        preemptible=preemptible,
-        checkpoint=CheckpointPolicy(signal, grace),
-        experiment=experiment,
-        env=dict(env or {}),
-        workdir=workdir or os.getcwd(),
-        backend=backend,
-        max_attempts=max_attempts,
-    )
-    return rt, spec, command
+    asked = dataclasses.replace(asked, command=command, name=asked.name or callable_name)
+    return rt, rt.spec_of(asked), command
+
+
+def build_spec(
+    target: str | Sequence[str] | Callable[..., Any],
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    **keywords: Any,
+) -> tuple[Runtime, RunSpec, tuple[str, ...]]:
+    """``spec_for`` with ``submit``'s keywords (``submit_request``): for ``submit_many`` and
+    ``map``."""
+    asked = submit_request((), **keywords)
+    return spec_for(target, asked, args=args, kwargs=kwargs, config=config)
 
 
 #: Runs a run depends on: ids or handles (anything with an ``id``), one or several.

@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlops_gpu.controller.tracking import PARENT_ENV
 from mlops_gpu.sdk.run import Run, RunFailed, _runtime, remote_target, submit, tracking_uri
+from mlops_gpu.tracking.tracker import PARENT_ENV
 
 
 def distributions(space: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,9 +22,10 @@ from mlops_gpu.model.lifecycle import Keep, RunState, Transition
 from mlops_gpu.state import lease
 from mlops_gpu.state.bulk import Move, bump, move_many
 from mlops_gpu.state.connect import build_new, engine_for
+from mlops_gpu.state.migrations import LATEST, migrate
 from mlops_gpu.state.open_check import Hints, check_file, create_new, inspect_existing, sqlite_file
 from mlops_gpu.state.open_check import translate as _translate
-from mlops_gpu.state.schema import LATEST, events, migrate, runs
+from mlops_gpu.state.schema import events, runs
 
 _RUN_CACHE = 100_000
 _SPEC_AT = list(runs.c.keys()).index("spec")  # the spec's place in a runs row

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from mlops_gpu.state.schema import migrate
+from mlops_gpu.state.migrations import migrate
 
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
 

@@ -2,7 +2,7 @@
 
 It starts the child first (before NVML or any network), then, while the child runs, samples the
 run's own GPUs (``sampler``) every ``interval_s`` and logs them to the MLflow run over REST
-(``mlflow_rest``), with MLflow's system-metric names. When the child ends it logs
+(``tracking.rest``), with MLflow's system-metric names. When the child ends it logs
 ``mlops_gpu.mean_gpu_utilization`` and, where NVML counts energy, ``mlops_gpu.energy_kwh``, and
 exits with the child's status (128 + N if a signal N killed it).
 
@@ -54,8 +54,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 # The REST client (urllib, http.client, email: ~20 ms) and the sampler are imported once the
 # child runs: on a busy node, every millisecond before the child starts is the job's.
 if TYPE_CHECKING:
-    from mlops_gpu.telemetry.mlflow_rest import MlflowRest
     from mlops_gpu.telemetry.sampler import GpuSample
+    from mlops_gpu.tracking.rest import MlflowRest
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -242,7 +242,7 @@ class Launcher:
             return self.client
         if not self.run_id:
             return None
-        from mlops_gpu.telemetry.mlflow_rest import MlflowRest, rest_uri
+        from mlops_gpu.tracking.rest import MlflowRest, rest_uri
 
         base = rest_uri(self.tracking_uri)
         if base is None:

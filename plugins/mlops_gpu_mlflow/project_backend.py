@@ -238,8 +238,8 @@ def _scheduler_store(
     from mlflow.tracking import MlflowClient
 
     from mlops_gpu.config import load_config
-    from mlops_gpu.controller.tracking_fields import experiment_artifacts
     from mlops_gpu.sdk.run import remote_target
+    from mlops_gpu.tracking.fields import experiment_artifacts
 
     if (target := remote_target(opts.get("config"))) is not None:
         from mlops_gpu.sdk.remote import client as remote_client

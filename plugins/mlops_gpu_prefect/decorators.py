@@ -26,7 +26,7 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from prefect import Flow, task
 
@@ -38,7 +38,9 @@ JOB_KEYS = ("project", "gpus", "gpu_type", "priority", "max_runtime", "nodes", "
 def _from_own_file(fl: Flow[Any, Any]) -> Flow[Any, Any]:
     """The flow loaded from its own file as a deployment's local source."""
     file = Path(inspect.getsourcefile(fl.fn) or fl.fn.__code__.co_filename).resolve()
-    return fl.from_source(source=str(file.parent), entrypoint=f"{file.name}:{fl.fn.__name__}")
+    made = fl.from_source(source=str(file.parent), entrypoint=f"{file.name}:{fl.fn.__name__}")
+    # (Prefect types it for sync and async callers; called from sync code it is the Flow)
+    return cast("Flow[Any, Any]", made)
 
 
 def gpu_flow(

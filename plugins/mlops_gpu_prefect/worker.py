@@ -43,6 +43,8 @@ from prefect.workers.base import (
 )
 from pydantic import BaseModel, Field
 
+from mlops_gpu.model import TERMINAL_PHASES, Phase
+
 #: How often the worker looks at the scheduled run it waits for.
 POLL_S = 1.0
 
@@ -101,8 +103,11 @@ def _argv(configuration: MlopsGpuJobConfiguration) -> list[str]:
     return argv
 
 
-def _submit(flow_run: FlowRun, configuration: MlopsGpuJobConfiguration) -> Any:
-    import mlops_gpu as mg
+def submit_keywords(
+    configuration: MlopsGpuJobConfiguration, flow_run_name: str
+) -> tuple[list[str], dict[str, Any]]:
+    """The flow run as ``mg.submit``'s command and keywords, so it is built by the one builder
+    the CLI and the SDK use (``sdk.run.submit_request``, ``model.submit``)."""
     from mlops_gpu.sdk.run import remote_target
 
     env = {k: v for k, v in configuration.env.items() if v is not None}
@@ -110,24 +115,30 @@ def _submit(flow_run: FlowRun, configuration: MlopsGpuJobConfiguration) -> Any:
     cpu = configuration.cpu
     if configuration.gpus == 0 and cpu == 0 and configuration.memory == 0:
         cpu = DEFAULT_CPU_ONLY_MILLI  # a CPU-only run must ask for something of the host
-    return mg.submit(
-        _argv(configuration),
-        project=configuration.project,
-        gpus=configuration.gpus,
-        nodes=configuration.nodes,
-        gpu_type=gpu_types or None,
-        priority=configuration.priority,
-        name=configuration.name or f"prefect:{flow_run.name}",
-        max_runtime=configuration.max_runtime,
-        experiment=configuration.experiment,
-        env=env,
+    return _argv(configuration), {
+        "project": configuration.project,
+        "gpus": configuration.gpus,
+        "nodes": configuration.nodes,
+        "gpu_type": gpu_types or None,
+        "priority": configuration.priority,
+        "name": configuration.name or f"prefect:{flow_run_name}",
+        "max_runtime": configuration.max_runtime,
+        "experiment": configuration.experiment,
+        "env": env,
         # a server runs it in the backend's folder: this host's folders are not the server's
-        workdir=None if remote_target(configuration.config) else os.getcwd(),
-        backend=configuration.backend,
-        config=configuration.config,
-        cpu_milli=cpu,
-        host_memory_mb=configuration.memory,
-    )
+        "workdir": None if remote_target(configuration.config) else os.getcwd(),
+        "backend": configuration.backend,
+        "config": configuration.config,
+        "cpu_milli": cpu,
+        "host_memory_mb": configuration.memory,
+    }
+
+
+def _submit(flow_run: FlowRun, configuration: MlopsGpuJobConfiguration) -> Any:
+    import mlops_gpu as mg
+
+    argv, keywords = submit_keywords(configuration, flow_run.name)
+    return mg.submit(argv, **keywords)
 
 
 class MlopsGpuWorker(BaseWorker[MlopsGpuJobConfiguration, MlopsGpuVariables, MlopsGpuWorkerResult]):
@@ -144,7 +155,7 @@ class MlopsGpuWorker(BaseWorker[MlopsGpuJobConfiguration, MlopsGpuVariables, Mlo
         self,
         flow_run: FlowRun,
         configuration: MlopsGpuJobConfiguration,
-        task_status: anyio.abc.TaskStatus[str] | None = None,
+        task_status: anyio.abc.TaskStatus[Any] | None = None,  # (Prefect types it int; ids are str)
     ) -> MlopsGpuWorkerResult:
         logger = self.get_flow_run_logger(flow_run)
         run = await anyio.to_thread.run_sync(_submit, flow_run, configuration)
@@ -155,23 +166,23 @@ class MlopsGpuWorker(BaseWorker[MlopsGpuJobConfiguration, MlopsGpuVariables, Mlo
         linked = cancelled = False
         while True:
             record = await anyio.to_thread.run_sync(lambda: run.record)
-            phase = record.phase.value
+            phase = record.phase
             # Prefect's cancel: the flow's own process may notice it and exit first, so the
             # worker does not wait for its cancellation observer to cancel the run
-            ended = phase in ("succeeded", "failed", "cancelled")
+            ended = phase in TERMINAL_PHASES
             if not cancelled and not ended and await self._cancelling(flow_run):
                 cancelled = True
                 await anyio.to_thread.run_sync(run.cancel)
                 logger.info(f"flow run cancelled: cancelling mlops-gpu run {run.id}")
-            if phase == "pending" and record.reason and record.reason != said:
+            if phase is Phase.PENDING and record.reason and record.reason != said:
                 said = record.reason
                 await self._say_waiting(flow_run, f"waiting for GPUs: {said}")
                 logger.info(f"mlops-gpu run {run.id} waits: {said}")
-            if not linked and phase in ("starting", "running"):
+            if not linked and phase in (Phase.STARTING, Phase.RUNNING):
                 linked = await self._link_mlflow(flow_run, run)
             if ended:
-                logger.info(f"mlops-gpu run {run.id} {phase}: {record.reason or ''}")
-                if cancelled or phase == "cancelled":
+                logger.info(f"mlops-gpu run {run.id} {phase.value}: {record.reason or ''}")
+                if cancelled or phase is Phase.CANCELLED:
                     # the job was stopped before its flow could say so itself
                     await self._mark_flow_run_as_cancelled(
                         flow_run, {"message": f"mlops-gpu run {run.id} cancelled"}
@@ -179,7 +190,7 @@ class MlopsGpuWorker(BaseWorker[MlopsGpuJobConfiguration, MlopsGpuVariables, Mlo
                     return MlopsGpuWorkerResult(identifier=run.id, status_code=0)
                 code = record.exit_code
                 if code is None:
-                    code = 0 if phase == "succeeded" else 1
+                    code = 0 if phase is Phase.SUCCEEDED else 1
                 return MlopsGpuWorkerResult(identifier=run.id, status_code=code)
             await anyio.sleep(POLL_S)
 

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from mlops_gpu.telemetry.mlflow_rest import TrackingUnavailable
+from mlops_gpu.tracking.rest import TrackingUnavailable
 
 log = logging.getLogger("mlops_gpu.tracking")
 

@@ -1,5 +1,5 @@
 """MLflow file and database stores (the default ``sqlite:///.../mlflow.db``) for the scheduler's
-tracker, through the ``mlflow`` package: the same calls as ``telemetry.mlflow_rest.MlflowRest``.
+tracker, through the ``mlflow`` package: the same calls as ``tracking.rest.MlflowRest``.
 
 Only the scheduler process uses this (one import of mlflow, on the first tracked run); jobs
 never do.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mlops_gpu.telemetry.mlflow_rest import TrackingError, TrackingUnavailable
+from mlops_gpu.tracking.rest import TrackingError, TrackingUnavailable
 
 T = TypeVar("T")
 

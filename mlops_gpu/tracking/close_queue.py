@@ -36,11 +36,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from mlops_gpu.controller.tracking import ADOPT_ENV, Tracker
 from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.phase import ACTIVE_PHASES
 from mlops_gpu.state.mlflow_notes import CLOSED, UnclosedMlflowRun
 from mlops_gpu.state.store import Store
+from mlops_gpu.tracking.tracker import ADOPT_ENV, Tracker
 
 log = logging.getLogger("mlops_gpu.tracking")
 

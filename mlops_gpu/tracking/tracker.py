@@ -1,11 +1,11 @@
 """MLflow runs for scheduled runs: over REST when the tracking URI is an MLflow server, else
-through the mlflow package (``mlflow_local``: the local SQLite default).
+through the mlflow package (``tracking.local``: the local SQLite default).
 
 One MLflow run per attempt, in the submit's experiment (``experiment=``) or one named after the
 project, linked by the tag ``mlops_gpu.run_id``. Tags: ``mlops_gpu.run_id``, ``.project``,
 ``.user``, ``.priority``, ``.backend``, ``.nodes``, ``.gpu_type``, ``.gpu_uuids`` (the devices
 held), ``.attempt``, and MLflow's ``mlflow.user`` (the submitting user: the UI's "Created by"
-and "User"). Params (``tracking_fields``): the request: ``gpus``, ``nodes``, ``gpu_type``,
+and "User"). Params (``tracking.fields``): the request: ``gpus``, ``nodes``, ``gpu_type``,
 ``priority``, ``max_runtime``, ``command``. Experiments the tracker creates get their artifacts
 under the configured ``mlflow.artifact_root``, else (local stores) ``<state_dir>/mlartifacts``.
 The job gets ``MLFLOW_TRACKING_URI``, ``MLFLOW_RUN_ID`` and ``MLFLOW_EXPERIMENT_ID``, so
@@ -14,12 +14,12 @@ ends: ``mlops_gpu.queue_wait_s`` (admission minus the time the attempt joined th
 submit, or for a requeued attempt its requeue), ``mlops_gpu.gpu_hours`` and
 ``mlops_gpu.cost_usd`` (GPU-hours, shares by their share, times the type's price), for a
 preempted attempt ``mlops_gpu.lost_gpu_s`` (the work its preemption threw away: GPU-seconds since
-its last checkpoint, else its start), rounded (``tracking_fields.ROUND``), the tag
+its last checkpoint, else its start), rounded (``fields.ROUND``), the tag
 ``mlops_gpu.outcome``, and the run's status (FINISHED,
 FAILED, or KILLED for cancelled and preempted attempts).
 
 Invariants:
-- Tracking never holds scheduling: every MLflow call runs on one thread (``mlflow_thread``);
+- Tracking never holds scheduling: every MLflow call runs on one thread (``tracking.thread``);
   a launch waits ``LAUNCH_WAIT_S`` at most for its MLflow run, and not at all while that
   thread is behind or MLflow is away. A run launched before its MLflow run exists starts
   without ``MLFLOW_RUN_ID``; the MLflow run is still made and closed: after the launch, or,
@@ -32,7 +32,7 @@ Invariants:
   message; an error about one run (MLflow answered: not found, invalid) concerns that run only.
   An adopted run that MLflow does not know (made in another store) is replaced by a new run.
 - The controller queues an attempt's close at the end of the tick that saw it end, and the
-  tracking worker makes it (``tracking_queue``: off the tick's path, recovered from the store
+  tracking worker makes it (``close_queue``: off the tick's path, recovered from the store
   after a stop), so MLflow may show it running a moment after the store says it ended.
 - A close is two writes: one log-batch (the metrics and the outcome tag), then the status.
 - An attempt's MLflow run is remembered in memory and, after a restart, found again by its tags.
@@ -44,7 +44,7 @@ Invariants:
   launch of it that fails and will be tried again leaves that run open: the retry adopts it.
   ``MLOPS_GPU_MLFLOW_PARENT_RUN_ID`` nests every attempt's run under that run (sweeps).
 - A file or database tracking URI (the local SQLite default) is written through the ``mlflow``
-  package in the scheduler process (``mlflow_local``); jobs get the same URI, so their own
+  package in the scheduler process (``tracking.local``); jobs get the same URI, so their own
   ``mlflow`` calls land in the attempt's run. The launcher logs GPU samples only to a server
   (REST); with a local store the scheduler logs the launcher's ``mean_gpu_utilization``.
 """
@@ -56,17 +56,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlops_gpu.controller import tracking_fields
-from mlops_gpu.controller.mlflow_local import MlflowLocal
-from mlops_gpu.controller.mlflow_thread import MlflowThread
 from mlops_gpu.model import GpuType, Run
 from mlops_gpu.state.mlflow_notes import CLOSED, OPENED, UnclosedMlflowRun
-from mlops_gpu.telemetry.mlflow_rest import (
+from mlops_gpu.tracking import fields as tracking_fields
+from mlops_gpu.tracking.local import MlflowLocal
+from mlops_gpu.tracking.rest import (
     MlflowRest,
     TrackingError,
     TrackingUnavailable,
     rest_uri,
 )
+from mlops_gpu.tracking.thread import MlflowThread
 
 log = logging.getLogger("mlops_gpu.tracking")
 
