@@ -149,3 +149,31 @@ def test_the_simulator_falls_back_to_python_where_native_cannot(
     assert simulate(trace, cluster, "default").engine == "python"
     with pytest.raises(NotSupported, match="not installed"):
         simulate(trace, cluster, "default", engine="native")
+
+
+def test_two_profiles_no_node_offers_queue_apart(native: Any) -> None:
+    """Runs asking for two MIG profiles that no node offers, charged the same share (2/7):
+    the Python core queues them apart (``state.shape_key`` keys by the profile's name), so the
+    native engine must too (each such profile gets a number of its own, not one for all), or
+    the second would be explained by the first's shape."""
+    t = TYPES[0]
+    template = make_snapshot(
+        [make_node("m0", 0, t, backend="b1", mig={"1g.10gb": ("s0", "s1", "s2")})],
+        [make_project("p0", quotas={t: Quota(8, None)})],
+        now=0.0,
+        capabilities={"b1": BackendCapabilities(mig=True)},
+        placement="best-fit",
+    )
+    events = [
+        ("submit", make_run("x", "p0", mig="2g.20gb", seq=0)),
+        ("submit", make_run("y", "p0", mig="2g.24gb", seq=1)),
+        ("submit", make_run("z", "p0", mig="1g.10gb", seq=2)),
+        ("cycle", None),
+        ("cycle", None),
+    ]
+    replay(native, template, events)
+    nat = NativeEngine(template, native)
+    for _, run in events[:3]:
+        nat.submit(run)
+    why = {p.run_id: p.reason for p in nat.explain_all(1.0)}
+    assert "2g.20gb" in why["x"] and "2g.24gb" in why["y"], why
