@@ -226,7 +226,9 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
             // quota admit it and a node set take it now (`parking._blocked`). (Judged on those
             // types only: a node set that takes it now on a type an empty cluster could not
             // host it on, for want of host CPU or memory, does not make it open.)
-            // (`ever_fits` asked last: it walks the type's nodes)
+            // (`ever_fits` asked last, and only of a run with host requests: it walks the
+            // type's nodes, and without them a node set that takes the run now is one an empty
+            // cluster has)
             let r = &st.runs[i];
             let open = r.shape.is_whole()
                 && r.types.iter().any(|&t| {
@@ -237,7 +239,7 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
                         } else {
                             node_sets(m, &st.cap, r, t)
                         }
-                        && ever_fits(m, r, t)
+                        && (r.host() == (0, 0) || ever_fits(m, r, t))
                 });
             if open {
                 continue;
