@@ -87,9 +87,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     # nodes tracking host CPU and memory, under either placement (fragmentation-aware placement
     # weighs them: the mix of active runs' shapes, the types' headroom)
     host = draw(st.booleans())
-    # (host tracking under fragmentation placement: refused by the native engine for now,
-    # ``tests/test_native_fragmentation.py``)
-    placement = "best-fit" if host else draw(st.sampled_from(["fragmentation", "best-fit"]))
+    placement = draw(st.sampled_from(["fragmentation", "fragmentation", "best-fit"]))
     best_fit = placement == "best-fit"  # (shared devices: best-fit only there)
     weighs = host and not best_fit  # (MIG slices: not where fragmentation weighs host shapes)
     nodes = [
@@ -535,7 +533,7 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     assert unsupported(replace(shared, policy=replace(shared.policy, placement="best-fit"))) is None
     sliced = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)})], [])
     assert unsupported(sliced) is None
-    # host CPU tracked: best-fit placement only for now (tests/test_native_fragmentation.py)
+    # MIG slices where fragmentation-aware placement weighs host shapes: not here
     mixed = make_snapshot(
         [
             make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}),
@@ -543,13 +541,13 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
         ],
         [],
     )
-    assert "node n1 tracks host CPU" in str(unsupported(mixed))
+    assert "node n0 has MIG slices" in str(unsupported(mixed))
     assert unsupported(replace(mixed, policy=replace(mixed.policy, placement="best-fit"))) is None
+    # host CPU tracked, under either placement; a shape prior (the packing simulator's) is not
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
-    assert host.policy.placement == "fragmentation" and "tracks host CPU" in str(unsupported(host))
+    assert host.policy.placement == "fragmentation" and unsupported(host) is None
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
-    # a shape prior (the packing simulator's) is not
-    prior = replace(template, shape_prior={(1, 1.0, 0, 0, ()): 3.0})
+    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0})
     assert "shape prior" in str(unsupported(prior))
     eng = NativeEngine(template, native)
     cpu = make_run("c", "p0", gpus=0, cpu_milli=1000)

@@ -106,11 +106,6 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     return template, events
 
 
-@pytest.mark.skip(
-    reason="the native engine refuses these clusters (core.native_support.unsupported) since "
-    "this comparison found a 2-node gang accepting two types that Rust admits and Python does "
-    "not (stop 34); remove this mark with the fix"
-)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fragmenting())
 def test_native_engine_places_as_the_python_engine_under_fragmentation(
@@ -120,19 +115,15 @@ def test_native_engine_places_as_the_python_engine_under_fragmentation(
     replay(native, template, events)
 
 
-def test_a_run_goes_where_it_fragments_least(native: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_goes_where_it_fragments_least(native: Any) -> None:
     """One decision worked by hand: n0 (8 GPUs, 16 cores) holds a 2-GPU run of type a that
     asked for 4 cores, so the mix is that one shape. A 2-GPU run asking 4 cores: best fit
     would take n1 (4 GPUs, the fewest left); on n1, n2 or n0 the growth of expected
     fragmentation is 0 (class -50) and on n0 it leaves 8 cores for 4 GPUs, the mix's own CPU
     per GPU (imbalance 0), so n0 wins. Both engines say so."""
-    from mlops_gpu.core import native as native_mod
     from mlops_gpu.core.engine import Incremental
     from mlops_gpu.core.native import NativeEngine
 
-    # (the engine refuses host tracking under fragmentation for now: the Rust placement is
-    # exercised here past that refusal)
-    monkeypatch.setattr(native_mod, "unsupported", lambda template: None)
     nodes = [
         make_node("n0", 8, "a", "b1", cpu_milli=16000),
         make_node("n1", 4, "a", "b1", cpu_milli=64000),
@@ -152,3 +143,44 @@ def test_a_run_goes_where_it_fragments_least(native: Any, monkeypatch: pytest.Mo
     assert placed[0] == placed[1]
     assert placed[0] is not None and placed[0].slots[0].node == "n0"
     assert placed[0].slots[0].devices == ("2", "3")
+
+
+@pytest.mark.parametrize("placement", ["best-fit", "fragmentation"])
+def test_a_gang_blocked_on_every_type_it_could_ever_use_is_the_anchor(
+    native: Any, placement: str
+) -> None:
+    """The divergence the random comparison found (the anchor's "blocked" test, not the
+    placement). Gang g (2 nodes x 2 GPUs, 16 cores each) accepts a and h; h1 has 8 cores, so
+    no empty cluster hosts g on h (``State.ever_fits``) and g could only ever run on a, where
+    a0 has 1 GPU free: g is blocked, it is the anchor and holds a0 and a1. That h0 and h1 have
+    2 GPUs free each does not make g open (``parking._blocked`` judges the types it could
+    ever be admitted on; the Rust port judged every accepted type and found no anchor). So s
+    (a 2-node gang of type a only, no max_runtime) waits for the reservation on both engines."""
+    from mlops_gpu.core.engine import Incremental
+    from mlops_gpu.core.native import NativeEngine
+
+    nodes = [
+        make_node("a0", 2, "a", "b1"),
+        make_node("a1", 2, "a", "b1"),
+        make_node("h0", 2, "h", "b1"),
+        make_node("h1", 2, "h", "b1", cpu_milli=8000),
+    ]
+    quotas = {t: Quota(16, None) for t in ("a", "h")}
+    template = make_snapshot(
+        nodes, [make_project("p0", quotas=quotas)], now=0.0, placement=placement
+    )
+    assert unsupported(template) is None
+    ref, nat = Incremental(template), NativeEngine(template, native)
+    first = make_run("x", "p0", gpus=1, gpu_types=["a"], seq=0)
+    gang = make_run("g", "p0", gpus=2, nodes=2, cpu_milli=16000, seq=1, submitted_at=2.0)
+    small = make_run("s", "p0", gpus=1, nodes=2, gpu_types=["a"], seq=2, submitted_at=2.0)
+    for eng in (ref, nat):
+        eng.submit(first)
+        [admitted] = eng.cycle(1.0).admissions
+        assert admitted.placement is not None and admitted.placement.slots[0].node == "a0"
+        eng.submit(gang)
+        eng.submit(small)
+        decision = eng.cycle(2.0)
+        assert decision.admissions == ()
+        [why] = [p for p in eng.explain_all(3.0) if p.run_id == "s"]
+        assert why.reason_code.value == "reserved", why

@@ -149,3 +149,57 @@ def test_the_simulator_falls_back_to_python_where_native_cannot(
     assert simulate(trace, cluster, "default").engine == "python"
     with pytest.raises(NotSupported, match="not installed"):
         simulate(trace, cluster, "default", engine="native")
+
+
+def test_two_profiles_no_node_offers_queue_apart(native: Any) -> None:
+    """Runs asking for two MIG profiles that no node offers, charged the same share (2/7):
+    the Python core queues them apart (``state.shape_key`` keys by the profile's name), so the
+    native engine must too (each such profile gets a number of its own, not one for all), or
+    the second would be explained by the first's shape."""
+    t = TYPES[0]
+    template = make_snapshot(
+        [make_node("m0", 0, t, backend="b1", mig={"1g.10gb": ("s0", "s1", "s2")})],
+        [make_project("p0", quotas={t: Quota(8, None)})],
+        now=0.0,
+        capabilities={"b1": BackendCapabilities(mig=True)},
+        placement="best-fit",
+    )
+    events = [
+        ("submit", make_run("x", "p0", mig="2g.20gb", seq=0)),
+        ("submit", make_run("y", "p0", mig="2g.24gb", seq=1)),
+        ("submit", make_run("z", "p0", mig="1g.10gb", seq=2)),
+        ("cycle", None),
+        ("cycle", None),
+    ]
+    replay(native, template, events)
+    nat = NativeEngine(template, native)
+    for _, run in events[:3]:
+        nat.submit(run)
+    why = {p.run_id: p.reason for p in nat.explain_all(1.0)}
+    assert "2g.20gb" in why["x"] and "2g.24gb" in why["y"], why
+
+
+def test_a_placed_memory_cap_over_quota_is_judged_by_its_share(native: Any) -> None:
+    """p1's run holds half of s0; p0 has no quota of its own, and its cohort half a GPU idle
+    to lend. A 50 GB cap of p0 fits on s1 (80 GB), where it is charged 0.625 of a GPU: more
+    than the cohort lends, so it waits on quota, and the reason says it needs 0.625 (the
+    placement's share, as ``Cycle._try`` judged it), not the whole GPU an unplaced memory cap
+    counts as (the random comparison found the native engine naming 1)."""
+    t = TYPES[0]
+    template = make_snapshot(
+        [make_node(f"s{i}", 1, t, backend="b1", shared=True, gpu_memory_mb=80000) for i in (0, 1)],
+        [make_project(f"p{i}", quotas={t: Quota(i, None)}, cohort="team") for i in (0, 1)],
+        now=0.0,
+        capabilities={"b1": BackendCapabilities(shared_gpus=True)},
+        placement="best-fit",
+    )
+    half = make_run("h", "p1", gpu_fraction=0.5, seq=0)
+    cap = make_run("m", "p0", gpu_memory_mb=50000, seq=1)
+    replay(native, template, [("submit", half), ("cycle", None), ("submit", cap), ("cycle", None)])
+    for eng in (Incremental(template), NativeEngine(template, native)):
+        eng.submit(half)
+        eng.cycle(1.0)
+        eng.submit(cap)
+        [why] = eng.explain_all(2.0)
+        assert why.reason_code.value == "quota", why
+        assert "0.5 idle to lend; it needs 0.625" in why.reason, why

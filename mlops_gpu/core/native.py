@@ -275,10 +275,13 @@ class NativeEngine:
 
     def _shape(self, run: Run) -> _engine.ShapeSpec | None:
         """A MIG or shared request as ``_engine.ShapeSpec`` (None: whole GPUs); a profile no
-        node offers gets a number no node has."""
+        node offers gets a number of its own that no node has (numbered as they come: two
+        such profiles are two queues, as ``state.shape_key`` keys them by name)."""
         req = run.request
         if req.mig is not None:
-            profile = self._profile_ix.get(req.mig, len(self._profiles))
+            profile = self._profile_ix.get(req.mig)
+            if profile is None:
+                profile = self._profile_ix[req.mig] = len(self._profile_ix)
             return _engine.ShapeSpec(mig=profile, mig_share=mig_share(req.mig))
         if req.shape == "shared":
             return _engine.ShapeSpec(fraction=req.gpu_fraction, memory_mb=req.gpu_memory_mb)

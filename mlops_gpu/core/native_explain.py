@@ -22,7 +22,6 @@ from mlops_gpu.core import reason_text as rt
 from mlops_gpu.core.decision import PendingReason, ReasonCode
 from mlops_gpu.core.explain import shape_text
 from mlops_gpu.core.fairshare import budget_exceeded
-from mlops_gpu.core.placement import request_amount
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.model import Run
 
@@ -159,7 +158,9 @@ def _text(eng: NativeEngine, r: _engine.Reason) -> str:
             shape, r.gpus_held, r.anchor, projects[r.res_project], types[r.res_type], r.at
         )
     if r.code == "quota":
-        proj, amount = eng.template.projects[run.project], request_amount(run)
+        # (each type's amount as the engine judged it: a placement's share where it was
+        # placed there, else the request's)
+        proj = eng.template.projects[run.project]
         root = cohort_roots(eng.template)[run.project]
         return rt.over_quota(
             shape,
@@ -167,7 +168,7 @@ def _text(eng: NativeEngine, r: _engine.Reason) -> str:
                 rt.quota_problem(
                     kind, run.project, types[ti], proj.quota(types[ti]), v, amount, root, v
                 )
-                for ti, kind, v in r.quota
+                for ti, kind, v, amount in r.quota
             ),
         )
     if r.code == "no_capacity":

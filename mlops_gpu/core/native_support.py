@@ -5,19 +5,20 @@
 simulator then run the Python engine (nothing is guessed). The native engine serves:
 - whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
   as numbers, each key's values in name order); with host CPU and memory (runs' requests per
-  node, nodes' capacities) under ``policy.placement: best-fit`` only. The Rust port of
-  fragmentation-aware placement (``native/src/fgd.rs``, ``fragmentation.rs``,
-  ``type_choice.rs``: ``core/fragmentation.py`` and ``type_choice`` to the last bit of
-  Python's ``round()`` and ``sum()``, runs' ``gpu_types`` crossing as named: ``accepts``) is
-  built and unit-tested, but clusters it would weigh are refused until the random comparison
-  agrees (``tests/test_native_fragmentation.py``); not with a ``Snapshot.shape_prior`` (the
-  packing simulator's, which runs the Python engine);
+  node, nodes' capacities), under either ``policy.placement``: ``fragmentation`` (the default)
+  places one-node runs by the growth of expected fragmentation and orders a run's GPU types by
+  headroom and growth (``core/fragmentation.py``, ``type_choice``), as the Python core does to
+  the last bit of its ``round()`` and ``sum()`` (runs' ``gpu_types`` cross as named:
+  ``accepts``; compared on random clusters by ``tests/test_native_fragmentation.py``); not
+  with a ``Snapshot.shape_prior`` (the packing simulator's, which runs the Python engine);
 - MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
   their whole devices, profiles numbered in name order) and parts of shared devices by
   fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``), but
-  shared devices only under ``policy.placement: best-fit``; active runs holding slices or
-  parts cross with each slot's share (``_engine.SlotShare``), and every slot of such a run
-  must be on a node of the cluster; not CPU-only runs (``gpus`` 0);
+  shared devices only under ``policy.placement: best-fit``, and MIG slices not where
+  fragmentation-aware placement weighs the cluster's shapes (``fragmentation`` with nodes that
+  track host resources); active runs holding slices or parts cross with each slot's share
+  (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster; not
+  CPU-only runs (``gpus`` 0);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
   projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
@@ -53,7 +54,7 @@ def unsupported(template: Snapshot) -> str | None:
             " of other projects shortest-first)"
         )
     # fragmentation-aware placement weighs every held slot's shape (the Rust engine keeps that
-    # mix where nodes track host resources)
+    # mix where nodes track host resources, as whole GPUs only)
     weighs = p.placement == "fragmentation" and any(
         n.cpu_milli is not None or n.host_memory_mb is not None for n in template.nodes
     )
@@ -63,15 +64,10 @@ def unsupported(template: Snapshot) -> str | None:
                 f"node {n.name} has shared devices under policy.placement {p.placement!r} "
                 "(the native engine places shared devices under best-fit only)"
             )
-        if weighs and (n.cpu_milli is not None or n.host_memory_mb is not None):
-            # The Rust port (native/src/fgd.rs, fragmentation.rs, type_choice.rs) is built
-            # and unit-tested, but the random comparison found a decision it makes apart from
-            # Python's (a 2-node gang accepting two types, admitted by Rust only): until that
-            # is found, the Python engine serves these clusters.
+        if n.mig and weighs:
             return (
-                f"node {n.name} tracks host CPU or memory under policy.placement "
-                "'fragmentation' (the native engine's fragmentation-aware placement is not yet "
-                "identical to Python's: best-fit only there)"
+                f"node {n.name} has MIG slices on a cluster tracking host CPU or memory under "
+                "policy.placement 'fragmentation' (the native engine weighs whole GPUs only there)"
             )
     if template.shape_prior:
         return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"

@@ -222,18 +222,25 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
             if level(i).is_none() || !better(i, &best) {
                 continue;
             }
-            // (a type that a node set takes now fits an empty cluster: `types_of` only when
-            // blocked on every type quota could ever admit it on)
+            // Blocked: on none of the types it could ever be admitted on (`types_of`) do both
+            // quota admit it and a node set take it now (`parking._blocked`). (Judged on those
+            // types only: a node set that takes it now on a type an empty cluster could not
+            // host it on, for want of host CPU or memory, does not make it open.)
+            // (`ever_fits` asked last, and only of a run with host requests: it walks the
+            // type's nodes, and without them a node set that takes the run now is one an empty
+            // cluster has)
             let r = &st.runs[i];
-            let open = r.types.iter().any(|&t| {
-                quota_terms(m, r, t).0
-                    && admits(m, &st.cap.used, r.project, t, r.amount(), r.preemptible)
-                    && if r.topology.is_some() {
-                        place(m, &st.cap, r, t, None).is_some()
-                    } else {
-                        node_sets(m, &st.cap, r, t)
-                    }
-            });
+            let open = r.shape.is_whole()
+                && r.types.iter().any(|&t| {
+                    quota_terms(m, r, t).0
+                        && admits(m, &st.cap.used, r.project, t, r.amount(), r.preemptible)
+                        && if r.topology.is_some() {
+                            place(m, &st.cap, r, t, None).is_some()
+                        } else {
+                            node_sets(m, &st.cap, r, t)
+                        }
+                        && (r.host() == (0, 0) || ever_fits(m, r, t))
+                });
             if open {
                 continue;
             }

@@ -433,6 +433,8 @@ impl<'a> Cycle<'a> {
         } else {
             Vec::new()
         };
+        // (per type, the amount quota judged: the reason names it)
+        let mut amounts = Vec::with_capacity(types.len());
         for (k, &t) in types.iter().enumerate() {
             let r = &self.st.runs[i];
             let ends = r.max_runtime.map(|mr| self.now + mr);
@@ -451,6 +453,7 @@ impl<'a> Cycle<'a> {
                 fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
             }
             let amount = placed.as_ref().map_or(r.amount(), |p| p.amount());
+            amounts.push(amount);
             if !admits(m, &self.st.cap.used, r.project, t, amount, r.preemptible) {
                 continue;
             }
@@ -478,7 +481,7 @@ impl<'a> Cycle<'a> {
             return Outcome::Admitted; // with its victims
         }
         if let Some(mut log) = self.log.take() {
-            log.wait(i, explain::blocked(self, i, &types));
+            log.wait(i, explain::blocked(self, i, &types, Some(&amounts)));
             self.log = Some(log);
         }
         Outcome::Blocked

@@ -501,6 +501,7 @@ impl Engine {
             started_at: None,
             going: false,
             queued: false,
+            activated: 0,
             submitted_at: r.submitted_at,
             seq: r.seq,
         })

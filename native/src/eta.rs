@@ -106,20 +106,31 @@ impl EtaBook {
         let n = m.n_types;
         let mut releases: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
         let mut unknown = vec![0.0f64; n];
-        let mut add = |ty: usize, end: Option<f64>, amount: f64| match end {
-            None => unknown[ty] += amount,
-            Some(e) => releases[ty].push((e, amount)),
-        };
+        // (the GPUs held without an end are summed in the order the runs came to hold them,
+        // then the cycle's admissions, as `EtaBook.__init__` adds the snapshot's active runs
+        // then the admitted: MIG and shared amounts are fractions, and float sums depend on
+        // their order)
+        let mut held_unknown: Vec<(u64, usize, f64)> = Vec::new();
         for held in &st.held {
             for &i in held {
                 if holds(c, i) {
                     let p = st.runs[i].placement.as_ref().expect("active");
-                    add(p.ty, expected_end(st, i, now), p.amount());
+                    match expected_end(st, i, now) {
+                        None => held_unknown.push((st.runs[i].activated, p.ty, p.amount())),
+                        Some(e) => releases[p.ty].push((e, p.amount())),
+                    }
                 }
             }
         }
+        held_unknown.sort_unstable_by_key(|x| x.0);
+        for (_, ty, amount) in held_unknown {
+            unknown[ty] += amount;
+        }
         for (i, p) in &c.admissions {
-            add(p.ty, st.runs[*i].max_runtime.map(|mr| now + mr), p.amount());
+            match st.runs[*i].max_runtime {
+                None => unknown[p.ty] += p.amount(),
+                Some(mr) => releases[p.ty].push((now + mr, p.amount())),
+            }
         }
         let mut free = vec![0.0f64; n];
         let mut has_free = vec![false; n];

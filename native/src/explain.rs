@@ -29,12 +29,15 @@ const SHOWN_UNKNOWN: usize = 10;
 
 /// Why a run is over quota on one type (`QuotaBook.problem`): `kind` is `limit` (nominal plus
 /// borrowing limit reached; `value`: its usage), `alone` (no cohort; usage), `nominal` (not
-/// preemptible: nominal only; usage) or `cohort` (`value`: what the cohort has idle to lend).
+/// preemptible: nominal only; usage) or `cohort` (`value`: what the cohort has idle to lend);
+/// `amount`: what the run would add (its placement's share where it was placed on the type,
+/// else its request's: `Cycle._try`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuotaProblem {
     pub gpu_type: usize,
     pub kind: &'static str,
     pub value: f64,
+    pub amount: f64,
 }
 
 /// A cohort member borrowing a type a waiting run's project lends (`QuotaBook.borrowers`);
@@ -148,9 +151,15 @@ impl Log {
 /// on every type, else waiting for capacity. `types`: the run's types in the order they were
 /// tried (`Cycle._try` orders several by headroom and fragmentation; the sentence names them
 /// so).
-pub fn blocked(c: &Cycle, i: usize, types: &[usize]) -> Reason {
+pub fn blocked(c: &Cycle, i: usize, types: &[usize], amounts: Option<&[f64]>) -> Reason {
     let (m, r) = (c.m, &c.st.runs[i]);
-    let quota: Vec<QuotaProblem> = types.iter().filter_map(|&t| problem(c, i, t)).collect();
+    // (the amount each type was judged by: a memory-only shared request placed on a device
+    // is charged its memory's share there, unplaced a whole GPU)
+    let quota: Vec<QuotaProblem> = types
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &t)| problem(c, i, t, amounts.map_or(r.amount(), |a| a[k])))
+        .collect();
     if !quota.is_empty() && quota.len() == types.len() {
         return Reason {
             code: "quota",
@@ -252,9 +261,8 @@ fn lent_runs(c: &Cycle, b: &mut Borrower) {
 }
 
 /// Why run `i` may not add its GPUs of `t` now, or None (`QuotaBook.problem`).
-fn problem(c: &Cycle, i: usize, t: usize) -> Option<QuotaProblem> {
+fn problem(c: &Cycle, i: usize, t: usize, amount: f64) -> Option<QuotaProblem> {
     let (m, r, used) = (c.m, &c.st.runs[i], &c.st.cap.used);
-    let amount = r.amount();
     if admits(m, used, r.project, t, amount, r.preemptible) {
         return None;
     }
@@ -273,6 +281,7 @@ fn problem(c: &Cycle, i: usize, t: usize) -> Option<QuotaProblem> {
         gpu_type: t,
         kind,
         value,
+        amount,
     })
 }
 
@@ -308,7 +317,7 @@ pub fn finish(c: &mut Cycle) -> Explanation {
     let met = std::mem::take(&mut log.met);
     for (i, follow) in met {
         if log.lazy.contains(&i) {
-            let why = blocked(c, i, &c.st.runs[i].types);
+            let why = blocked(c, i, &c.st.runs[i].types, None);
             log.reasons.insert(i, why);
         }
         if admitted.contains(&i) {

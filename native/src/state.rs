@@ -58,6 +58,10 @@ pub struct Run {
     pub started_at: Option<f64>,
     pub going: bool,
     pub queued: bool,
+    /// When it came to hold its placement, as a count of such events (admitted or loaded):
+    /// the order of the Python state's `active` dict, in which the ETA book sums the GPUs
+    /// held without max_runtime (fractional shares: the same order, the same float).
+    pub activated: u64,
     /// Its age (with `id`): the anchor is the blocked run that has waited longest.
     pub submitted_at: f64,
     pub seq: i64,
@@ -162,6 +166,8 @@ pub struct State {
     /// The run that held the reservation after the last cycle, if not admitted then
     /// (`State.anchor`).
     pub anchor: Option<usize>,
+    /// The next `Run::activated`.
+    pub activations: u64,
 }
 
 impl State {
@@ -179,6 +185,7 @@ impl State {
             moving: vec![Vec::new(); m.nodes.len()],
             held: vec![Vec::new(); m.projects.len() * m.n_types],
             anchor: None,
+            activations: 0,
         }
     }
 
@@ -261,6 +268,8 @@ impl State {
         r.admitted_at = Some(now);
         r.started_at = Some(now);
         r.going = false;
+        r.activated = self.activations;
+        self.activations += 1;
         self.timeline(m, i, true);
         self.held_by(m, i, true);
         if self.runs[i].preemptible {
@@ -295,6 +304,8 @@ impl State {
         let r = &mut self.runs[i];
         r.placement = Some(p);
         r.going = going;
+        r.activated = self.activations;
+        self.activations += 1;
         if going {
             self.going.push(i);
             return Ok(());

@@ -317,7 +317,7 @@ struct Preempted {
 }
 
 /// A reason code and its parameters (`lib::Reason`: which fields each code reads); types and
-/// projects as indices. `quota`: (type, kind, value); `blocks`: (type, largest free block);
+/// projects as indices. `quota`: (type, kind, value, amount); `blocks`: (type, largest free block);
 /// `borrowers`: (type, project, GPUs borrowed, reclaimable runs shown, how many, runs not
 /// preemptible shown, how many), each run as (id, expected end or None).
 #[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
@@ -325,7 +325,7 @@ struct Reason {
     code: &'static str,
     subject: String,
     types: Vec<usize>,
-    quota: Vec<(usize, &'static str, f64)>,
+    quota: Vec<(usize, &'static str, f64, f64)>,
     blocks: Vec<(usize, usize)>,
     borrowers: Vec<BorrowerTuple>,
     lent: bool,
@@ -379,7 +379,7 @@ fn explanation(py: Python<'_>, e: lib::Explanation) -> PyResult<Explanation> {
                     quota: r
                         .quota
                         .into_iter()
-                        .map(|q| (q.gpu_type, q.kind, q.value))
+                        .map(|q| (q.gpu_type, q.kind, q.value, q.amount))
                         .collect(),
                     blocks: r.blocks,
                     borrowers: r

@@ -82,6 +82,7 @@ fn a_run_over_quota_names_the_problem_and_waits_for_the_quota() {
         gpu_type: 0,
         kind: "alone",
         value: 8.0,
+        amount: 4.0,
     };
     assert_eq!(e.reasons[0].quota, vec![want]);
     // with a nominal of 2 the run can never start while "v"'s 8 count: no ETA, and why

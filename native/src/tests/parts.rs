@@ -9,6 +9,9 @@
 
 use super::{cycle, model, run, LOW, NORMAL};
 use crate::capacity::Capacity;
+use crate::cycle::Cycle;
+use crate::eta::NoEta;
+use crate::explain;
 use crate::model::Model;
 use crate::parts::{NodeParts, Shape};
 use crate::placement::place;
@@ -165,4 +168,32 @@ fn a_whole_gpu_run_preempts_the_shared_runs_of_a_device_it_needs() {
     let mut victims: Vec<String> = preempted.into_iter().map(|(v, _, _)| v).collect();
     victims.sort();
     assert_eq!(victims, vec!["a", "b"]);
+}
+
+#[test]
+fn the_shares_held_without_max_runtime_are_summed_in_the_order_they_came() {
+    // a, b, c, d hold parts of devices without max_runtime (loaded in that order); a ends, so
+    // the project's list of holders is d, b, c. The Python core sums its active runs in the
+    // order they came, b + c + d: (0.3 + 0.2) + 0.1 = 0.6, where d first would give
+    // (0.1 + 0.3) + 0.2 = 0.6000000000000001.
+    let mut m = shared();
+    m.projects[0].terms[0].nominal = 32.0;
+    let mut st = State::new(&m);
+    for (k, (id, fraction)) in [("a", 0.4), ("b", 0.3), ("c", 0.2), ("d", 0.1)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut r = part(id, k as i64, NORMAL, Some(fraction), None);
+        r.max_runtime = None;
+        let p = place(&m, &st.cap, &r, 0, None).expect("room on a device");
+        st.hold(&m, r, p, false).expect("hold");
+    }
+    st.finish(&m, st.by_id["a"]).expect("active");
+    st.enqueue(run("w", 9, NORMAL, 8, None)).expect("enqueue");
+    let mut c = Cycle::new(&m, &mut st, 1.0, None, Vec::new());
+    c.log = Some(Box::default());
+    c.run();
+    let e = explain::finish(&mut c);
+    assert_eq!(e.no_eta, vec![NoEta::HeldUnknown(0.3 + 0.2 + 0.1)]);
+    assert_ne!(0.3 + 0.2 + 0.1, 0.1 + 0.3 + 0.2);
 }
