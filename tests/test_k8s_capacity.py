@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,12 @@ class Placeholders:
         up = {n.name for n in nodes if n.schedulable}
         self.deleted += [p.name for p in self.held if p.node in up]
         self.held = [p for p in self.held if p.node not in up]
+
+    def forget_others(self, pools: Iterable[Pool]) -> bool:
+        names = {p.name for p in pools}
+        self.deleted += [p.name for p in self.held if p.pool not in names]
+        self.held = [p for p in self.held if p.pool in names]
+        return True
 
     def ask(self, pool: Pool, slots: Mapping[str, Sequence[str]], now: float) -> None:
         for name, runs in sorted(slots.items()):
@@ -226,3 +232,33 @@ def test_settle_deletes_placeholders_whose_node_is_up_or_never_came() -> None:
     assert api.pods == []
     assert [n.state.value for n in cap.pool_nodes(POOL, (node("n1"), node("n2")), NOW)] == [
         "up", "up", "powered_down"]  # fmt: skip
+
+
+def test_a_placeholder_bound_to_a_node_that_never_comes_up_goes_after_the_grace() -> None:
+    # bound by kube-scheduler to n1, which stays NotReady (or cordoned): kept, it would hold
+    # n1 up for good (consolidation never removes a node with a pod on it)
+    api = Api([bound(0, NOW, "n1")])
+    cap = RealPlaceholders(api.clients, api.get, api.send, "ml")
+    stuck = (node("n1", ok=False, why="NotReady"),)
+    cap.settle(POOL, stuck, NOW + POOL.boot_s)  # within boot_s + the grace: it waits
+    assert len(api.pods) == 1
+    cap.settle(POOL, stuck, NOW + POOL.boot_s + 61)
+    assert api.pods == []
+
+
+def test_placeholders_of_a_pool_no_longer_in_the_config_are_deleted(tmp_path: Path) -> None:
+    other = Pool("old", "k8s", "a100-80gb", 8, 0, 3, 30.0, 10.0, 60.0)
+    api = Api([bound(0, NOW, None), placeholder_manifest(other, 0, ["r"], NOW, "ml", False)])
+    cap = RealPlaceholders(api.clients, api.get, api.send, "ml")
+    assert cap.forget_others([POOL]) is True
+    assert [p["metadata"]["labels"][POOL_LABEL] for p in api.pods] == ["gpu"]
+    # through PoolControl: once on the first tick, and again when the config's pools change
+    rt = runtime(tmp_path)
+    fake = rt.backends["k8s"].capacity
+    fake.held = [ph(0), Placeholder("q0", "old", 0, NOW, None, ("r",))]
+    pc = PoolControl(rt)
+    pc.open((), NOW)
+    assert fake.deleted == ["q0"] and [p.name for p in fake.held] == ["p0"]
+    fake.held.append(Placeholder("q1", "old", 1, NOW, None, ("r",)))
+    pc.open((), NOW + 1)  # the same pools: no sweep (no list per tick)
+    assert fake.deleted == ["q0"]

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,11 +217,24 @@ class Placeholders:
                 continue
             if p.node is not None and p.node in up:
                 self._delete(p, f"its node {p.node} is up")
-            elif p.node is None and now - p.asked_at > pool.boot_s + GRACE_S:
-                log.warning("pool %s: no node came for placeholder %s within %.0f s; deleting "
-                            "it (see the autoscaler's log)", pool.name, p.name,
+            elif now - p.asked_at > pool.boot_s + GRACE_S:
+                # pending, or bound to a node that never became schedulable (NotReady,
+                # cordoned): kept, it would hold that node up (the autoscaler's consolidation
+                # never removes a node with a pod on it)
+                log.warning("pool %s: no node came up for placeholder %s within %.0f s; "
+                            "deleting it (see the autoscaler's log)", pool.name, p.name,
                             pool.boot_s + GRACE_S)  # fmt: skip
-                self._delete(p, "no node came")
+                self._delete(p, "no node came up")
+
+    def forget_others(self, pools: Iterable[Pool]) -> bool:
+        """Delete the placeholders of pools no longer acted on here (removed or renamed in the
+        config, or moved to another backend): no ``settle`` would ever look at them again, and
+        a kept one holds its node (and its cost) up. True (done; a cluster error raises)."""
+        names = {label_value(p.name) for p in pools}
+        for p in self.held(refresh=True):
+            if p.pool not in names:
+                self._delete(p, f"its pool {p.pool} is no longer in the config")
+        return True
 
     def ask(self, pool: Pool, slots: Mapping[str, Sequence[str]], now: float) -> None:
         """Create a placeholder for each powered-down slot in ``slots`` (slot -> runs)."""

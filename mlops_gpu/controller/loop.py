@@ -184,7 +184,7 @@ class Controller:
 
     def _flush_tracking(self) -> None:
         """Queue the closes of the MLflow runs of attempts that ended this tick: the tracking
-        worker makes them (``tracking_queue``), so MLflow's writes never delay a tick."""
+        worker makes them (``tracking.close_queue``), so MLflow's writes never delay a tick."""
         ended, self._ended = self._ended, []
         self.tracking.put(ended)
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -58,6 +58,7 @@ class Capacity(Protocol):
     def pool_nodes(self, pool: Pool, nodes: Sequence[Node], now: float) -> list[PoolNode]: ...
     def settle(self, pool: Pool, nodes: Sequence[Node], now: float) -> None: ...
     def ask(self, pool: Pool, slots: Mapping[str, Sequence[str]], now: float) -> None: ...
+    def forget_others(self, pools: Iterable[Pool]) -> bool: ...
 
 
 log = logging.getLogger("mlops_gpu.controller")
@@ -80,6 +81,8 @@ class PoolControl:
         #: node -> when it was first seen booting (its ETA: that plus ``boot_s``)
         self._booting_since: dict[str, float] = {}
         self._said: tuple[str, ...] = ()
+        #: the pools (name -> backend) at the last sweep of other pools' placeholders
+        self._swept: dict[str, str] | None = None
 
     def pools(self) -> dict[str, Pool]:
         cfg = self.rt.cfg
@@ -132,6 +135,14 @@ class PoolControl:
         backend lists them; ``nodes`` itself when none is open); opened nodes that booted or
         waited too long are closed."""
         pools = self.pools()
+        if (now_pools := {n: p.backend for n, p in pools.items()}) != self._swept:
+            swept = True  # first tick, or the config's pools changed: once, until it succeeds
+            for bname in self.rt.backends:
+                if (cap := self._capacity(bname)) is not None:
+                    mine = [p for p in pools.values() if p.backend == bname]
+                    swept &= _quietly(f"backend {bname}: removing other pools' placeholders",
+                                      cap.forget_others, mine) is not None  # fmt: skip
+            self._swept = now_pools if swept else None
         if not pools and not self.opened:
             return nodes
         still: dict[str, float] = {}  # opened nodes the backend still lists powered down

@@ -6,7 +6,8 @@ audited as the rest.
 
 Another module adds its own routes with ``app.include_router(router)`` or ``app.mount(path,
 asgi_app)`` on what ``create_app`` returns (``extras``: a list of callables, each given the app,
-for ``mlops-gpu server``)."""
+for ``mlops-gpu server``). With extras the single-run submit takes the whole stack too, so that
+middleware an extra adds sees it."""
 
 from __future__ import annotations
 
@@ -82,9 +83,11 @@ def create_app(
     from mlops_gpu.server import dashboard
 
     dashboard.install(app)  # the web dashboard at /, same identities as the API
+    extras = list(extras)
     for extra in extras:
         extra(app)
-    app.fast = FastSubmit(app.stack, app, srv.max_body_bytes)  # before the whole stack
+    if not extras:  # (an extra's middleware must see every request: no fast path then)
+        app.fast = FastSubmit(app.stack, app, srv.max_body_bytes)  # before the whole stack
     # the large limit of POST /runs/call only for an identity that passed (401 before the body)
     app.add_middleware(BodyLimit, max_bytes=srv.max_body_bytes,
                        routes={API + sdk.CALL_PATH: sdk.call_body_limit(srv)},

@@ -169,15 +169,18 @@ class IdentityCache:
         """Forget ``key`` (its token no longer authenticates: the next request reads it)."""
         self._items.pop(key, None)
 
-    def put(self, key: str, who: Identity, generation: int,
-            expires_at: float | None = None) -> None:  # fmt: skip
+    def put(self, key: str, who: Identity, generation: int, expires_at: float | None = None,
+            read_at: float | None = None) -> None:  # fmt: skip
         """Cache ``who``, read from the store after ``generation`` was read (a read that
-        began before an invalidation is not kept)."""
+        began before an invalidation is not kept). ``read_at``: the clock when that read
+        began; the entry lives ``ttl_s`` from then, not from its end, so that a revocation
+        committed just after the read's snapshot is honoured within ``ttl_s`` however long
+        the read (and its wait for a thread) took."""
         if generation != self.shared.generation():
             return
         if len(self._items) >= self.max_size:
             self._items.clear()
-        until = self.clock() + self.ttl_s
+        until = (self.clock() if read_at is None else read_at) + self.ttl_s
         until = until if expires_at is None else min(until, expires_at)
         self._items[key] = (until, generation, who)
 
@@ -230,9 +233,10 @@ CHECKED = "identity_checked"
 def _load(rt: Any, cache: IdentityCache, key: str, secret: str) -> Identity:
     """The identity of ``secret`` read from the store (a thread: it blocks), then cached."""
     generation = cache.generation()  # before the read: a change during it is not cached
+    read_at = cache.clock()
     if key.startswith("p:"):
         who = _of(rt, secret, users_mod.get_user(rt.store, secret))
-        cache.put(key, who, generation)
+        cache.put(key, who, generation, read_at=read_at)
         return who
     found = users_mod.token_user(rt.store, secret)
     if found is None:  # not cached: a token that becomes valid is never one (hashes are unique)
@@ -240,7 +244,7 @@ def _load(rt: Any, cache: IdentityCache, key: str, secret: str) -> Identity:
                        headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
     user, expires_at = found
     who = _of(rt, user.name, user)
-    cache.put(key, who, generation, expires_at)
+    cache.put(key, who, generation, expires_at, read_at)
     return who
 
 
@@ -248,14 +252,16 @@ def _load_many(rt: Any, cache: IdentityCache, secrets: dict[str, str]) -> None:
     """Read the identities of ``secrets`` (cache key -> token or proxied name) again, tokens in
     one transaction, and cache them; a token that no longer authenticates is dropped."""
     generation = cache.generation()  # before the read: a change during it is not cached
+    read_at = cache.clock()
     toks = [s for k, s in secrets.items() if not k.startswith("p:")]
     found = users_mod.token_users(rt.store, toks) if toks else {}
     for key, secret in secrets.items():
         if key.startswith("p:"):
-            cache.put(key, _of(rt, secret, users_mod.get_user(rt.store, secret)), generation)
+            who = _of(rt, secret, users_mod.get_user(rt.store, secret))
+            cache.put(key, who, generation, read_at=read_at)
         elif secret in found:
             user, expires_at = found[secret]
-            cache.put(key, _of(rt, user.name, user), generation, expires_at)
+            cache.put(key, _of(rt, user.name, user), generation, expires_at, read_at)
         else:
             cache.drop(key)
 

@@ -127,7 +127,7 @@ class SharedState:
             for i in range(WINDOW):
                 off = _HEADER + ((home + i) % SLOTS) * _SLOT.size
                 k, tokens, at = _SLOT.unpack_from(self._mem, off)
-                level = min(cap, tokens + max(0.0, now - at) * rate)
+                level: float = min(cap, tokens + max(0.0, now - at) * rate)
                 if k == key:
                     if level < 1.0:
                         _SLOT.pack_into(self._mem, off, key, level, now)

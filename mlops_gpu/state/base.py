@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +30,10 @@ from mlops_gpu.state.schema import events, runs
 
 _RUN_CACHE = 100_000
 _SPEC_AT = list(runs.c.keys()).index("spec")  # the spec's place in a runs row
+
+
+def new_run_id() -> str:
+    return "r" + secrets.token_hex(5)
 
 
 def _row_to_run(r: Row[Any], spec: RunSpec | None = None) -> Run:

@@ -121,8 +121,7 @@ def submit_runs(
 ) -> list[Run]:
     """Queue ``specs`` in one transaction (``Store.submit_many``), with ``job``'s controls and
     ``audit``'s rows (see ``Store.submit_many``)."""
-    from mlops_gpu.state.base import _row_to_run
-    from mlops_gpu.state.store import new_run_id
+    from mlops_gpu.state.base import _row_to_run, new_run_id
 
     if not specs:
         return []

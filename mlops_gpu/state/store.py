@@ -10,7 +10,6 @@ changes nothing and reports it (``False`` or ``ConflictError``).
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,10 +38,6 @@ class Event:
     #: ``preempting`` events: the GPU-seconds of work the preemption throws away (since the
     #: victim's last checkpoint, else since its attempt started); None on other events.
     lost_gpu_s: float | None = None
-
-
-def new_run_id() -> str:
-    return "r" + secrets.token_hex(5)
 
 
 class Store(SchedulerMoves, RunRequests):

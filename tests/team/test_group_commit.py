@@ -98,6 +98,18 @@ def test_identity_cache_expires_with_its_ttl_or_the_token() -> None:
     assert cache.get("t:1") is None and cache.get("t:4") is who
 
 
+def test_an_identity_lives_its_ttl_from_when_its_read_began() -> None:
+    # a read that began at 100 and ended (after a wait for a thread) at 101.5: a revocation
+    # committed just after its snapshot must still take effect by 102, not by 103.5
+    now = [101.5]
+    cache = IdentityCache(ttl_s=2.0, clock=lambda: now[0])
+    cache.put("t:a", Identity("mem"), cache.generation(), read_at=100.0)
+    now[0] = 101.9
+    assert cache.get("t:a") is not None
+    now[0] = 102.0
+    assert cache.get("t:a") is None
+
+
 def test_identity_cache_says_when_an_entry_is_due_to_be_read_again() -> None:
     now = [100.0]
     cache = IdentityCache(ttl_s=2.0, clock=lambda: now[0])
