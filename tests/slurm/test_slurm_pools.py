@@ -184,7 +184,7 @@ def test_a_node_that_fails_to_resume_has_its_runs_requeued_elsewhere(
     ctl.tick()
     assert all(((rt.store.get(r.id) or r).reason or "").startswith("waiting for node sc1 to boot")
                for r in runs)  # fmt: skip
-    done = drive(rt, ctl, runs, timeout=150)
+    done = drive(rt, ctl, runs, timeout=300)  # ResumeTimeout, then a requeue: slow when loaded
     assert [g.phase for g in done] == [Phase.SUCCEEDED] * 4
     assert {g.attempt for g in done} == {2}  # lost with sc1, requeued once
     used = {s.node for g in done if g.placement for s in g.placement.slots}
