@@ -5,7 +5,8 @@ longer configured (requeued as lost) and admissions without a stored handle: the
 between the admission and the handle. Their job is looked for by (run id, attempt): one found is
 adopted, else the admission is rolled back; a preemptor still waiting for its victims keeps
 waiting (``gate``). So after a crash a run is never launched twice, and its GPUs are never
-booked twice. The MLflow runs of attempts that ended meanwhile are closed (``tracking.close_queue``).
+booked twice. The MLflow runs of attempts that ended meanwhile are closed
+(``tracking.close_queue``).
 """
 
 from __future__ import annotations
