@@ -34,15 +34,23 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from k8s_throughput import HOLD, NAMESPACE, RunningWatch, clients, empty_cluster, k8s, k8s_env
+from k8s_throughput import (
+    HOLD,
+    NAMESPACE,
+    RunningWatch,
+    clients,
+    create_all,
+    empty_cluster,
+    k8s,
+    k8s_env,
+    unpinned,
+)
 
 from mlops_gpu.backends.base import LaunchRequest
 from mlops_gpu.backends.k8s_manifest import PodSettings, job_manifest
-from mlops_gpu.backends.rate_limit import TokenBucket
 from mlops_gpu.model import NodeSlot, Placement, ResourceRequest, RunSpec
 
 MODES = ("job-kube-scheduler", "job-pinned", "pod-pinned")
@@ -66,10 +74,7 @@ def manifests(mode: str, n: int, tag: str, nodes: int) -> list[dict[str, Any]]:
         slot = Placement("k8s", "a100-80gb", (NodeSlot(f"kwok-node-{i % nodes}", ("0",)),))
         job = job_manifest(LaunchRequest(f"{tag}{i:05d}", 1, spec, slot), pod, {})
         if mode == "job-kube-scheduler":
-            job["spec"]["template"]["spec"].pop("nodeName")
-            for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
-                meta["annotations"].pop("mlops-gpu/nodes")
-            out.append(job)
+            out.append(unpinned(job))
         elif mode == "job-pinned":
             out.append(job)
         else:  # the Job's pod template as a Pod of its own, under the Job's name
@@ -81,21 +86,8 @@ def manifests(mode: str, n: int, tag: str, nodes: int) -> list[dict[str, Any]]:
 
 def burst(mode: str, objs: list[dict[str, Any]], qps: int, burst_: int, core: Any, batch: Any,
           watch: RunningWatch, ids: set[str]) -> float:  # fmt: skip
-    bucket = TokenBucket(qps, burst_)
-
-    def create(m: dict[str, Any]) -> None:
-        bucket.take()
-        if m["kind"] == "Pod":
-            resp = core.create_namespaced_pod(NAMESPACE, m, _preload_content=False)
-        else:
-            resp = batch.create_namespaced_job(NAMESPACE, m, _preload_content=False)
-        resp.drain_conn()
-        resp.release_conn()  # (else each create opens a new TLS connection)
-
     t0 = time.time()
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(create, objs))
-    created = time.time() - t0
+    created = create_all(objs, qps, burst_, core, batch)
     end = watch.wait_running(ids, timeout=600)
     last_pod = max(watch.seen[i] for i in ids) - t0
     print(f"  {mode}: {len(objs)} created in {created:.1f} s, last pod after {last_pod:.1f} s, "
