@@ -4,6 +4,7 @@ admission before launch, rollback, reconcile after a crash, requeue, cancel."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,34 @@ def test_lost_job_requeues_under_the_retry_policy(
     else:
         assert r.phase is Phase.FAILED and r.attempt == 1
     assert len(rt.store.usage()) == 1 and rt.store.usage()[0].outcome == "lost"
+
+
+def test_a_run_lost_with_its_node_is_not_placed_on_that_node_again(tmp_path: Path) -> None:
+    """The node dies between the tick's read of the nodes and its poll (Slurm marks a node down
+    and fails its jobs in one step): the requeued run must not be placed on it again, where its
+    job would wait for good (a Slurm job pinned to a down node stays pending)."""
+    data = yaml.safe_load(config_yaml(nodes=[("node-a", 4)]))
+    data["backends"] = {
+        "fake": {"type": "fake", "nodes": data["backends"]["local"]["nodes"], "duration_s": 1000}
+    }
+    data["retry"] = {"max_attempts": 3, "backoff_s": 0}
+    rt = Runtime(parse_config(data, str(tmp_path / "mlops-gpu.yaml"), tmp_path))
+    run = rt.submit(make_spec(gpus=2))
+    ctl = Controller(rt)
+    ctl.tick()
+    b = fake(rt)
+    b.lose(get(rt, run).handle or "")
+    polled = b.poll
+
+    def node_dies(handles: Any) -> Any:
+        b.nodes = [replace(n, schedulable=False, state_reason="down: test") for n in b.nodes]
+        return polled(handles)
+
+    b.poll = node_dies  # type: ignore[method-assign]
+    ctl.tick()
+    r = get(rt, run)
+    assert (r.attempt, r.phase, r.placement) == (2, Phase.PENDING, None)
+    assert b.launch_count == 1
 
 
 def test_cancel_running_run_signals_and_ends_cancelled(tmp_path: Path) -> None:

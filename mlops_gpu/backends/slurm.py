@@ -16,7 +16,12 @@ cluster's command-line tools.
 - Status: one ``squeue --json`` per poll for all handles, filtered here; a job that left squeue
   is looked up with ``scontrol show job``, then in the completion records (``sacct -c``), so a
   job that ended while the scheduler was down is recorded as it ended. Only a job no source
-  knows is ``lost``.
+  knows is ``lost``. A job still pending because a node it is pinned to is down, failed or
+  drained (``ReqNodeNotAvail``: the node died between the core's decision and the ``sbatch``,
+  as a resume that times out does) is cancelled and reported ``lost``, so the run is requeued
+  elsewhere instead of waiting for an admin; a node that is only powering up or down is waited
+  for. After a ``lost`` job the next ``inventory()`` reads ``sinfo`` afresh, whatever
+  ``inventory_s`` says, so the core does not place the requeued run on the dead node again.
 - Stop: ``scancel --signal=SIG --batch`` (the batch step runs the launcher, which passes the
   signal on), then ``scancel`` once the grace has passed. Deadlines are kept in
   ``<shared_dir>/kills.json`` and checked at every poll and cancel, so a restart keeps them.
@@ -48,6 +53,8 @@ from mlops_gpu.backends.base import (
     job_env,
 )
 from mlops_gpu.backends.slurm_parse import (
+    GONE,
+    NODE_WAITS,
     REASONS,
     SACCT_FIELDS,
     SlurmJobInfo,
@@ -110,6 +117,8 @@ class SlurmBackend:
             self.env["SLURM_CONF"] = slurm_conf
         self._inventory: list[Node] = []
         self._inventory_at = float("-inf")
+        #: a job was lost since the last ``sinfo`` (a node may have died): read it afresh
+        self._stale = False
         #: nodes seen under power saving (a cloud node up shows no power flag), and their states
         self._managed: set[str] = set()
         self._power: dict[str, NodeState] = {}
@@ -145,7 +154,7 @@ class SlurmBackend:
     # -- interface ------------------------------------------------------------------------
     def inventory(self) -> list[Node]:
         now = time.monotonic()
-        if now - self._inventory_at < self.inventory_s:
+        if not self._stale and now - self._inventory_at < self.inventory_s:
             return list(self._inventory)
         nodes = []
         try:
@@ -175,6 +184,7 @@ class SlurmBackend:
                 )
                 break  # one GPU type per node: the core's model of a node
         self._inventory, self._inventory_at, self._power = nodes, now, power
+        self._stale = False
         return list(nodes)
 
     def power_states(self) -> dict[str, NodeState]:
@@ -219,7 +229,35 @@ class SlurmBackend:
         gone = [j for j in ids if j not in queue]
         if gone:
             queue.update(self._finished(gone))
-        return {h: self._status(h, queue.get(j)) for j, h in ids.items()}
+        out = {h: self._status(h, queue.get(j)) for j, h in ids.items()}
+        for j, why in self._stuck(queue).items():
+            out[ids[j]] = JobStatus(ids[j], JobState.LOST, reason=f"Slurm job {j} {why}")
+        if any(st.state is JobState.LOST for st in out.values()):
+            self._stale = True
+        return out
+
+    def _stuck(self, queue: Mapping[str, SlurmJobInfo]) -> dict[str, str]:
+        """Pending jobs pinned to a node that is down, failed or drained (job id -> why),
+        cancelled here: Slurm would keep them pending until an admin resumes the node, and
+        start them then, after the controller has run the requeued attempt elsewhere."""
+        waiting = {j: i for j, i in queue.items()
+                   if i.state == "PENDING" and i.reason in NODE_WAITS and i.required}  # fmt: skip
+        if not waiting:
+            return {}
+        try:
+            dead = {n.name: n.reason for n in parse_sinfo(self._json(["sinfo", "--json"]))
+                    if n.words & GONE}  # fmt: skip
+        except SlurmError:
+            return {}  # slurmctld is away: ask again at the next poll
+        out = {}
+        for j, info in waiting.items():
+            proc = self._run(["scontrol", "show", "hostnames", info.required], check=False)
+            bad = [n for n in proc.stdout.split() if n in dead] if proc.returncode == 0 else []
+            if bad:
+                out[j] = f"could not start: its node {bad[0]} is unavailable ({dead[bad[0]]})"
+        if out:
+            self._scancel(sorted(out))
+        return out
 
     def cancel(self, handle: str, signal: str, grace_s: float) -> None:
         job_id = self._parse(handle)

@@ -51,6 +51,10 @@ REASONS = {
     "PREEMPTED": "Slurm preempted it",
     "OUT_OF_MEMORY": "out of memory",
 }
+#: Why a pending job waits when a node it is pinned to cannot take it (down, drained, failed).
+NODE_WAITS = frozenset({"ReqNodeNotAvail", "NodeDown"})
+#: A node in any of these states will not run a job pinned to it until an admin acts.
+GONE = frozenset({"DOWN", "FAIL", "FAILING", "DRAIN", "DRAINED", "DRAINING"})
 _DOWN = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "MAINTENANCE",
          "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "REBOOT_REQUESTED", "UNKNOWN",
          "INVALID", "PLANNED"}  # fmt: skip
@@ -76,6 +80,10 @@ class SlurmJobInfo:
     start: float | None = None
     end: float | None = None
     nodes: str = ""
+    #: why a pending job waits (squeue's ``state_reason``: ``Resources``, ``ReqNodeNotAvail``...)
+    reason: str = ""
+    #: the nodes it was pinned to (``--nodelist``), as a Slurm host list
+    required: str = ""
 
     @property
     def ours(self) -> JobState:
@@ -166,6 +174,7 @@ def parse_squeue(
         out[jid] = SlurmJobInfo(
             jid, str(j.get("name", "")), word, code, sig,
             start or None, end or None, str(j.get("nodes", "")),
+            str(j.get("state_reason") or ""), str(j.get("required_nodes") or ""),
         )  # fmt: skip
     return out
 

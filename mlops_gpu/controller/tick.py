@@ -1,9 +1,11 @@
 """One tick of the ``Controller``: store -> core decision -> backends -> store.
 
 The controller reads the store through its change feed into a ``Mirror`` (live runs plus the
-incremental core), so a tick costs what changed since the last one. One tick:
+incremental core), so a tick costs what changed since the last one. One tick reads the nodes
+(the backends' inventories, the pools' opened nodes), then:
 1. poll: ask each backend, in one batched call, about every active run's job, and record what
-   ended (succeeded, failed, cancelled, preempted -> requeued, lost -> requeued);
+   ended (succeeded, failed, cancelled, preempted -> requeued, lost -> requeued); after a
+   requeue the nodes are read again (a lost job may mean a dead node);
 2. stop: send the checkpoint signal to runs whose cancel was requested (once per process);
 3. snapshot: catch up with the store's changes; nodes from the backends, the config, the usage
    ledger (fair share, budgets);
@@ -72,6 +74,13 @@ def tick(ctl: Controller) -> TickReport:
     if time.monotonic() - ctl._polled_at >= ctl.min_poll_gap_s:  # 1. poll
         ctl._polled_at = time.monotonic()
         poll.poll(ctl, mirror.active(), rep)
+        if rep.requeued:
+            # A lost job may mean a dead node, which the nodes read above still list as
+            # usable: read them again (the backend re-reads after a loss), or the core would
+            # place the requeued run on that node again and its job wait there for good.
+            tmpl = template(ctl.rt, ctl.clock())
+            if (opened := ctl.pools.open(tmpl.nodes, tmpl.now)) is not tmpl.nodes:
+                tmpl = replace(tmpl, nodes=opened)
         mirror.refresh(tmpl)
     active = mirror.active()
     poll.stop_cancelled(ctl, active)  # 2. stop

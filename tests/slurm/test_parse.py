@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mlops_gpu.backends import JobState
 from mlops_gpu.backends.slurm_parse import (
+    NODE_WAITS,
     gpu_gres,
     parse_sacct,
     parse_scontrol_job,
@@ -39,6 +40,21 @@ def test_newer_exit_code_structs() -> None:
                                    "infinite": False, "number": 0}}}]}  # fmt: skip
     (job,) = parse_squeue(doc).values()
     assert (job.state, job.exit_code, job.ours) == ("COMPLETED", 0, JobState.SUCCEEDED)
+
+
+def test_a_pending_job_says_why_it_waits_and_where_it_is_pinned() -> None:
+    # as squeue printed it for a job pinned to a node whose resume timed out
+    doc = {"jobs": [{"job_id": 21, "name": "mlops-gpu.r5a.2", "job_state": "PENDING",
+                     "state_reason": "ReqNodeNotAvail", "required_nodes": "sc1",
+                     "state_description": "ReqNodeNotAvail, UnavailableNodes:sc1"}]}  # fmt: skip
+    (job,) = parse_squeue(doc).values()
+    assert (job.ours, job.reason, job.required, job.nodes) == (
+        JobState.STARTING,
+        "ReqNodeNotAvail",
+        "sc1",
+        "",
+    )
+    assert job.reason in NODE_WAITS
 
 
 def test_sinfo_nodes_gres_and_drain() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mlops_gpu.backends import JobState
 from mlops_gpu.backends.slurm import SlurmBackend
 from mlops_gpu.controller import Controller, Runtime, SubmitError
 from mlops_gpu.model import (
@@ -251,6 +252,46 @@ def test_a_node_going_down_loses_the_run_and_requeues_it(tmp_path: Path, slurm_c
     # slurmd registers again, so where attempt 2 lands is not asserted)
     rt.store.request_cancel(run.id)
     drive(rt, ctl, all_ended(rt, [run]))
+
+
+def test_a_job_pinned_to_a_drained_node_is_cancelled_and_reported_lost(
+    tmp_path: Path, slurm_conf: str
+) -> None:
+    """A node that dies between the core's decision and the ``sbatch`` leaves the job pending
+    (``ReqNodeNotAvail``) until an admin acts: the backend cancels it and reports it lost, so
+    the run is requeued elsewhere; a job pinned to a usable node is left alone."""
+    b = slurm_runtime(tmp_path, slurm_conf).backends["hpc"]
+    assert isinstance(b, SlurmBackend)
+
+    def sbatch(node: str, name: str) -> str:
+        out = subprocess.check_output(
+            ["sbatch", "--parsable", f"--job-name=mlops-gpu.{name}.1", f"--nodelist={node}",
+             "--no-requeue", f"--output={tmp_path}/{name}.log", "--wrap", "sleep 30"],
+            text=True, timeout=30,
+        )  # fmt: skip
+        return f"slurm:test:{out.strip().split(';')[0]}"
+
+    drain = ["scontrol", "update", "nodename=sn4", "state=drain", "reason=test"]
+    subprocess.run(drain, check=True, capture_output=True, timeout=30)
+    try:
+        stuck, fine = sbatch("sn4", "rstuck"), sbatch("sn1", "rfine")
+        deadline = time.time() + 60
+        while time.time() < deadline:  # squeue gives the reason at Slurm's next pass
+            got = b.poll([stuck, fine])
+            if got[stuck].state is JobState.LOST:
+                break
+            time.sleep(0.5)
+        assert got[stuck].state is JobState.LOST, got
+        assert "its node sn4 is unavailable (drain" in (got[stuck].reason or "")
+        assert got[fine].state in (JobState.STARTING, JobState.RUNNING)
+        queue = json.loads(subprocess.check_output(["squeue", "--json"], timeout=30))["jobs"]
+        left = {str(j["job_id"]): j["job_state"] for j in queue}
+        assert stuck.rsplit(":", 1)[1] not in left or "PENDING" not in str(
+            left[stuck.rsplit(":", 1)[1]]
+        )  # cancelled: it will not start when the node is resumed
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=sn4", "state=resume"],
+                       capture_output=True, timeout=30)  # fmt: skip
 
 
 def test_a_job_that_ends_while_the_scheduler_is_stopped_is_recorded_as_ended(

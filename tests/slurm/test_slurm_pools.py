@@ -135,7 +135,12 @@ def drive(rt: Runtime, ctl: Controller, runs: list[Run], timeout: float) -> list
         if all(g is not None and g.phase in TERMINAL_PHASES for g in got):
             return [g for g in got if g is not None]
         time.sleep(0.3)
-    raise AssertionError(f"timed out; runs: {[(g.phase, g.reason) for g in got if g]}")
+    queue = subprocess.run(["squeue", "-h", "-o", "%i %j %T %r %n"], capture_output=True,
+                           text=True, timeout=30).stdout  # fmt: skip
+    raise AssertionError(
+        f"timed out; runs: {[(g.phase, g.attempt, g.reason) for g in got if g]}; nodes: "
+        f"{states()}; squeue: {queue.splitlines()}"
+    )
 
 
 def ran_once(tmp_path: Path, runs: list[Run]) -> None:
@@ -184,7 +189,7 @@ def test_a_node_that_fails_to_resume_has_its_runs_requeued_elsewhere(
     ctl.tick()
     assert all(((rt.store.get(r.id) or r).reason or "").startswith("waiting for node sc1 to boot")
                for r in runs)  # fmt: skip
-    done = drive(rt, ctl, runs, timeout=300)  # ResumeTimeout, then a requeue: slow when loaded
+    done = drive(rt, ctl, runs, timeout=300)  # ResumeTimeout, then a requeue
     assert [g.phase for g in done] == [Phase.SUCCEEDED] * 4
     assert {g.attempt for g in done} == {2}  # lost with sc1, requeued once
     used = {s.node for g in done if g.placement for s in g.placement.slots}
