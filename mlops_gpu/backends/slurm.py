@@ -58,6 +58,7 @@ from mlops_gpu.backends.slurm_parse import (
     REASONS,
     SACCT_FIELDS,
     SlurmJobInfo,
+    expand_hostlist,
     parse_sacct,
     parse_scontrol_job,
     parse_sinfo,
@@ -251,8 +252,11 @@ class SlurmBackend:
             return {}  # slurmctld is away: ask again at the next poll
         out = {}
         for j, info in waiting.items():
-            proc = self._run(["scontrol", "show", "hostnames", info.required], check=False)
-            bad = [n for n in proc.stdout.split() if n in dead] if proc.returncode == 0 else []
+            names = expand_hostlist(info.required)
+            if names is None:
+                proc = self._run(["scontrol", "show", "hostnames", info.required], check=False)
+                names = proc.stdout.split() if proc.returncode == 0 else []
+            bad = [n for n in names if n in dead]
             if bad:
                 out[j] = f"could not start: its node {bad[0]} is unavailable ({dead[bad[0]]})"
         if out:

@@ -179,6 +179,30 @@ def parse_squeue(
     return out
 
 
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def expand_hostlist(text: str) -> list[str] | None:
+    """Slurm's host list (``sc[1-3,05],sn2``) as names, or None for a form not read here
+    (several bracket groups in one name): the caller asks ``scontrol show hostnames`` then."""
+    out: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,\[]*", text):
+        m = re.fullmatch(r"([^\[\]]*)\[([^\]]*)\]([^\[\]]*)", part)
+        if m is None:
+            if "[" in part or "]" in part:
+                return None
+            out.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for r in ranges.split(","):
+            rm = _RANGE.match(r)
+            if rm is None:
+                return None
+            lo, hi = rm.group(1), rm.group(2) or rm.group(1)
+            out += [f"{prefix}{i:0{len(lo)}d}{suffix}" for i in range(int(lo), int(hi) + 1)]
+    return out
+
+
 def parse_scontrol_job(text: str) -> SlurmJobInfo | None:
     """``scontrol show job ID`` (key=value text), or None when Slurm no longer knows the job."""
     fields = dict(re.findall(r"(\w+)=(\S*)", text))

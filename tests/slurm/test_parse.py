@@ -9,6 +9,7 @@ from pathlib import Path
 from mlops_gpu.backends import JobState
 from mlops_gpu.backends.slurm_parse import (
     NODE_WAITS,
+    expand_hostlist,
     gpu_gres,
     parse_sacct,
     parse_scontrol_job,
@@ -84,3 +85,11 @@ def test_scontrol_and_sacct_records() -> None:
     assert (rows["50"].exit_code, rows["50"].ours) == (3, JobState.FAILED)
     assert rows["51"].end is not None and rows["51"].end - (rows["51"].start or 0) == 2
     assert (rows["51"].state, rows["51"].signal) == ("CANCELLED", 15)
+
+
+def test_host_lists() -> None:
+    assert expand_hostlist("sc1") == ["sc1"]
+    assert expand_hostlist("sc[1-3,5],sn2") == ["sc1", "sc2", "sc3", "sc5", "sn2"]
+    assert expand_hostlist("gpu[08-10]x") == ["gpu08x", "gpu09x", "gpu10x"]
+    assert expand_hostlist("a[1-2]b[3-4]") is None  # scontrol's to expand
+    assert expand_hostlist("") == []
