@@ -17,6 +17,7 @@ import yaml
 
 from mlops_gpu.backends.k8s_capacity import (
     POOL_LABEL,
+    RELEASING,
     Placeholder,
     parse_placeholder,
     parse_slot,
@@ -105,14 +106,19 @@ class Placeholders:
     def __init__(self) -> None:
         self.held: list[Placeholder] = []
         self.deleted: list[str] = []
+        self.leaving: set[str] = set()  # nodes of the last settle's deletions (unconfirmed)
 
     def pool_nodes(self, pool: Pool, nodes: Sequence[Node], now: float) -> list[PoolNode]:
         return pool_nodes(pool, nodes, self.held, now)
 
     def settle(self, pool: Pool, nodes: Sequence[Node], now: float) -> None:
         up = {n.name for n in nodes if n.schedulable}
+        self.leaving = {p.node for p in self.held if p.node in up}  # (the last ones confirmed)
         self.deleted += [p.name for p in self.held if p.node in up]
         self.held = [p for p in self.held if p.node not in up]
+
+    def releasing(self) -> set[str]:
+        return self.leaving | {p.node for p in self.held if p.node is not None}
 
     def forget_others(self, pools: Iterable[Pool]) -> bool:
         names = {p.name for p in pools}
@@ -173,9 +179,20 @@ def test_a_burst_asks_for_placeholders_and_they_go_once_the_nodes_are_up(tmp_pat
     # Karpenter's node for slot 0 is up and kube-scheduler bound the placeholder there
     cap.held[0] = Placeholder("p0", "gpu", 0, NOW, "kwok-gpu-a", ("r0", "r1"))
     nodes = (node("kwok-gpu-a"),)
-    assert pc.open(nodes, NOW + 20) == nodes  # (the core places r0, r1 there itself)
+    # its placeholder is deleted, but the node is not offered until that is confirmed (a
+    # kubelet still counting the placeholder's GPUs would refuse a run pinned there)
+    held = pc.open(nodes, NOW + 20)
     assert cap.deleted == ["p0"] and [p.slot for p in cap.held] == [1, 2]
-    out = pc.explain(NOW + 20, waiting(runs[2:]), by_id, [], nodes)
+    assert [(n.schedulable, n.state_reason) for n in held] == [(False, RELEASING)]
+    out = pc.explain(NOW + 20, waiting(runs), by_id, [], held)
+    # the node counts as booting (ready now): no new slot is asked in its place
+    assert len(cap.held) == 2 and {r.reason.split(" to boot")[0] for r in out} == {
+        "waiting for node kwok-gpu-a",
+        "waiting for node gpu/new-1",
+        "waiting for node gpu/new-2",
+    }
+    assert pc.open(nodes, NOW + 21) == nodes  # gone: the core places r0, r1 there itself
+    out = pc.explain(NOW + 21, waiting(runs[2:]), by_id, [], nodes)
     assert len(cap.held) == 2 and out[0].reason.startswith("waiting for node gpu/new-1 to boot")
 
 
@@ -232,6 +249,32 @@ def test_settle_deletes_placeholders_whose_node_is_up_or_never_came() -> None:
     assert api.pods == []
     assert [n.state.value for n in cap.pool_nodes(POOL, (node("n1"), node("n2")), NOW)] == [
         "up", "up", "powered_down"]  # fmt: skip
+
+
+def test_a_node_is_released_to_the_core_only_once_its_placeholder_is_gone() -> None:
+    # the API server lists the deleted placeholder once more, terminating (a real kubelet
+    # still holds its GPUs meanwhile)
+    api = Api([bound(0, NOW, "n1"), bound(1, NOW, None)])
+    cap = RealPlaceholders(api.clients, api.get, api.send, "ml")
+    assert cap.releasing() == set()
+    cap.held(refresh=True)
+    assert cap.releasing() == {"n1"}  # bound there: its GPUs are the placeholder's
+    cap.settle(POOL, (node("n1"),), NOW + 5)
+    assert [p["metadata"]["labels"]["mlops-gpu/slot"] for p in api.pods] == ["1"]
+    assert cap.releasing() == {"n1"}  # deleted, not yet confirmed by a list
+    leaving = bound(0, NOW, "n1")
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-03T07:00:00Z"
+    api.pods.append(leaving)
+    cap.settle(POOL, (node("n1"),), NOW + 6)
+    assert cap.releasing() == {"n1"}  # listed, terminating
+    api.pods.remove(leaving)
+    cap.settle(POOL, (node("n1"),), NOW + 7)
+    assert cap.releasing() == set()  # gone: n1's GPUs are free
+    assert [n.state.value for n in cap.pool_nodes(POOL, (node("n1"),), NOW)][:2] == [
+        "up", "booting"]  # fmt: skip
+    held = node("n1", ok=False, why=RELEASING)
+    assert [n.state.value for n in cap.pool_nodes(POOL, (held,), NOW)][:2] == [
+        "booting", "booting"]  # fmt: skip
 
 
 def test_a_placeholder_bound_to_a_node_that_never_comes_up_goes_after_the_grace() -> None:

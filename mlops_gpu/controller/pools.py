@@ -19,8 +19,12 @@ the pool's nodes are its labelled nodes plus slots (``<pool>/new-<i>``, up to ``
 slot is ``powered_down``, or ``booting`` while its placeholder pod waits for a node. A boot
 decided for a slot creates its placeholder (no node is offered to the core: the runs wait
 until the new node is in the inventory, then the core places them); ``open`` first deletes the
-placeholders whose node is up (so the runs take its GPUs) or that waited too long. Scaling down
-is the autoscaler's (Karpenter's consolidation of empty nodes).
+placeholders whose node is up (so the runs take its GPUs) or that waited too long. A node
+whose GPUs a placeholder may still hold (``releasing``: one is bound there, or its deletion is
+not confirmed by a later list) is not offered to the core: it is listed unschedulable (reason
+``k8s_capacity.RELEASING``) until the placeholder is gone, so no run pinned there is refused by
+the kubelet for want of GPUs. Scaling down is the autoscaler's (Karpenter's consolidation of
+empty nodes).
 
 Invariants:
 - Only pools whose backend reports power states (``power_states()``: Slurm) or has
@@ -43,6 +47,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from mlops_gpu.backends.k8s_capacity import RELEASING
 from mlops_gpu.config.pools import acted_on
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.core.autoscale import Busy, Demand, ScaleInputs, decide_scale
@@ -59,6 +64,7 @@ class Capacity(Protocol):
     def settle(self, pool: Pool, nodes: Sequence[Node], now: float) -> None: ...
     def ask(self, pool: Pool, slots: Mapping[str, Sequence[str]], now: float) -> None: ...
     def forget_others(self, pools: Iterable[Pool]) -> bool: ...
+    def releasing(self) -> set[str]: ...
 
 
 log = logging.getLogger("mlops_gpu.controller")
@@ -146,10 +152,12 @@ class PoolControl:
         if not pools and not self.opened:
             return nodes
         still: dict[str, float] = {}  # opened nodes the backend still lists powered down
+        held: set[str] = set()  # nodes whose GPUs a placeholder may still hold
         for p in pools.values():
             if (cap := self._capacity(p.backend)) is not None:
                 # placeholders whose node is up (or that no node took)
                 _quietly(f"pool {p.name}: removing placeholders", cap.settle, p, nodes, now)
+                held |= cap.releasing()  # (also where settle failed: the last list's)
                 continue
             fn = self._states(p.backend)
             states = fn() if fn is not None else {}
@@ -163,12 +171,15 @@ class PoolControl:
             if name not in still:  # booting now (or given up): its ETA counts from the decision
                 self._booting_since.setdefault(name, at)
         self.opened = still
-        if not still:
+        held &= {n.name for n in nodes if n.schedulable}
+        if not still and not held:
             return nodes
         return tuple(
-            replace(n, schedulable=True, state_reason="") if n.name in self.opened else n
+            replace(n, schedulable=True, state_reason="") if n.name in self.opened
+            else replace(n, schedulable=False, state_reason=RELEASING) if n.name in held
+            else n
             for n in nodes
-        )
+        )  # fmt: skip
 
     # -- 2. after the cycle -------------------------------------------------------------
     def explain(
