@@ -305,3 +305,34 @@ def test_placeholders_of_a_pool_no_longer_in_the_config_are_deleted(tmp_path: Pa
     fake.held.append(Placeholder("q1", "old", 1, NOW, None, ("r",)))
     pc.open((), NOW + 1)  # the same pools: no sweep (no list per tick)
     assert fake.deleted == ["q0"]
+
+
+def test_a_failing_sweep_backs_off_and_is_logged_once_per_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = runtime(tmp_path)
+    fake = rt.backends["k8s"].capacity
+    tries: list[float] = []
+    down = [True]
+
+    def forget_others(pools: Iterable[Pool]) -> bool:
+        tries.append(t)
+        if down[0]:
+            raise RuntimeError("list placeholder pods: HTTP 0: connection refused")
+        return True
+
+    fake.forget_others = forget_others
+    pc = PoolControl(rt)
+    caplog.set_level("INFO", logger="mlops_gpu.controller")
+    for t in range(0, 200):  # a tick a second, the API down
+        pc.open((), NOW + t)
+    # tried at 0, then after 1, 2, 4, ... 32, then every 60 s (not 200 times)
+    assert [x - tries[0] for x in tries] == [0, 1, 3, 7, 15, 31, 63, 123, 183]
+    warned = [r for r in caplog.records if "placeholders" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+    down[0] = False
+    for t in range(200, 300):
+        pc.open((), NOW + t)
+    assert tries[-1] == 243 and len(tries) == 10  # once more, at its time, then done
+    said = [r.getMessage() for r in caplog.records if "placeholders" in r.getMessage()]
+    assert len(said) == 2 and "answers again" in said[1]
