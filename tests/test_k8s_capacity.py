@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from mlops_gpu.config.pools import not_acted_on
 from mlops_gpu.controller import Runtime
 from mlops_gpu.controller.pools import Capacity, PoolControl
 from mlops_gpu.core.decision import PendingReason, ReasonCode
-from mlops_gpu.model import Node, Pool, PoolNode, Run
+from mlops_gpu.model import BackendCapabilities, Node, Pool, PoolNode, Run
 from mlops_gpu.testing import config_yaml, make_node, make_run
 
 NOW = 1000.0
@@ -135,6 +136,8 @@ class Placeholders:
 
 
 class K8sBackend:
+    capabilities = BackendCapabilities(multi_node=True)  # (the Kubernetes backend's: gangs)
+
     def __init__(self) -> None:
         self.capacity = Placeholders()
 
@@ -336,3 +339,20 @@ def test_a_failing_sweep_backs_off_and_is_logged_once_per_outage(
     assert tries[-1] == 243 and len(tries) == 10  # once more, at its time, then done
     said = [r.getMessage() for r in caplog.records if "placeholders" in r.getMessage()]
     assert len(said) == 2 and "answers again" in said[1]
+
+
+def test_a_gang_is_judged_at_submit_by_what_the_pool_can_become(tmp_path: Path) -> None:
+    rt = runtime(tmp_path)  # pool gpu: up to 3 nodes of 8 GPUs, none up
+
+    def problems(nodes: int, listed: Sequence[Node] = ()) -> list[str]:
+        spec = make_run("g", gpus=8, nodes=nodes, gpu_types=["a100-80gb"]).spec
+        return rt.problems(replace(spec, project="p"), list(listed))
+
+    assert problems(1) == [] and problems(3) == []  # 3 nodes the pool can add
+    (why,) = problems(4)
+    assert why.startswith("nodes: 4 nodes with 8 GPUs of a100-80gb requested")
+    assert why.endswith("(pool gpu has at most max_nodes 3 of 8 GPUs)")
+    # two of the pool's nodes up: one more can come; a node of no pool adds its own
+    assert problems(3, [node("n1"), node("n2")]) == []
+    assert problems(4, [node("n1"), node("n2")])
+    assert problems(4, [node("n1"), node("n2"), node("bare", pool="")]) == []
