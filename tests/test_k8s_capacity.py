@@ -356,3 +356,24 @@ def test_a_gang_is_judged_at_submit_by_what_the_pool_can_become(tmp_path: Path) 
     assert problems(3, [node("n1"), node("n2")]) == []
     assert problems(4, [node("n1"), node("n2")])
     assert problems(4, [node("n1"), node("n2"), node("bare", pool="")]) == []
+
+
+def test_placeholders_are_listed_once_a_tick_whatever_the_number_of_pools() -> None:
+    # (the list shares the backend's token bucket with its launches: one call a tick)
+    pools = [POOL, Pool("gpu2", "k8s", "a100-80gb", 8, 0, 3, 30.0, 10.0, 60.0)]
+    api = Api([bound(0, NOW, "n1"), placeholder_manifest(pools[1], 0, ["r"], NOW, "ml", False)])
+    lists: list[str] = []
+    get = api.get
+
+    def counted(what: str, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+        lists.append(what)
+        return get(what, fn, *args, **kw)
+
+    cap = RealPlaceholders(api.clients, counted, api.send, "ml")
+    for pool in pools:
+        cap.settle(pool, (node("n1"),), NOW)
+    assert lists == ["list placeholder pods"] and len(api.pods) == 1  # n1's is deleted
+    assert cap.releasing() == {"n1"}  # (the deletion is confirmed by the next tick's list)
+    for pool in pools:
+        cap.settle(pool, (node("n1"),), NOW + 1)
+    assert len(lists) == 2 and cap.releasing() == set()

@@ -38,7 +38,18 @@ scale-down-unneeded time.
 Invariants: placeholders carry ``app.kubernetes.io/component=capacity-placeholder`` and
 ``mlops-gpu/pool``, ``mlops-gpu/slot`` labels and are the only pods this module creates or
 deletes; at most one placeholder per slot, and at most ``max_nodes`` nodes and placeholders per
-pool. The API is called through the backend's rate-limited helpers.
+pool. The API is called through the backend's rate-limited helpers, and its reads are one
+list of the namespace's placeholders per tick, whatever the number of pools (``settle``).
+
+Why the placeholders share the backend's token bucket (``rate_limit``) with its launches
+rather than having a budget of their own: ``api_qps``/``api_burst`` is what this client promises
+the API server, all calls together (as client-go's limit is per client); a second bucket would
+let the backend exceed it by that bucket's rate. Sharing cannot starve launches: the
+controller's tick calls ``settle`` and ``ask`` before it launches, in the same thread, and the
+launches of a tick are done before the next tick's ``settle`` (``controller.launch`` waits for
+its threads), so the two never queue for tokens at the same time; and a tick's placeholder calls
+are bounded (one list, plus at most ``max_nodes`` creates or deletes per pool, and those only
+when nodes come or go), where its launches are one call per run.
 """
 
 from __future__ import annotations
@@ -189,6 +200,8 @@ class Placeholders:
         self._priority: bool | None = None  # whether the PriorityClass exists (None: unknown)
         #: pool -> its nodes up at the last ``settle`` (None before the first)
         self._seen: dict[str, set[str] | None] = {}
+        #: the tick (its ``now``) of the last list by ``settle``: one list a tick for all pools
+        self._listed_at: float | None = None
         #: placeholder -> its node, for those deleted while bound whose pod was still listed
         #: (or not listed since): their node's GPUs may still be held by the kubelet
         self._leaving: dict[str, str] = {}
@@ -225,7 +238,9 @@ class Placeholders:
         seen = self._seen.setdefault(pool.name, None)
         fresh = up - seen if seen is not None else set()  # (none on the first look)
         self._seen[pool.name] = up
-        mine = [p for p in self.held(refresh=True) if p.pool == label_value(pool.name)]
+        listed = self.held(refresh=self._listed_at != now)  # (kept current since, this tick)
+        self._listed_at = now
+        mine = [p for p in listed if p.pool == label_value(pool.name)]
         fresh -= {p.node for p in mine}
         pending = sorted((p for p in mine if p.node is None), key=lambda p: (p.asked_at, p.slot))
         for node, p in zip(sorted(fresh), pending, strict=False):
