@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import yaml
 
 from mlops_gpu.backends.k8s_capacity import (
     POOL_LABEL,
+    RELEASING,
     Placeholder,
     parse_placeholder,
     parse_slot,
@@ -30,7 +32,7 @@ from mlops_gpu.config.pools import not_acted_on
 from mlops_gpu.controller import Runtime
 from mlops_gpu.controller.pools import Capacity, PoolControl
 from mlops_gpu.core.decision import PendingReason, ReasonCode
-from mlops_gpu.model import Node, Pool, PoolNode, Run
+from mlops_gpu.model import BackendCapabilities, Node, Pool, PoolNode, Run
 from mlops_gpu.testing import config_yaml, make_node, make_run
 
 NOW = 1000.0
@@ -105,14 +107,19 @@ class Placeholders:
     def __init__(self) -> None:
         self.held: list[Placeholder] = []
         self.deleted: list[str] = []
+        self.leaving: set[str] = set()  # nodes of the last settle's deletions (unconfirmed)
 
     def pool_nodes(self, pool: Pool, nodes: Sequence[Node], now: float) -> list[PoolNode]:
         return pool_nodes(pool, nodes, self.held, now)
 
     def settle(self, pool: Pool, nodes: Sequence[Node], now: float) -> None:
         up = {n.name for n in nodes if n.schedulable}
+        self.leaving = {p.node for p in self.held if p.node in up}  # (the last ones confirmed)
         self.deleted += [p.name for p in self.held if p.node in up]
         self.held = [p for p in self.held if p.node not in up]
+
+    def releasing(self) -> set[str]:
+        return self.leaving | {p.node for p in self.held if p.node is not None}
 
     def forget_others(self, pools: Iterable[Pool]) -> bool:
         names = {p.name for p in pools}
@@ -129,6 +136,8 @@ class Placeholders:
 
 
 class K8sBackend:
+    capabilities = BackendCapabilities(multi_node=True)  # (the Kubernetes backend's: gangs)
+
     def __init__(self) -> None:
         self.capacity = Placeholders()
 
@@ -173,9 +182,20 @@ def test_a_burst_asks_for_placeholders_and_they_go_once_the_nodes_are_up(tmp_pat
     # Karpenter's node for slot 0 is up and kube-scheduler bound the placeholder there
     cap.held[0] = Placeholder("p0", "gpu", 0, NOW, "kwok-gpu-a", ("r0", "r1"))
     nodes = (node("kwok-gpu-a"),)
-    assert pc.open(nodes, NOW + 20) == nodes  # (the core places r0, r1 there itself)
+    # its placeholder is deleted, but the node is not offered until that is confirmed (a
+    # kubelet still counting the placeholder's GPUs would refuse a run pinned there)
+    held = pc.open(nodes, NOW + 20)
     assert cap.deleted == ["p0"] and [p.slot for p in cap.held] == [1, 2]
-    out = pc.explain(NOW + 20, waiting(runs[2:]), by_id, [], nodes)
+    assert [(n.schedulable, n.state_reason) for n in held] == [(False, RELEASING)]
+    out = pc.explain(NOW + 20, waiting(runs), by_id, [], held)
+    # the node counts as booting (ready now): no new slot is asked in its place
+    assert len(cap.held) == 2 and {r.reason.split(" to boot")[0] for r in out} == {
+        "waiting for node kwok-gpu-a",
+        "waiting for node gpu/new-1",
+        "waiting for node gpu/new-2",
+    }
+    assert pc.open(nodes, NOW + 21) == nodes  # gone: the core places r0, r1 there itself
+    out = pc.explain(NOW + 21, waiting(runs[2:]), by_id, [], nodes)
     assert len(cap.held) == 2 and out[0].reason.startswith("waiting for node gpu/new-1 to boot")
 
 
@@ -234,6 +254,32 @@ def test_settle_deletes_placeholders_whose_node_is_up_or_never_came() -> None:
         "up", "up", "powered_down"]  # fmt: skip
 
 
+def test_a_node_is_released_to_the_core_only_once_its_placeholder_is_gone() -> None:
+    # the API server lists the deleted placeholder once more, terminating (a real kubelet
+    # still holds its GPUs meanwhile)
+    api = Api([bound(0, NOW, "n1"), bound(1, NOW, None)])
+    cap = RealPlaceholders(api.clients, api.get, api.send, "ml")
+    assert cap.releasing() == set()
+    cap.held(refresh=True)
+    assert cap.releasing() == {"n1"}  # bound there: its GPUs are the placeholder's
+    cap.settle(POOL, (node("n1"),), NOW + 5)
+    assert [p["metadata"]["labels"]["mlops-gpu/slot"] for p in api.pods] == ["1"]
+    assert cap.releasing() == {"n1"}  # deleted, not yet confirmed by a list
+    leaving = bound(0, NOW, "n1")
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-03T07:00:00Z"
+    api.pods.append(leaving)
+    cap.settle(POOL, (node("n1"),), NOW + 6)
+    assert cap.releasing() == {"n1"}  # listed, terminating
+    api.pods.remove(leaving)
+    cap.settle(POOL, (node("n1"),), NOW + 7)
+    assert cap.releasing() == set()  # gone: n1's GPUs are free
+    assert [n.state.value for n in cap.pool_nodes(POOL, (node("n1"),), NOW)][:2] == [
+        "up", "booting"]  # fmt: skip
+    held = node("n1", ok=False, why=RELEASING)
+    assert [n.state.value for n in cap.pool_nodes(POOL, (held,), NOW)][:2] == [
+        "booting", "booting"]  # fmt: skip
+
+
 def test_a_placeholder_bound_to_a_node_that_never_comes_up_goes_after_the_grace() -> None:
     # bound by kube-scheduler to n1, which stays NotReady (or cordoned): kept, it would hold
     # n1 up for good (consolidation never removes a node with a pod on it)
@@ -262,3 +308,72 @@ def test_placeholders_of_a_pool_no_longer_in_the_config_are_deleted(tmp_path: Pa
     fake.held.append(Placeholder("q1", "old", 1, NOW, None, ("r",)))
     pc.open((), NOW + 1)  # the same pools: no sweep (no list per tick)
     assert fake.deleted == ["q0"]
+
+
+def test_a_failing_sweep_backs_off_and_is_logged_once_per_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = runtime(tmp_path)
+    fake = rt.backends["k8s"].capacity
+    tries: list[float] = []
+    down = [True]
+
+    def forget_others(pools: Iterable[Pool]) -> bool:
+        tries.append(t)
+        if down[0]:
+            raise RuntimeError("list placeholder pods: HTTP 0: connection refused")
+        return True
+
+    fake.forget_others = forget_others
+    pc = PoolControl(rt)
+    caplog.set_level("INFO", logger="mlops_gpu.controller")
+    for t in range(0, 200):  # a tick a second, the API down
+        pc.open((), NOW + t)
+    # tried at 0, then after 1, 2, 4, ... 32, then every 60 s (not 200 times)
+    assert [x - tries[0] for x in tries] == [0, 1, 3, 7, 15, 31, 63, 123, 183]
+    warned = [r for r in caplog.records if "placeholders" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+    down[0] = False
+    for t in range(200, 300):
+        pc.open((), NOW + t)
+    assert tries[-1] == 243 and len(tries) == 10  # once more, at its time, then done
+    said = [r.getMessage() for r in caplog.records if "placeholders" in r.getMessage()]
+    assert len(said) == 2 and "answers again" in said[1]
+
+
+def test_a_gang_is_judged_at_submit_by_what_the_pool_can_become(tmp_path: Path) -> None:
+    rt = runtime(tmp_path)  # pool gpu: up to 3 nodes of 8 GPUs, none up
+
+    def problems(nodes: int, listed: Sequence[Node] = ()) -> list[str]:
+        spec = make_run("g", gpus=8, nodes=nodes, gpu_types=["a100-80gb"]).spec
+        return rt.problems(replace(spec, project="p"), list(listed))
+
+    assert problems(1) == [] and problems(3) == []  # 3 nodes the pool can add
+    (why,) = problems(4)
+    assert why.startswith("nodes: 4 nodes with 8 GPUs of a100-80gb requested")
+    assert why.endswith("(pool gpu has at most max_nodes 3 of 8 GPUs)")
+    # two of the pool's nodes up: one more can come; a node of no pool adds its own
+    assert problems(3, [node("n1"), node("n2")]) == []
+    assert problems(4, [node("n1"), node("n2")])
+    assert problems(4, [node("n1"), node("n2"), node("bare", pool="")]) == []
+
+
+def test_placeholders_are_listed_once_a_tick_whatever_the_number_of_pools() -> None:
+    # (the list shares the backend's token bucket with its launches: one call a tick)
+    pools = [POOL, Pool("gpu2", "k8s", "a100-80gb", 8, 0, 3, 30.0, 10.0, 60.0)]
+    api = Api([bound(0, NOW, "n1"), placeholder_manifest(pools[1], 0, ["r"], NOW, "ml", False)])
+    lists: list[str] = []
+    get = api.get
+
+    def counted(what: str, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+        lists.append(what)
+        return get(what, fn, *args, **kw)
+
+    cap = RealPlaceholders(api.clients, counted, api.send, "ml")
+    for pool in pools:
+        cap.settle(pool, (node("n1"),), NOW)
+    assert lists == ["list placeholder pods"] and len(api.pods) == 1  # n1's is deleted
+    assert cap.releasing() == {"n1"}  # (the deletion is confirmed by the next tick's list)
+    for pool in pools:
+        cap.settle(pool, (node("n1"),), NOW + 1)
+    assert len(lists) == 2 and cap.releasing() == set()

@@ -11,7 +11,7 @@ import pytest
 
 from mlops_gpu.model import Dependency, Phase
 from mlops_gpu.state import Store
-from mlops_gpu.state.errors import DependencyError
+from mlops_gpu.state.errors import DependencyError, WriteRefused
 from mlops_gpu.state.jobs import (
     JobControl,
     cancel_doomed,
@@ -63,3 +63,25 @@ def test_array_hold_dependencies_and_doom(store: Store) -> None:
     assert done is not None and done.phase is Phase.CANCELLED
     assert (done.reason_code, done.reason) == ("dependency", why)
     assert set_held(store, [run.id], True)[run.id].startswith("not held: it is cancelled")
+
+
+def test_only_a_run_id_collision_draws_new_ids(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlops_gpu.state.base as base
+    from mlops_gpu.state import audit
+
+    taken = store.submit(make_spec(name="first"), now=T0).id
+    drawn = iter([taken, "fresh0001"])
+    monkeypatch.setattr(base, "new_run_id", lambda: next(drawn))
+    row = audit.entry_row(user="u", action="POST /api/v1/runs", target=None,
+                          client="127.0.0.1", status=201, detail="")  # fmt: skip
+    # the first id drawn is taken: the runs' unique id refuses it, and the next is drawn
+    assert [r.id for r in store.submit_many([make_spec()], now=T0, audit=[row])] == ["fresh0001"]
+    # an audit row the store refuses (a NOT NULL column) is no collision: not retried, and
+    # said as what it is; nothing of the submit is stored
+    drawn = iter(["fresh0002", "fresh0003"])
+    with pytest.raises(WriteRefused, match="at its audit rows"):
+        store.submit_many([make_spec()], now=T0, audit=[{**row, "action": None}])
+    assert next(drawn) == "fresh0003"  # one id drawn, once
+    assert store.get("fresh0002") is None

@@ -20,8 +20,13 @@ A pool's nodes as the scale decision sees them (``pool_nodes``, pure):
   autoscaler could add); booting one means creating its placeholder.
 
 Removal (``settle``, before the core's cycle): a placeholder bound to a pool node that is up is
-deleted at once, so the core's runs (pinned by ``nodeName``, which bypasses kube-scheduler) take
-the GPUs it held: on a real kubelet they would otherwise be refused for want of GPUs. A node
+deleted at once, so the core's runs (pinned by ``nodeName``, which bypasses kube-scheduler) can
+take the GPUs it held. Its node is offered to the core only once the deletion is confirmed
+(``releasing``: a later list no longer has the pod, not even terminating): until then a real
+kubelet still counts the placeholder's GPUs, and a run pinned there would be refused
+(``OutOfnvidia.com/gpu``) and lost. Meanwhile the node is listed unschedulable with the reason
+``RELEASING``, which ``pool_nodes`` reads as booting (ready now), so nobody asks for another
+node in its place. A node
 newly up that no placeholder is bound to yet replaces the oldest pending one, which is deleted
 (else, once the core filled the node, kube-scheduler would find no room for it and the
 autoscaler would add another node). One
@@ -33,7 +38,18 @@ scale-down-unneeded time.
 Invariants: placeholders carry ``app.kubernetes.io/component=capacity-placeholder`` and
 ``mlops-gpu/pool``, ``mlops-gpu/slot`` labels and are the only pods this module creates or
 deletes; at most one placeholder per slot, and at most ``max_nodes`` nodes and placeholders per
-pool. The API is called through the backend's rate-limited helpers.
+pool. The API is called through the backend's rate-limited helpers, and its reads are one
+list of the namespace's placeholders per tick, whatever the number of pools (``settle``).
+
+Why the placeholders share the backend's token bucket (``rate_limit``) with its launches
+rather than having a budget of their own: ``api_qps``/``api_burst`` is what this client promises
+the API server, all calls together (as client-go's limit is per client); a second bucket would
+let the backend exceed it by that bucket's rate. Sharing cannot starve launches: the
+controller's tick calls ``settle`` and ``ask`` before it launches, in the same thread, and the
+launches of a tick are done before the next tick's ``settle`` (``controller.launch`` waits for
+its threads), so the two never queue for tokens at the same time; and a tick's placeholder calls
+are bounded (one list, plus at most ``max_nodes`` creates or deletes per pool, and those only
+when nodes come or go), where its launches are one call per run.
 """
 
 from __future__ import annotations
@@ -59,6 +75,8 @@ RUNS_ANNOTATION = "mlops-gpu/runs"
 ASKED_ANNOTATION = "mlops-gpu/asked-at"
 #: Taints with which Karpenter marks a node that is not (or no longer) taking pods.
 STARTING_TAINT = "karpenter.sh/unregistered"
+#: A pool node's ``state_reason`` while a placeholder still holds its GPUs (``releasing``).
+RELEASING = "a capacity placeholder is leaving it"
 LEAVING_TAINT = "karpenter.sh/disrupted"
 #: How long past ``boot_s`` a placeholder waits for a node before it is deleted.
 GRACE_S = 60.0
@@ -97,7 +115,7 @@ def pool_nodes(
             continue
         if n.schedulable:
             out.append(PoolNode(n.name, pool.name, NodeState.UP))
-        elif n.state_reason in ("NotReady", "registering"):
+        elif n.state_reason in ("NotReady", "registering", RELEASING):
             out.append(PoolNode(n.name, pool.name, NodeState.BOOTING, ready_at=now))
         else:
             continue  # cordoned, or the autoscaler is removing it
@@ -182,6 +200,11 @@ class Placeholders:
         self._priority: bool | None = None  # whether the PriorityClass exists (None: unknown)
         #: pool -> its nodes up at the last ``settle`` (None before the first)
         self._seen: dict[str, set[str] | None] = {}
+        #: the tick (its ``now``) of the last list by ``settle``: one list a tick for all pools
+        self._listed_at: float | None = None
+        #: placeholder -> its node, for those deleted while bound whose pod was still listed
+        #: (or not listed since): their node's GPUs may still be held by the kubelet
+        self._leaving: dict[str, str] = {}
 
     def held(self, refresh: bool = False) -> list[Placeholder]:
         """The placeholders in the namespace (listed once per ``settle``, then kept current by
@@ -191,7 +214,16 @@ class Placeholders:
             items = self._get("list placeholder pods", core.list_namespaced_pod, self.namespace,
                               label_selector=SELECTOR)["items"]  # fmt: skip
             self._held = [p for p in map(parse_placeholder, items) if p is not None]
+            listed = {str((i.get("metadata") or {}).get("name")) for i in items}  # terminating too
+            self._leaving = {k: v for k, v in self._leaving.items() if k in listed}
         return list(self._held)
+
+    def releasing(self) -> set[str]:
+        """The nodes whose GPUs a placeholder may still hold: one is bound there (as last
+        listed), or one deleted there was listed since (terminating) or not listed since. No
+        API call: ``settle``'s list is what confirms a deletion."""
+        bound = {p.node for p in self._held or () if p.node is not None}
+        return bound | set(self._leaving.values())
 
     def pool_nodes(self, pool: Pool, nodes: Sequence[Node], now: float) -> list[PoolNode]:
         return pool_nodes(pool, nodes, self.held(), now)
@@ -206,7 +238,9 @@ class Placeholders:
         seen = self._seen.setdefault(pool.name, None)
         fresh = up - seen if seen is not None else set()  # (none on the first look)
         self._seen[pool.name] = up
-        mine = [p for p in self.held(refresh=True) if p.pool == label_value(pool.name)]
+        listed = self.held(refresh=self._listed_at != now)  # (kept current since, this tick)
+        self._listed_at = now
+        mine = [p for p in listed if p.pool == label_value(pool.name)]
         fresh -= {p.node for p in mine}
         pending = sorted((p for p in mine if p.node is None), key=lambda p: (p.asked_at, p.slot))
         for node, p in zip(sorted(fresh), pending, strict=False):
@@ -261,6 +295,8 @@ class Placeholders:
             if getattr(e, "status", 0) != 404:  # 404: gone already
                 raise
         log.info("placeholder %s deleted: %s", p.name, why)
+        if p.node is not None:
+            self._leaving[p.name] = p.node
         if self._held is not None:
             self._held = [h for h in self._held if h.name != p.name]
 

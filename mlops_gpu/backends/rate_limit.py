@@ -3,7 +3,10 @@
 
 Invariant: over any interval of length ``t`` at most ``burst + qps * t`` calls pass ``take``.
 Thread-safe (the controller launches from several threads); the clock and sleep are injected
-so the arithmetic is tested without waiting.
+so the arithmetic is tested without waiting. One bucket per backend covers all its calls
+(launches, polls, the elastic pools' placeholders): the bound is what the API server is
+promised, so no caller gets a budget of its own (``k8s_capacity`` says why its calls cannot
+starve launches).
 """
 
 from __future__ import annotations

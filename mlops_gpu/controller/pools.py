@@ -19,8 +19,12 @@ the pool's nodes are its labelled nodes plus slots (``<pool>/new-<i>``, up to ``
 slot is ``powered_down``, or ``booting`` while its placeholder pod waits for a node. A boot
 decided for a slot creates its placeholder (no node is offered to the core: the runs wait
 until the new node is in the inventory, then the core places them); ``open`` first deletes the
-placeholders whose node is up (so the runs take its GPUs) or that waited too long. Scaling down
-is the autoscaler's (Karpenter's consolidation of empty nodes).
+placeholders whose node is up (so the runs take its GPUs) or that waited too long. A node
+whose GPUs a placeholder may still hold (``releasing``: one is bound there, or its deletion is
+not confirmed by a later list) is not offered to the core: it is listed unschedulable (reason
+``k8s_capacity.RELEASING``) until the placeholder is gone, so no run pinned there is refused by
+the kubelet for want of GPUs. Scaling down is the autoscaler's (Karpenter's consolidation of
+empty nodes).
 
 Invariants:
 - Only pools whose backend reports power states (``power_states()``: Slurm) or has
@@ -30,6 +34,9 @@ Invariants:
 - Powering down is the backend's: Slurm suspends a node idle for its ``SuspendTime`` (set it to
   the pool's ``idle_s``); ``min_nodes`` and draining are not acted on (Slurm resumes nodes for
   jobs only).
+- Other pools' placeholders (pools removed from the config) are swept once per change of the
+  config's pools; a sweep the cluster's API refuses is retried with a doubling wait up to
+  ``SWEEP_MAX_S``, and logged once per outage.
 - An opened node stays open until the backend reports it booting or up, or ``boot_s`` plus
   ``OPEN_GRACE_S`` passed (the run it was opened for went elsewhere, or was cancelled).
 """
@@ -43,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from mlops_gpu.backends.k8s_capacity import RELEASING
 from mlops_gpu.config.pools import acted_on
 from mlops_gpu.controller.runtime import Runtime
 from mlops_gpu.core.autoscale import Busy, Demand, ScaleInputs, decide_scale
@@ -59,12 +67,15 @@ class Capacity(Protocol):
     def settle(self, pool: Pool, nodes: Sequence[Node], now: float) -> None: ...
     def ask(self, pool: Pool, slots: Mapping[str, Sequence[str]], now: float) -> None: ...
     def forget_others(self, pools: Iterable[Pool]) -> bool: ...
+    def releasing(self) -> set[str]: ...
 
 
 log = logging.getLogger("mlops_gpu.controller")
 
 #: How long past ``boot_s`` an opened node waits for a run before it is closed again.
 OPEN_GRACE_S = 60.0
+#: The first wait before another try of a failed placeholder sweep, and the longest.
+SWEEP_FIRST_S, SWEEP_MAX_S = 1.0, 60.0
 #: Reasons of runs a new node could start (the others wait for a quota, a budget, a hold...).
 CAPACITY_CODES = frozenset({ReasonCode.NO_CAPACITY, ReasonCode.RESERVED, ReasonCode.UNSCHEDULABLE})
 _BOOT_WAIT = re.compile(r"waiting for node (\S+) to boot")
@@ -83,6 +94,9 @@ class PoolControl:
         self._said: tuple[str, ...] = ()
         #: the pools (name -> backend) at the last sweep of other pools' placeholders
         self._swept: dict[str, str] | None = None
+        #: while sweeps fail (the API down): the wait before the next try, and when that is
+        self._sweep_wait = 0.0
+        self._sweep_at = -math.inf
 
     def pools(self) -> dict[str, Pool]:
         cfg = self.rt.cfg
@@ -135,21 +149,17 @@ class PoolControl:
         backend lists them; ``nodes`` itself when none is open); opened nodes that booted or
         waited too long are closed."""
         pools = self.pools()
-        if (now_pools := {n: p.backend for n, p in pools.items()}) != self._swept:
-            swept = True  # first tick, or the config's pools changed: once, until it succeeds
-            for bname in self.rt.backends:
-                if (cap := self._capacity(bname)) is not None:
-                    mine = [p for p in pools.values() if p.backend == bname]
-                    swept &= _quietly(f"backend {bname}: removing other pools' placeholders",
-                                      cap.forget_others, mine) is not None  # fmt: skip
-            self._swept = now_pools if swept else None
+        if {n: p.backend for n, p in pools.items()} != self._swept and now >= self._sweep_at:
+            self._sweep(pools, now)  # first tick, or the config's pools changed
         if not pools and not self.opened:
             return nodes
         still: dict[str, float] = {}  # opened nodes the backend still lists powered down
+        held: set[str] = set()  # nodes whose GPUs a placeholder may still hold
         for p in pools.values():
             if (cap := self._capacity(p.backend)) is not None:
                 # placeholders whose node is up (or that no node took)
                 _quietly(f"pool {p.name}: removing placeholders", cap.settle, p, nodes, now)
+                held |= cap.releasing()  # (also where settle failed: the last list's)
                 continue
             fn = self._states(p.backend)
             states = fn() if fn is not None else {}
@@ -163,12 +173,40 @@ class PoolControl:
             if name not in still:  # booting now (or given up): its ETA counts from the decision
                 self._booting_since.setdefault(name, at)
         self.opened = still
-        if not still:
+        held &= {n.name for n in nodes if n.schedulable}
+        if not still and not held:
             return nodes
         return tuple(
-            replace(n, schedulable=True, state_reason="") if n.name in self.opened else n
+            replace(n, schedulable=True, state_reason="") if n.name in self.opened
+            else replace(n, schedulable=False, state_reason=RELEASING) if n.name in held
+            else n
             for n in nodes
-        )
+        )  # fmt: skip
+
+    def _sweep(self, pools: Mapping[str, Pool], now: float) -> None:
+        """Delete the placeholders of pools no longer acted on (``forget_others``), once per
+        change of the config's pools. While that fails (the cluster's API down) it is tried
+        again after a wait that doubles from ``SWEEP_FIRST_S`` up to ``SWEEP_MAX_S``, and the
+        outage is logged once: as it starts (warning), and as it ends (info)."""
+        failed = ""
+        for bname in self.rt.backends:
+            if (cap := self._capacity(bname)) is not None:
+                try:
+                    cap.forget_others([p for p in pools.values() if p.backend == bname])
+                except RuntimeError as e:  # (the backend's API error)
+                    failed = f"backend {bname}: {e}"
+        if not failed:
+            if self._sweep_wait:
+                log.info("pools: other pools' placeholders removed (the cluster answers again)")
+            self._swept = {n: p.backend for n, p in pools.items()}
+            self._sweep_wait, self._sweep_at = 0.0, -math.inf
+            return
+        if not self._sweep_wait:
+            log.warning("pools: removing other pools' placeholders failed (%s); trying again "
+                        "every %.0f s at most, not logged again until it succeeds", failed,
+                        SWEEP_MAX_S)  # fmt: skip
+        self._sweep_wait = min(SWEEP_MAX_S, max(SWEEP_FIRST_S, 2 * self._sweep_wait))
+        self._sweep_at = now + self._sweep_wait
 
     # -- 2. after the cycle -------------------------------------------------------------
     def explain(

@@ -10,6 +10,8 @@ from functools import cached_property
 from typing import Any
 
 from mlops_gpu.backends import Backend
+from mlops_gpu.backends.k8s_capacity import POOL_LABEL
+from mlops_gpu.backends.k8s_manifest import label_value
 from mlops_gpu.config import Config, load_config
 from mlops_gpu.controller.backend_build import make_backend
 from mlops_gpu.core import request_problems
@@ -51,16 +53,20 @@ class Runtime:
         from mlops_gpu.config.pools import acted_on
 
         listed = self.nodes() if nodes is None else nodes
-        # A pool's node shape counts even while none is up: on Kubernetes the autoscaler's
-        # nodes do not exist until a placeholder asks for them (Slurm lists powered-down ones).
+        pools = {n: self.cfg.pools[n] for n in acted_on(self.cfg.pools, self.cfg.backends)
+                 if self.cfg.pools[n].backend in self.cfg.backends}  # fmt: skip
+        # A pool's nodes count even while none is up: on Kubernetes the autoscaler's nodes do
+        # not exist until a placeholder asks for them (Slurm lists powered-down ones), so each
+        # pool adds the nodes it may still add (up to max_nodes, with those listed): a gang
+        # asked of an empty pool is judged by what the pool can become, not by what is up.
         shapes = [
-            Node(f"{name}/new", p.backend, p.gpu_type,
-                 tuple(str(i) for i in range(p.gpus_per_node)), schedulable=False,
+            Node(f"{name}/new-{i}", p.backend, p.gpu_type,
+                 tuple(str(d) for d in range(p.gpus_per_node)), schedulable=False,
                  state_reason="a node the pool can add")
-            for name in acted_on(self.cfg.pools, self.cfg.backends)
-            if (p := self.cfg.pools[name]).backend in self.cfg.backends
+            for name, p in pools.items()
+            for i in range(p.max_nodes - sum(self._in_pool(n, name) for n in listed))
         ]  # fmt: skip
-        return request_problems(
+        out = request_problems(
             spec,
             projects=self.cfg.model_projects(),
             gpu_types=self.cfg.model_gpu_types(),
@@ -69,6 +75,25 @@ class Runtime:
             backends=self.cfg.backends,
             capabilities={n: b.capabilities for n, b in self.backends.items()},
         )
+        req = spec.request
+        limits = [f"pool {name} has at most max_nodes {p.max_nodes} of {p.gpus_per_node} GPUs"
+                  for name, p in sorted(pools.items())
+                  if req.accepts(p.gpu_type) and spec.backend in (None, p.backend)
+                  and req.gpus <= p.gpus_per_node]  # fmt: skip
+        if limits and req.nodes > 1:  # why a gang too big for the pools is refused
+            out = [f"{x} ({'; '.join(limits)})" if x.startswith("nodes:") else x for x in out]
+        return out
+
+    def _in_pool(self, node: Node, pool: str) -> bool:
+        """Whether a listed node is one of ``pool``'s: of its backend and GPU type and, on
+        Kubernetes, labelled with the pool (``k8s_capacity.POOL_LABEL``; Slurm lists a pool's
+        powered-down nodes too, with no label)."""
+        p = self.cfg.pools[pool]
+        if node.backend != p.backend or node.gpu_type != p.gpu_type:
+            return False
+        if getattr(self.cfg.backends.get(p.backend), "type", "") != "kubernetes":
+            return True
+        return node.labels.get(POOL_LABEL) == label_value(pool)
 
     def spec(
         self,

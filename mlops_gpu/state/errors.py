@@ -32,3 +32,8 @@ class LeadershipLost(RuntimeError):
 
 class DependencyError(ValueError):
     """A submit names a dependency that cannot be: an unknown run or array id, or a cycle."""
+
+
+class WriteRefused(RuntimeError):
+    """A submit the store refused for a reason that is not the request's and that drawing new
+    run ids would not cure (an audit row breaking a constraint); nothing of it was stored."""

@@ -3,7 +3,9 @@ cancelling the runs whose dependencies can never be met.
 
 Invariants:
 - One submit is one transaction (one revision): an array's elements all, or none, and the
-  ``audit`` rows handed with it (the server's submits: a run stored is a run audited).
+  ``audit`` rows handed with it (the server's submits: a run stored is a run audited). Only a
+  collision on ``runs.id`` draws new ids and tries again; any other integrity error (an audit
+  row the store refuses) is ``WriteRefused`` at once, saying which rows.
 - Array elements are ids ``<array-id>_<index>`` with the ``array_id`` column set; an array id
   is never a run id (it has no ``_``), so an id names a run or an array, never both.
 - Dependencies are stored resolved to run ids: a dependency on an array id becomes one on each
@@ -29,7 +31,7 @@ from sqlalchemy.exc import IntegrityError
 
 from mlops_gpu.model import TERMINAL_PHASES, Dependency, Phase, Run, RunSpec
 from mlops_gpu.state.bulk import CHUNK, Move, bump, locked_rows, move_many
-from mlops_gpu.state.errors import DependencyError
+from mlops_gpu.state.errors import DependencyError, WriteRefused
 from mlops_gpu.state.schema import audit as audit_table
 from mlops_gpu.state.schema import events, runs
 
@@ -128,6 +130,7 @@ def submit_runs(
     job = job or JobControl()
     now = time.time() if now is None else now
     for _ in range(5):
+        step = "runs"  # where an IntegrityError came from: only the runs' ids are drawn again
         if job.array:
             aid = new_run_id()
             ids = [f"{aid}_{s.array_index}" for s in specs]
@@ -142,17 +145,30 @@ def submit_runs(
                     final = _resolve(conn, final, job)
                     _check_acyclic(ids, final)
                 rows = _insert(conn, ids, final, now, job.held, aid)
+                step = "audit"
                 if audit is not None:
                     _audit(conn, ids, audit)
             break
-        except IntegrityError:  # an id collision: draw them all again
-            continue
+        except IntegrityError as e:
+            if step == "runs" and _id_collision(e):  # an id drawn twice: draw them all again
+                continue
+            # anything else (an audit row the store refuses) is no collision: retrying would
+            # only fail again and be reported as one
+            raise WriteRefused(f"submit refused by the store at its {step} rows (nothing was "
+                              f"stored): {str(e.orig).splitlines()[0]}") from e  # fmt: skip
     else:  # pragma: no cover - 40 random bits colliding five times in a row
         raise RuntimeError("could not allocate unique run ids")
     # not through the store's run cache (``Store._run``): a server's API store submits runs it
     # never reads again, and 8,000 cached runs made the collector's full passes cost tens of
     # milliseconds of some request's latency (benchmarks/RESULTS.md, api_throughput.py)
     return [_row_to_run(row) for row in rows]
+
+
+def _id_collision(e: IntegrityError) -> bool:
+    """Whether ``e`` is the ``runs.id`` unique constraint: SQLite names the column
+    ("UNIQUE constraint failed: runs.id"), PostgreSQL the constraint ("runs_id_key")."""
+    text = str(e.orig)
+    return "runs.id" in text or "runs_id_key" in text
 
 
 def _audit(conn: Connection, ids: Sequence[str], rows: Sequence[dict[str, Any] | None]) -> None:
