@@ -35,7 +35,7 @@ from mlops_gpu.core.decision import Decision, Preemption, ReasonCode
 from mlops_gpu.core.explain import shape_text
 from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan, lost_gpu_s
-from mlops_gpu.core.state import ShapeKey
+from mlops_gpu.core.queue_keys import ShapeKey
 from mlops_gpu.core.type_choice import order_types
 from mlops_gpu.model import Placement, Run
 

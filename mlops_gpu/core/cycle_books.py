@@ -25,8 +25,9 @@ from mlops_gpu.core.backfill import Reservation
 from mlops_gpu.core.decision import Admission, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.fairshare import Shares, budget_exceeded
 from mlops_gpu.core.lent import Held
+from mlops_gpu.core.queue_keys import ShapeKey
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.core.state import ShapeKey, State
+from mlops_gpu.core.state import State
 from mlops_gpu.model import Placement, Run
 
 #: ``Cycle._quota_term``: holders, their usage, the limit, their runs' ends, GPUs released by each

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from mlops_gpu.core import borrowers
 from mlops_gpu.core.backfill import could_be_admitted
 from mlops_gpu.core.placement import indexed_buckets, place, request_amount
-from mlops_gpu.core.state import Age, ShapeKey, Signature, age_of, shape_key
+from mlops_gpu.core.queue_keys import Age, ShapeKey, Signature, age_of, shape_key
 from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
