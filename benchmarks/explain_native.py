@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import core_throughput
 
+from mlops_gpu.core.cycle import Cycle
 from mlops_gpu.core.decision import PendingReason
 from mlops_gpu.core.native import NativeEngine
-from mlops_gpu.core.policy import Cycle
 from mlops_gpu.core.state import State
 
 time.perf_counter = time.process_time  # (core_throughput's own timings: CPU time too)

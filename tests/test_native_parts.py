@@ -153,7 +153,7 @@ def test_the_simulator_falls_back_to_python_where_native_cannot(
 
 def test_two_profiles_no_node_offers_queue_apart(native: Any) -> None:
     """Runs asking for two MIG profiles that no node offers, charged the same share (2/7):
-    the Python core queues them apart (``state.shape_key`` keys by the profile's name), so the
+    the Python core queues them apart (``queue_keys.shape_key`` keys by the profile's name), so the
     native engine must too (each such profile gets a number of its own, not one for all), or
     the second would be explained by the first's shape."""
     t = TYPES[0]

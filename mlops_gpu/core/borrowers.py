@@ -43,18 +43,18 @@ from mlops_gpu.core.placement import request_amount
 from mlops_gpu.model import Placement, Run
 
 if TYPE_CHECKING:
-    from mlops_gpu.core.policy import Cycle
+    from mlops_gpu.core.cycle_victims import VictimRules
 
 _EPS = 1e-9
 
 
-def enabled(c: Cycle) -> bool:
+def enabled(c: VictimRules) -> bool:
     """Whether the rule applies in this cycle's policy."""
     p = c.snap.policy
     return p.shortest_preempt_borrowers and p.order == "shortest" and p.preemption
 
 
-def may_ever(c: Cycle, run: Run, victim: Run) -> bool:
+def may_ever(c: VictimRules, run: Run, victim: Run) -> bool:
     """The rule's conditions that time cannot make true (``victim`` of another project)."""
     if not enabled(c) or victim.placement is None:
         return False
@@ -70,7 +70,7 @@ def may_ever(c: Cycle, run: Run, victim: Run) -> bool:
     return end is not None and c._outlasts(run, end - snap.now)
 
 
-def share_above(c: Cycle, run: Run, victim: Run) -> bool:
+def share_above(c: VictimRules, run: Run, victim: Run) -> bool:
     """Whether ``victim``'s project's fair share without it stays above the ratio x
     ``run``'s project's with ``run`` admitted on the victim's GPU type."""
     placed = victim.placement
@@ -81,12 +81,12 @@ def share_above(c: Cycle, run: Run, victim: Run) -> bool:
     return theirs > mine * c.snap.policy.borrower_share_ratio + _EPS
 
 
-def _above(c: Cycle, theirs: str, mine: str) -> bool:
+def _above(c: VictimRules, theirs: str, mine: str) -> bool:
     ratio = c.snap.policy.borrower_share_ratio
     return c.shares.share(theirs) > c.shares.share(mine) * ratio + _EPS
 
 
-def possible(c: Cycle, run: Run, gpu_type: str) -> bool:
+def possible(c: VictimRules, run: Run, gpu_type: str) -> bool:
     """Whether a run of another project might be the rule's victim for ``run`` on
     ``gpu_type`` now (an over-estimate of ``may_ever`` and ``share_above``; False is
     certain; the shares before the move bound those after it): ``Cycle._victims_possible``
@@ -105,7 +105,7 @@ def possible(c: Cycle, run: Run, gpu_type: str) -> bool:
     return False
 
 
-def hoped(c: Cycle, project: str, head: Run, cls: int, gpu_type: str) -> bool:
+def hoped(c: VictimRules, project: str, head: Run, cls: int, gpu_type: str) -> bool:
     """``possible`` without the shares (they move within a cycle and with the clock): what
     the parking lot may keep for a queue head of ``project`` and class ``cls``."""
     if not enabled(c):
@@ -119,11 +119,11 @@ def hoped(c: Cycle, project: str, head: Run, cls: int, gpu_type: str) -> bool:
     )
 
 
-def _to_go(c: Cycle, project: str, gpu_type: str, cls: int) -> float:
+def _to_go(c: VictimRules, project: str, gpu_type: str, cls: int) -> float:
     return c.state.longest_to_go(project, gpu_type, cls, c.snap.now)
 
 
-def taken_by_rule(c: Cycle, run: Run, victim: Run) -> bool:
+def taken_by_rule(c: VictimRules, run: Run, victim: Run) -> bool:
     """Whether ``victim`` (chosen for ``run``) was taken by this rule, not by the reclaim of
     lent quota or as a lower class: for the plan's check and the preemption's message."""
     return (
@@ -133,7 +133,7 @@ def taken_by_rule(c: Cycle, run: Run, victim: Run) -> bool:
     )
 
 
-def keeps(c: Cycle, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
+def keeps(c: VictimRules, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
     """Whether the plan keeps the order of shares and does not trade places (see the module
     docstring): ``ready`` judged each victim alone, this judges the plan's whole move."""
     victims = list(victims)
@@ -156,7 +156,7 @@ def keeps(c: Cycle, run: Run, victims: Iterable[Run], placement: Placement) -> b
 
 
 def _keeps_order(
-    c: Cycle, run: Run, victims: list[Run], taken: list[Run], placement: Placement
+    c: VictimRules, run: Run, victims: list[Run], taken: list[Run], placement: Placement
 ) -> bool:
     """With every victim gone and ``run`` placed, each project a victim was taken from by this
     rule keeps a share above the ratio x ``run``'s project's."""
@@ -173,7 +173,7 @@ def _keeps_order(
     )
 
 
-def why(c: Cycle, run: Run, victim: Run) -> str:
+def why(c: VictimRules, run: Run, victim: Run) -> str:
     """The preemption's message for a victim taken by this rule."""
     s = c.shares
     return (

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from mlops_gpu.core.cycle import Cycle
 from mlops_gpu.core.decision import Decision, PendingReason
-from mlops_gpu.core.policy import Cycle, decide, decide_keeping
+from mlops_gpu.core.policy import decide, decide_keeping
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
 from mlops_gpu.model import Node, Phase, Run

@@ -276,7 +276,7 @@ class NativeEngine:
     def _shape(self, run: Run) -> _engine.ShapeSpec | None:
         """A MIG or shared request as ``_engine.ShapeSpec`` (None: whole GPUs); a profile no
         node offers gets a number of its own that no node has (numbered as they come: two
-        such profiles are two queues, as ``state.shape_key`` keys them by name)."""
+        such profiles are two queues, as ``queue_keys.shape_key`` keys them by name)."""
         req = run.request
         if req.mig is not None:
             profile = self._profile_ix.get(req.mig)

@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING
 from mlops_gpu.core import borrowers
 from mlops_gpu.core.backfill import could_be_admitted
 from mlops_gpu.core.placement import indexed_buckets, place, request_amount
-from mlops_gpu.core.state import Age, ShapeKey, Signature, age_of, shape_key
+from mlops_gpu.core.queue_keys import Age, ShapeKey, Signature, age_of, shape_key
 from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
-    from mlops_gpu.core.policy import Cycle
+    from mlops_gpu.core.cycle_victims import VictimRules
 
 _EPS = 1e-9
 
 
-def node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
+def node_sets(c: VictimRules, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
     """Whether one backend has ``nodes`` nodes of ``gpu_type`` with ``gpus`` free each now
     (the free-count index; the same eligibility as ``placement._place_whole_indexed``).
     Remembered until the cycle admits a run (only admissions change free capacity)."""
@@ -53,7 +53,7 @@ def node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | Non
     return found
 
 
-def _node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
+def _node_sets(c: VictimRules, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
     return any(
         c.cap.count_at_least((gpu_type, b), gpus) >= nodes
         for b, _ in indexed_buckets(c.snap, c.cap, gpu_type, backend, nodes)
@@ -67,7 +67,7 @@ def _node_sets(c: Cycle, gpu_type: str, gpus: int, nodes: int, backend: str | No
 Hope = dict[str, tuple[int | None, float, float]]
 
 
-def _hope(c: Cycle, project: str) -> Hope:
+def _hope(c: VictimRules, project: str) -> Hope:
     """``Hope`` of ``project``: what ``Cycle._victims_possible`` looks at, as the cycle begins.
 
     Kept between cycles (``State.hopes``): it reads only the victim pools, their expected ends
@@ -96,7 +96,7 @@ def _hope(c: Cycle, project: str) -> Hope:
     return out
 
 
-def _forget_stale_hopes(c: Cycle) -> None:
+def _forget_stale_hopes(c: VictimRules) -> None:
     """Drop the kept hopes of every cohort tree with a member in ``State.hope_stale``: a
     member's usage decides whether it lends (and so every member's reclaim), its pool every
     member's possible victims."""
@@ -109,7 +109,7 @@ def _forget_stale_hopes(c: Cycle) -> None:
 
 
 def _may_have_victims(
-    c: Cycle, hope: Hope, head: Run, cls: int, types: tuple[str, ...], amount: float
+    c: VictimRules, hope: Hope, head: Run, cls: int, types: tuple[str, ...], amount: float
 ) -> bool:
     """What ``Cycle._victims_possible`` would say for the queue's head (under ``shortest``
     the head has the smallest max_runtime of its queue, so no run behind it has more hope).
@@ -131,7 +131,7 @@ def _may_have_victims(
     return False
 
 
-def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
+def candidates(c: VictimRules) -> dict[str, list[ShapeKey]]:
     """project -> the shape keys of its queues that are not surely blocked now.
 
     Kept between cycles (``State.lot_live``): a (signature, project) pair with no queue that
@@ -172,7 +172,7 @@ def candidates(c: Cycle) -> dict[str, list[ShapeKey]]:
     return out
 
 
-def _to_judge(c: Cycle) -> dict[Signature, set[str]]:
+def _to_judge(c: VictimRules) -> dict[Signature, set[str]]:
     """signature -> the projects whose queues of it may not be surely blocked now: every
     project of a signature that gained a fitting type since the last cycle; those whose usage
     or victims on one of its types changed, with every member of their cohort tree (lending
@@ -211,7 +211,11 @@ def _to_judge(c: Cycle) -> dict[Signature, set[str]]:
 
 
 def _room_on_any(
-    c: Cycle, rooms: dict[tuple[str, str], float], project: str, types: list[str], amount: float
+    c: VictimRules,
+    rooms: dict[tuple[str, str], float],
+    project: str,
+    types: list[str],
+    amount: float,
 ) -> bool:
     for t in types:
         room = rooms.get((project, t))
@@ -222,7 +226,7 @@ def _room_on_any(
     return False
 
 
-def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
+def anchor(c: VictimRules) -> tuple[Run, list[str]] | None:
     """The run the EASY reservation is for, with the GPU types it could ever be admitted on, or
     None. Candidates are the queued whole-GPU runs that fit an empty cluster, whose quota could
     ever admit them (``backfill.could_be_admitted``), and that are blocked as the cycle begins
@@ -272,7 +276,7 @@ def anchor(c: Cycle) -> tuple[Run, list[str]] | None:
     return None if best is None else (best[1], best[2])
 
 
-def overtaken(c: Cycle) -> str | None:
+def overtaken(c: VictimRules) -> str | None:
     """The anchor an engine keeps after cycle ``c`` when ``c`` had none or admitted it: the run
     of the highest class that has waited longest (as ``anchor``) among the queued runs that
     could ever be admitted (``_types``) and that ``c`` overtook: it did not admit them while it
@@ -306,7 +310,7 @@ def overtaken(c: Cycle) -> str | None:
     return None if best is None else best[1]
 
 
-def _types(c: Cycle, run: Run) -> list[str]:
+def _types(c: VictimRules, run: Run) -> list[str]:
     """The GPU types a whole-GPU run could ever be admitted on (an empty cluster hosts it, its
     quota could admit it); [] for other shapes."""
     if run.request.shape != "whole":
@@ -318,7 +322,7 @@ def _types(c: Cycle, run: Run) -> list[str]:
     ]
 
 
-def _blocked(c: Cycle, project: str, sk: ShapeKey) -> tuple[Run, list[str]] | None:
+def _blocked(c: VictimRules, project: str, sk: ShapeKey) -> tuple[Run, list[str]] | None:
     """The queue's oldest run with ``_types``, if it is blocked now: on none of them do both
     quota admit it and a node set take it; else None."""
     st = c.state

@@ -27,7 +27,7 @@ from bisect import bisect_left, insort
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlops_gpu.core.state import State
+    from mlops_gpu.core.timelines import Timelines
 
 
 class Index:
@@ -39,7 +39,7 @@ class Index:
         self.at: dict[str, float] = {}  # node -> its time in ``order``
         self.volatile: set[str] = set()
 
-    def _build(self, st: State) -> None:
+    def _build(self, st: Timelines) -> None:
         self.order, self.at, self.volatile = [], {}, set()
         for name in self.names:
             when = self._time(st, name)
@@ -47,7 +47,7 @@ class Index:
                 self.order.append((when, name))
         self.order.sort()
 
-    def _refresh(self, st: State, name: str) -> None:
+    def _refresh(self, st: Timelines, name: str) -> None:
         old = self.at.pop(name, None)
         if old is not None:
             del self.order[bisect_left(self.order, (old, name))]
@@ -56,7 +56,7 @@ class Index:
         if when is not None:
             insort(self.order, (when, name))
 
-    def _time(self, st: State, name: str) -> float | None:
+    def _time(self, st: Timelines, name: str) -> float | None:
         """The node's unclamped time, recorded in ``at`` (None: never, or volatile)."""
         if st.moving_ends.get(name):
             self.volatile.add(name)
@@ -71,7 +71,7 @@ class Index:
         self.at[name] = when
         return when
 
-    def earliest(self, st: State, now: float, k: int) -> list[tuple[float, str]]:
+    def earliest(self, st: Timelines, now: float, k: int) -> list[tuple[float, str]]:
         """The ``k`` earliest (time clamped to ``now``, node), fewer when fewer ever fit."""
         cap = st.cap
         if self.pos < cap.changes_base:

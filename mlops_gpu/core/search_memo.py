@@ -38,7 +38,7 @@ from mlops_gpu.core.placement import request_amount
 from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
-    from mlops_gpu.core.policy import Cycle
+    from mlops_gpu.core.cycle import Cycle
 
 #: Releases kept before the log (and every remembered failure with it) is dropped.
 MAX_LOG = 20_000

@@ -24,15 +24,8 @@ Invariants:
   ``active`` but holds nothing: no devices, no quota, no fair-share usage, no place in the
   timelines or the victim pools. Its devices are free, except where the preemptor admitted in
   the same decision took them (the controller, not the core, waits for it to exit).
-- ``ends[node]`` lists, sorted, (end, GPUs, run id) for every whole-GPU slot of an active run
-  with a fixed expected end (start + ``max_runtime``); ``moving_ends[node]`` maps run id ->
-  (seconds after now, GPUs) for ends that move with the clock (a run with ``max_runtime``
-  but neither start nor admission time). ``lines(node, now)`` equals
-  ``backfill._timelines`` for that node.
-- ``_reached[node][(free, need)]`` caches ``reach_fixed`` (the walk over the node's fixed
-  ends, unclamped); it is dropped whenever ``ends[node]`` changes. Every change of a node's
-  ends is also logged in ``cap.changes``, which the reservation's index follows
-  (``reach_index``).
+- The keys a queue is filed by are ``queue_keys``'; the nodes' timelines of expected ends,
+  with their own invariants, are ``timelines.Timelines``, which ``State`` extends.
 """
 
 from __future__ import annotations
@@ -43,66 +36,27 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import replace
 
-from mlops_gpu.core.backfill import reach_on, start_of
+from mlops_gpu.core.backfill import start_of
 from mlops_gpu.core.capacity import Capacity
-from mlops_gpu.core.fairshare import las_level
-from mlops_gpu.core.placement import could_ever_fit, eligible_nodes
+from mlops_gpu.core.placement import could_ever_fit
+from mlops_gpu.core.queue_keys import (
+    Age,
+    HeadEntry,
+    OldestEntry,
+    ShapeKey,
+    Signature,
+    age_of,
+    order_key,
+    shape_key,
+)
 from mlops_gpu.core.quota import QuotaBook
-from mlops_gpu.core.reach_index import Index
 from mlops_gpu.core.search_memo import SearchMemo
 from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.core.timelines import Timelines
 from mlops_gpu.model import Phase, Placement, Run
 
-ShapeKey = tuple[object, ...]
-#: (acceptable GPU types of the cluster, GPUs per node, nodes, pinned backend)
-Signature = tuple[tuple[str, ...], int, int, str | None]
-#: (-class value, order key, run id, project, shape key) of a queue's head: sorted, the highest
-#: class and oldest first (run ids are unique, so entries never compare shape keys)
-HeadEntry = tuple[int, tuple[int, float, int], str, str, ShapeKey]
-#: A run's age: (submit time, seq, run id); the smallest has waited longest
-Age = tuple[float, int, str]
-#: (-class value, age of the queue's oldest run, project, shape key), one per queue
-OldestEntry = tuple[int, Age, str, ShapeKey]
 
-
-def age_of(run: Run) -> Age:
-    return (run.submitted_at, run.seq, run.id)
-
-
-def shape_key(snap: Snapshot, run: Run) -> ShapeKey:
-    r = run.request
-    level = las_level(snap, run.attained_gpu_s) if snap.policy.order == "las" else 0
-    return (
-        snap.priority_of(run),
-        level,
-        r.gpus,
-        r.nodes,
-        r.gpu_types,
-        r.gpu_fraction,
-        r.gpu_memory_mb,
-        r.mig,
-        r.topology_key,
-        r.topology_required,
-        # host CPU and memory: runs asking for different amounts are not interchangeable (one
-        # asking for less may fit where the head does not); the Rust engine's key has them too
-        r.cpu_milli,
-        r.host_memory_mb,
-        run.spec.backend,
-        run.spec.preemptible,
-    )
-
-
-def order_key(snap: Snapshot, run: Run) -> tuple[int, float, int]:
-    """A run's place in its project's queue: (LAS level, submit time, seq), or under
-    ``shortest`` (0, max_runtime, seq) with no max_runtime as infinitely long."""
-    if snap.policy.order == "shortest":
-        mr = run.spec.max_runtime_s
-        return (0, math.inf if mr is None else mr, run.seq)
-    level = las_level(snap, run.attained_gpu_s) if snap.policy.order == "las" else 0
-    return (level, run.submitted_at, run.seq)
-
-
-class State:
+class State(Timelines):
     def __init__(self, template: Snapshot) -> None:
         """``template`` gives the cluster, projects, classes, cohorts, policy; its runs are
         ignored (use ``from_snapshot`` to load them)."""
@@ -157,12 +111,7 @@ class State:
         #: stops being a possible victim (``hope_stale`` names the project it happened to)
         self.hopes: dict[str, dict[str, tuple[int | None, float, float]]] = {}
         self.hope_stale: set[str] = set()
-        self.ends: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
-        self.moving_ends: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
-        self._reached: dict[str, dict[tuple[int, int], tuple[int, float]]] = {}
-        #: (type, pinned backend, gang, GPUs per node) -> ``reach_index.Index`` (None: not
-        #: served)
-        self._earliest: dict[tuple[str, str | None, bool, int], Index | None] = {}
+        super().__init__()  # the timelines (``Timelines``)
         self._types_of: dict[ShapeKey, list[str]] = {}
         self._accepted: dict[tuple[str, ...], list[str]] = {}
 
@@ -441,105 +390,6 @@ class State:
         pool = self.running.get((run.project, run.placement.gpu_type))
         if pool is not None and run_id in pool:
             pool[run_id] = run
-
-    def _timeline(self, run: Run, add: bool) -> None:
-        """Book (or unbook) the run's expected end on its nodes, as ``backfill.expected_end``
-        computes it: fixed, or moving with the clock, or unknown (not booked)."""
-        assert run.placement is not None
-        mr = run.spec.max_runtime_s
-        start = start_of(run)
-        if mr is None:
-            return
-        elif start is None:
-            fixed, offset = None, mr
-        else:
-            fixed, offset = start + mr, 0.0
-        for slot in run.placement.slots:
-            if slot.fraction < 1.0 or slot.memory_mb is not None:
-                continue
-            n = len(slot.devices)
-            self.cap.note(slot.node)
-            if fixed is None:
-                moving = self.moving_ends[slot.node]
-                if add:
-                    moving[run.id] = (offset, n)
-                else:
-                    moving.pop(run.id, None)
-                continue
-            line = self.ends[slot.node]
-            self._reached.pop(slot.node, None)
-            item = (fixed, n, run.id)
-            if add:
-                insort(line, item)
-            else:
-                i = bisect_left(line, item)
-                if i < len(line) and line[i] == item:
-                    del line[i]
-
-    def lines(self, node: str, now: float) -> list[tuple[float, int]]:
-        """The node's (expected end, GPUs released) timeline at ``now``, sorted."""
-        fixed = self.ends.get(node, ())
-        out = [(e if e > now else now, n) for e, n, _ in fixed]
-        moving = self.moving_ends.get(node)
-        if moving:
-            out.extend((now + off, n) for off, n in moving.values())
-        if moving or (fixed and fixed[0][0] <= now):
-            out.sort()  # moved ends, or overdue ends clamped to now, may tie out of order
-        return out
-
-    def reach(self, node: str, now: float, free: int, need: int) -> tuple[int, float]:
-        """``backfill.reach_on(self.lines(node, now), free, need, now)`` without building the
-        whole timeline: with no moving ends, ``reach_fixed``'s time clamped to ``now``."""
-        if self.moving_ends.get(node):
-            return reach_on(self.lines(node, now), free, need, now)
-        got, when = self.reach_fixed(node, free, need)
-        return got, (when if when > now else now)
-
-    def reach_fixed(self, node: str, free: int, need: int) -> tuple[int, float]:
-        """Walking the node's fixed ends in order, unclamped, from ``free`` GPUs free: the GPUs
-        free and the end at which ``need`` are (or all it frees and its last end; -inf with no
-        end). Clamping keeps the ends' order, so the end found is the one the clamped walk
-        finds, and clamping it gives that walk's time. (Runs ending at the same moment may
-        come in another order than ``lines`` sorts them, which changes neither when ``need``
-        is reached nor whether it ever is.) It depends only on ``free``, ``need`` and the
-        fixed ends, so it is kept until they change: a reservation asks the same of hundreds
-        of unchanged nodes cycle after cycle."""
-        cache = self._reached.get(node)
-        if cache is None:
-            cache = self._reached[node] = {}
-        found = cache.get((free, need))
-        if found is None:
-            got, when = free, -math.inf
-            for e, n, _ in self.ends.get(node, ()):
-                got, when = got + n, e
-                if got >= need:
-                    break
-            found = cache[(free, need)] = (got, when)
-        return found
-
-    def earliest(self, run: Run, gpu_type: str, now: float) -> list[tuple[float, str]] | None:
-        """For the reservation of whole-GPU ``run`` on ``gpu_type``: the ``nodes`` earliest
-        (time, node) at which an eligible node has its GPUs per node free (``reach_index``),
-        or None where the index does not serve the request (host resources asked, or eligible
-        nodes on more than one backend): the caller walks the nodes then."""
-        req = run.request
-        if req.shape != "whole" or req.cpu_milli or req.host_memory_mb:
-            return None
-        key = (gpu_type, run.spec.backend, req.nodes > 1, req.gpus)
-        if key in self._earliest:
-            index = self._earliest[key]
-        else:
-            nodes = [
-                n
-                for n in eligible_nodes(self.template, self.cap, run, gpu_type)
-                if n.capacity >= req.gpus
-            ]
-            one = len({n.backend for n in nodes}) <= 1
-            index = Index([n.name for n in nodes], req.gpus) if one else None
-            self._earliest[key] = index
-        if index is None:
-            return None
-        return index.earliest(self, now, req.nodes)
 
     def set_time(self, now: float) -> None:
         """Advance the clock; runs whose backoff is over join their queues."""

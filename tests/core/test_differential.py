@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from mlops_gpu.core import parking
 from mlops_gpu.core.backfill import _earliest_by_backend, _timelines, reach_on
+from mlops_gpu.core.cycle import Cycle
 from mlops_gpu.core.engine import Incremental
-from mlops_gpu.core.policy import Cycle, decide
+from mlops_gpu.core.policy import decide
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
 from mlops_gpu.model import Phase, Quota

@@ -1,0 +1,141 @@
+"""``ReservationHold``: the anchor's EASY backfill reservation (step 6 of ``policy``) and what
+it holds against the other runs of a cycle.
+
+Invariants:
+- The reservation is worked out once per cycle, from the cycle's starting state, before the
+  first admission (``_try`` asks for it before placing), for the anchor ``parking.anchor``
+  names; it is dropped when the anchor is admitted (``CycleBooks._admit``).
+- The anchor itself is never held back by its reservation; a run of a higher class than the
+  anchor's ignores it when it preempts (``_preempt_hold``: priority wins).
+- Another run may take what the reservation holds (nodes, quota) only when it is shown to end
+  before the reservation's time (``Reservation.allows``, ``allows_quota``); a run within its own
+  nominal quota may also take what a borrowing anchor would borrow.
+- ``kept_anchor``: the anchor an engine keeps for its next cycle, this cycle's unless admitted,
+  else the oldest run the cycle overtook (``parking.overtaken``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from mlops_gpu.core import parking
+from mlops_gpu.core.backfill import Reservation, expected_end, freed_by_quota, quota_limit, reserve
+from mlops_gpu.core.cycle_victims import VictimRules
+from mlops_gpu.core.placement import request_amount
+from mlops_gpu.core.preempt import Hold
+from mlops_gpu.model import Run
+
+
+class ReservationHold(VictimRules):
+    """The anchor's reservation and what it holds from the others."""
+
+    @property
+    def reservation(self) -> Reservation | None:
+        """The anchor's reservation, worked out from the cycle's starting state: the first use
+        comes before the first admission (``_try`` asks for it before placing). It is dropped
+        once the anchor is admitted."""
+        if not self._reserved:
+            self._reserved = True
+            if self.snap.policy.backfill:
+                anchor = parking.anchor(self)
+                if anchor is not None:
+                    run, types = anchor
+                    self.anchor = run.id
+                    now = self.snap.now
+                    st = self.state
+                    self._reservation = reserve(
+                        self.snap,
+                        self.cap,
+                        run,
+                        types,
+                        lambda n: st.lines(n, now),
+                        lambda n, free, need: st.reach(n, now, free, need),
+                        lambda t: st.earliest(run, t, now),
+                        lambda t: self._quota_of(run, t),
+                    )
+                    if self._reservation is not None:
+                        self._hold_terms(run, self._reservation)
+        return self._reservation
+
+    def _hold_terms(self, run: Run, res: Reservation) -> None:
+        """What the reservation does not hold against others: whether the anchor borrows
+        (then runs within their own nominal quota go first), and the GPUs its own project's
+        runs without max_runtime surely free on its nodes before it (its quota waits for them)."""
+        t, amount = res.gpu_type, request_amount(run)
+        res.borrows = not self.quota.within_nominal(run.project, t, amount)
+        if res.limit is None:
+            return
+        short = self.quota.used[(run.project, t)] + amount - res.limit - res.released
+        unknown_on: dict[str, int] = defaultdict(int)
+        for a in self.state.held.get((run.project, t), {}).values():
+            if a.placement is not None and expected_end(self.snap, a) is None:
+                for slot in a.placement.slots:
+                    unknown_on[slot.node] += len(slot.devices)
+        res.freed = freed_by_quota(short, unknown_on, res.nodes)
+
+    def _quota_of(
+        self, run: Run, gpu_type: str
+    ) -> tuple[float | None, float, list[tuple[float | None, float]]]:
+        """``backfill.QuotaOf`` for the anchor ``run``: the quota it counts on, its project's
+        usage, and the expected ends of the project's own runs on the type."""
+        limit = quota_limit(
+            self.quota, run.project, gpu_type, request_amount(run), run.spec.preemptible
+        )
+        used = self.quota.used[(run.project, gpu_type)]
+        if limit is None:
+            return None, used, []
+        snap = self.snap
+        ends = [
+            (expected_end(snap, a), float(a.placement.gpu_amount))  # type: ignore[union-attr]
+            for a in self.state.held.get((run.project, gpu_type), {}).values()
+        ]
+        return limit, used, ends
+
+    def kept_anchor(self) -> str | None:
+        """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
+        this cycle's, unless it was admitted; else the oldest run the cycle overtook
+        (``parking.overtaken``). (Asked after ``run``: when no run was tried the reservation
+        was not worked out, and nothing was admitted, so the starting state is still there to
+        work it out from.)"""
+        _ = self.reservation
+        admitted = {a.run_id for a in self.admissions}
+        if self.anchor is not None and self.anchor not in admitted:
+            return self.anchor
+        return parking.overtaken(self) if self.snap.policy.backfill else None
+
+    def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
+        res = self.reservation
+        if res is None or res.run_id == run.id:
+            return None
+        ends = None if run.spec.max_runtime_s is None else self.snap.now + run.spec.max_runtime_s
+        if res.borrows and run.project != res.project:
+            amount, quota = request_amount(run), self.quota
+            return lambda node, free_after: (
+                quota.within_nominal(run.project, node.gpu_type, amount)
+                or res.allows(node, free_after, ends)
+            )
+        return lambda node, free_after: res.allows(node, free_after, ends)
+
+    def _preempt_hold(self, run: Run) -> Hold:
+        """What ``run``'s preemption plan must leave to the reservation: as for backfill, unless
+        ``run`` is the anchor or of a higher class (priority wins)."""
+        res = self.reservation
+        if res is None or res.run_id == run.id:
+            return None
+        anchor = self.state.pending[res.run_id]
+        if self._level(run) > self._level(anchor):
+            return None
+        flt = self._backfill_filter(run)
+        assert flt is not None
+        return flt, lambda t, amount: not self._quota_held(run, t, amount)
+
+    def _quota_held(self, run: Run, gpu_type: str, amount: float) -> bool:
+        """Whether the reservation holds quota that ``run`` taking ``amount`` would take."""
+        res = self.reservation
+        if res is None or res.run_id == run.id:
+            return False
+        mr = run.spec.max_runtime_s
+        ends = None if mr is None else self.snap.now + mr
+        used = self.quota.used[(run.project, gpu_type)]
+        return not res.allows_quota(run.project, gpu_type, used + amount, ends)
