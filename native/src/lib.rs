@@ -27,6 +27,7 @@ mod preempt;
 mod pyfloat;
 mod quota;
 mod shared;
+mod spec;
 mod state;
 #[cfg(test)]
 mod tests;
