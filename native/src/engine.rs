@@ -80,6 +80,9 @@ impl Engine {
             );
         }
         let ndev: Vec<usize> = nodes.iter().map(|n| n.ndev).collect();
+        // (a shared node, whatever its backend, gives fragmentation-aware placement a cluster
+        // to weigh, as host resources do: `Capacity.fragmentable`)
+        let shared_nodes = s.parts.iter().any(|p| p.shared_node);
         let node_parts = parts::build(&ndev, s.parts)?;
         let order = match p.order.as_str() {
             "shortest" => Order::Shortest,
@@ -115,10 +118,12 @@ impl Engine {
             parts: node_parts,
         };
         let fgd = match p.placement.as_str() {
-            "fragmentation" => m
-                .nodes
-                .iter()
-                .any(|n| n.cpu_milli.is_some() || n.host_memory_mb.is_some()),
+            "fragmentation" => {
+                shared_nodes
+                    || m.nodes
+                        .iter()
+                        .any(|n| n.cpu_milli.is_some() || n.host_memory_mb.is_some())
+            }
             "best-fit" => false,
             other => {
                 return Err(format!(

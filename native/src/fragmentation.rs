@@ -30,7 +30,7 @@ use crate::pyfloat;
 
 mod sig;
 
-pub use sig::{after_whole, Sig};
+pub use sig::{after_share, after_whole, Sig};
 
 pub const TOP_K: usize = 64;
 pub const COVERAGE: f64 = 0.95;

@@ -47,7 +47,6 @@ pub fn after_whole(sig: &Sig, gpus: usize, cpu: i64, mem: i64) -> Sig {
 
 /// `sig` once a run takes `share` of a device that had `left_before` free
 /// (`fragmentation.after_share`).
-#[allow(dead_code)] // (shared devices and CPU-only runs are not native yet)
 pub fn after_share(sig: &Sig, left_before: f64, share: f64, cpu: i64, mem: i64) -> Sig {
     let mut free: Vec<f64> = sig.shares().collect();
     let i = free
@@ -70,7 +69,7 @@ pub fn after_share(sig: &Sig, left_before: f64, share: f64, cpu: i64, mem: i64) 
 }
 
 /// `sig` once a run takes host resources only (a CPU-only run: `fragmentation.after_host`).
-#[allow(dead_code)] // (shared devices and CPU-only runs are not native yet)
+#[allow(dead_code)] // (CPU-only runs are not native yet)
 pub fn after_host(sig: &Sig, cpu: i64, mem: i64) -> Sig {
     Sig {
         free: sig.free.clone(),
