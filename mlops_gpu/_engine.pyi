@@ -203,6 +203,7 @@ class PartSpec:
         mig: list[MigSpec],
         mig_placeable: bool,
         shared: bool,
+        shared_node: bool,
         gpu_memory_mb: int | None,
         name_rank: list[int],
     ) -> None: ...

@@ -88,8 +88,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     # weighs them: the mix of active runs' shapes, the types' headroom)
     host = draw(st.booleans())
     placement = draw(st.sampled_from(["fragmentation", "fragmentation", "best-fit"]))
-    best_fit = placement == "best-fit"  # (shared devices: best-fit only there)
-    weighs = host and not best_fit  # (MIG slices: not where fragmentation weighs host shapes)
+    sharing = draw(st.booleans())  # (shared devices, under either placement)
+    # (MIG slices: not where fragmentation weighs host or shared shapes)
+    weighs = (host or sharing) and placement != "best-fit"
     nodes = [
         make_node(
             f"n{i}",
@@ -101,7 +102,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             cpu_milli=draw(st.sampled_from([None, 8000, 16000])) if host else None,
             host_memory_mb=draw(st.sampled_from([None, 64000])) if host else None,
             mig={} if weighs else draw(st.sampled_from(MIG)),
-            shared=best_fit and draw(st.booleans()),
+            shared=sharing and draw(st.booleans()),
             gpu_memory_mb=draw(st.sampled_from([None, 80000])),
         )
         for i in range(draw(st.integers(2, 6)))
@@ -527,13 +528,13 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     bogus = replace(template, policy=replace(template.policy, order="random"))
     with pytest.raises(NotSupported, match="order 'random'"):
         NativeEngine(bogus, native)
-    # shared devices: best-fit placement only (no fragmentation-aware placement here)
+    # shared devices under either placement
     shared = make_snapshot([make_node("n0", 4, TYPES[0], shared=True)], [make_project("p0")])
-    assert "node n0 has shared devices" in str(unsupported(shared))
+    assert shared.policy.placement == "fragmentation" and unsupported(shared) is None
     assert unsupported(replace(shared, policy=replace(shared.policy, placement="best-fit"))) is None
     sliced = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)})], [])
     assert unsupported(sliced) is None
-    # MIG slices where fragmentation-aware placement weighs host shapes: not here
+    # MIG slices where fragmentation-aware placement weighs host (or shared) shapes: not here
     mixed = make_snapshot(
         [
             make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}),
@@ -542,6 +543,14 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
         [],
     )
     assert "node n0 has MIG slices" in str(unsupported(mixed))
+    beside_shared = make_snapshot(
+        [
+            make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}),
+            make_node("n1", 4, TYPES[0], shared=True),
+        ],
+        [],
+    )
+    assert "node n0 has MIG slices" in str(unsupported(beside_shared))
     assert unsupported(replace(mixed, policy=replace(mixed.policy, placement="best-fit"))) is None
     # host CPU tracked, under either placement; a shape prior (the packing simulator's) is not
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])

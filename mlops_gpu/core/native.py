@@ -216,6 +216,7 @@ class NativeEngine:
                     mig=mig,
                     mig_placeable=caps.mig,
                     shared=n.shared and caps.shared_gpus,
+                    shared_node=n.shared,
                     gpu_memory_mb=n.gpu_memory_mb,
                     name_rank=rank,
                 )

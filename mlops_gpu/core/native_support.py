@@ -13,10 +13,12 @@ simulator then run the Python engine (nothing is guessed). The native engine ser
   with a ``Snapshot.shape_prior`` (the packing simulator's, which runs the Python engine);
 - MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
   their whole devices, profiles numbered in name order) and parts of shared devices by
-  fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``), but
-  shared devices only under ``policy.placement: best-fit``, and MIG slices not where
-  fragmentation-aware placement weighs the cluster's shapes (``fragmentation`` with nodes that
-  track host resources); active runs holding slices or parts cross with each slot's share
+  fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``) under
+  either placement (``fragmentation`` weighs a part by the growth of its node's expected
+  fragmentation, ``after_share``; a shared node makes the cluster one to weigh, as host
+  resources do: ``PartSpec.shared_node``), but MIG slices not where fragmentation-aware
+  placement weighs the cluster's shapes (``fragmentation`` with nodes that track host
+  resources or are shared); active runs holding slices or parts cross with each slot's share
   (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster; not
   CPU-only runs (``gpus`` 0);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
@@ -54,20 +56,16 @@ def unsupported(template: Snapshot) -> str | None:
             " of other projects shortest-first)"
         )
     # fragmentation-aware placement weighs every held slot's shape (the Rust engine keeps that
-    # mix where nodes track host resources, as whole GPUs only)
+    # mix where nodes track host resources or are shared, as whole GPUs and shared parts only)
     weighs = p.placement == "fragmentation" and any(
-        n.cpu_milli is not None or n.host_memory_mb is not None for n in template.nodes
+        n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in template.nodes
     )
     for n in template.nodes:
-        if n.shared and p.placement != "best-fit":
-            return (
-                f"node {n.name} has shared devices under policy.placement {p.placement!r} "
-                "(the native engine places shared devices under best-fit only)"
-            )
         if n.mig and weighs:
             return (
-                f"node {n.name} has MIG slices on a cluster tracking host CPU or memory under "
-                "policy.placement 'fragmentation' (the native engine weighs whole GPUs only there)"
+                f"node {n.name} has MIG slices on a cluster with shared devices or tracking host "
+                "CPU or memory under policy.placement 'fragmentation' (the native engine weighs "
+                "whole GPUs and shared parts only there)"
             )
     if template.shape_prior:
         return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"

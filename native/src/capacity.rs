@@ -13,6 +13,7 @@
 use crate::fragmentation::{Mix, Shape};
 use crate::model::Model;
 use crate::parts::{self, SlotShare};
+use crate::pyfloat;
 
 /// Where a run runs: one backend, one type, one slot (node, devices) per gang member on a node
 /// of the cluster, and the GPUs it holds in all (`Placement.gpu_amount`; a run loaded from a
@@ -121,7 +122,7 @@ impl Capacity {
                 self.take_parts(m, *node, devs, share);
             }
             self.book_host(*node, p.host, -1);
-            if let Some(s) = self.shape(p, devs) {
+            if let Some(s) = self.shape(m, p, k) {
                 self.mix.add(s);
             }
         }
@@ -137,7 +138,7 @@ impl Capacity {
                 self.release_parts(m, *node, devs, share);
             }
             self.book_host(*node, p.host, 1);
-            if let Some(s) = self.shape(p, devs) {
+            if let Some(s) = self.shape(m, p, k) {
                 self.mix.remove(s);
             }
         }
@@ -180,12 +181,18 @@ impl Capacity {
         }
     }
 
-    /// The mix shape of a slot of `p` holding `devs` (`capacity.slot_shape`), where the mix is
-    /// kept and the slot holds GPUs.
-    fn shape(&self, p: &Placement, devs: &[u16]) -> Option<Shape> {
-        (self.mix.enabled && !devs.is_empty()).then(|| Shape {
+    /// The mix shape of slot `k` of `p` (`capacity.slot_shape`: GPUs, share rounded to 1e-6,
+    /// host CPU and memory, accepted types), where the mix is kept and the slot holds GPUs
+    /// that are not MIG slices (`Capacity._host`).
+    fn shape(&self, m: &Model, p: &Placement, k: usize) -> Option<Shape> {
+        let (node, devs) = &p.slots[k];
+        let first = *devs.first()?;
+        if !self.mix.enabled || parts::of(m, *node).profile_of(first).is_some() {
+            return None;
+        }
+        Some(Shape {
             gpus: devs.len(),
-            share_bits: 1.0f64.to_bits(),
+            share_bits: pyfloat::round_to(p.share(k).fraction, 6).to_bits(),
             cpu: p.host.0,
             mem: p.host.1,
             accepts: p.accepts,

@@ -5,7 +5,7 @@
 //! next run; within a project
 //! its runs in order, each queue judged by its head. A run that fits (respecting the
 //! reservation) and its quota admits is admitted; else it may choose victims (`preempt`), and
-//! is then admitted at once on the devices they free.
+//! is then admitted at once on the devices they free (one run's trial: `trial`).
 //!
 //! Invariant: the same decisions as the Python core's cycle on the same state; a cycle
 //! changes the state only through `cap` (admissions taken, victims' devices given back,
@@ -17,16 +17,16 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use rustc_hash::FxHashSet as HashSet;
 
+mod trial;
+
 use crate::backfill::{anchor, overtaken, reserve, Reservation};
 use crate::budget::{level, Limit};
 use crate::capacity::Placement;
-use crate::explain::{self, Log};
+use crate::explain::Log;
 use crate::model::Model;
-use crate::parts::Shape;
-use crate::placement::{node_sets, place};
-use crate::quota::{admits, room, within_nominal};
+use crate::quota::room;
 use crate::state::{key_cmp, Key, State};
-use crate::type_choice::order_types;
+use trial::Outcome;
 
 const EPS: f64 = 1e-9;
 
@@ -35,13 +35,6 @@ pub struct Range {
     pub queue: usize,
     pub lo: usize,
     pub hi: usize,
-}
-
-#[derive(PartialEq)]
-enum Outcome {
-    Admitted,
-    Blocked,
-    Reserved,
 }
 
 /// A project's place in the fair-share heap: lowest first.
@@ -386,116 +379,6 @@ impl<'a> Cycle<'a> {
         let r = room(self.m, &self.st.cap.used, p, t);
         self.rooms.borrow_mut()[k] = (stamp, r);
         r
-    }
-
-    fn must_borrow(&self, i: usize) -> bool {
-        let r = &self.st.runs[i];
-        let used = &self.st.cap.used;
-        !r.types
-            .iter()
-            .any(|&t| within_nominal(self.m, used, r.project, t, r.amount()))
-    }
-
-    /// A cheap test that `try_run` would find the run blocked with no side effect
-    /// (`Cycle._surely_blocked`).
-    fn surely_blocked(&self, i: usize) -> bool {
-        let m = self.m;
-        if m.policy.preemption && self.victims_possible(i) {
-            return false;
-        }
-        let r = &self.st.runs[i];
-        for &t in &r.types {
-            let open = r.amount() <= self.room(r.project, t) + EPS;
-            // (a topology run: the free-count index cannot tell, it might fit)
-            // (MIG and shared requests: it cannot tell either)
-            if open
-                && (r.topology.is_some() || !r.shape.is_whole() || node_sets(m, &self.st.cap, r, t))
-            {
-                return false;
-            }
-        }
-        true
-    }
-
-    fn try_run(&mut self, i: usize) -> Outcome {
-        let m = self.m;
-        let (mut fits_without_reservation, mut quota_held) = (false, false);
-        let mut types = self.st.runs[i].types.clone();
-        // (not a MIG request's: `Cycle._try` orders only the others)
-        let reorder = !matches!(self.st.runs[i].shape, Shape::Mig { .. });
-        let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled && reorder {
-            // any of several types: headroom, then the placement that fragments least
-            let placed: Vec<_> = types.iter().map(|&t| self.place_for(i, t)).collect();
-            let order = order_types(m, &self.st.cap, &types, &placed, true);
-            let mut placed: Vec<_> = placed.into_iter().map(Some).collect();
-            types = order.iter().map(|&k| types[k]).collect();
-            order.iter().map(|&k| placed[k].take()).collect()
-        } else {
-            Vec::new()
-        };
-        // (per type, the amount quota judged: the reason names it)
-        let mut amounts = Vec::with_capacity(types.len());
-        for (k, &t) in types.iter().enumerate() {
-            let r = &self.st.runs[i];
-            let ends = r.max_runtime.map(|mr| self.now + mr);
-            // (the anchor itself: nothing is held from it; nor, from a borrowing anchor, a
-            // run of another project within its own nominal quota)
-            let res = self
-                .reservation
-                .as_ref()
-                .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
-            let flt = res.map(|res| (res, ends));
-            let placed = match placed_first.get_mut(k) {
-                Some(p) => p.take().expect("placed once"),
-                None => place(m, &self.st.cap, r, t, flt),
-            };
-            if placed.is_none() && flt.is_some() {
-                fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
-            }
-            let amount = placed.as_ref().map_or(r.amount(), |p| p.amount());
-            amounts.push(amount);
-            if !admits(m, &self.st.cap.used, r.project, t, amount, r.preemptible) {
-                continue;
-            }
-            if let Some(p) = placed {
-                let used = self.st.cap.used[m.pt(r.project, t)];
-                if res.is_some_and(|res| !res.allows_quota(r.project, t, used + amount, ends)) {
-                    quota_held = true;
-                    continue;
-                }
-                self.admit(i, p);
-                return Outcome::Admitted;
-            }
-        }
-        if (fits_without_reservation || quota_held) && self.reservation.is_some() {
-            if let Some(mut log) = self.log.take() {
-                log.wait(
-                    i,
-                    explain::reserved(self, i, fits_without_reservation, &types),
-                );
-                self.log = Some(log);
-            }
-            return Outcome::Reserved;
-        }
-        if m.policy.preemption && self.victims_possible(i) && self.preempt(i, &types) {
-            return Outcome::Admitted; // with its victims
-        }
-        if let Some(mut log) = self.log.take() {
-            log.wait(i, explain::blocked(self, i, &types, Some(&amounts)));
-            self.log = Some(log);
-        }
-        Outcome::Blocked
-    }
-
-    /// Where run `i` fits on `t` now, with the reservation's hold (as `try_run` places it).
-    fn place_for(&self, i: usize, t: usize) -> Option<Placement> {
-        let (m, r) = (self.m, &self.st.runs[i]);
-        let ends = r.max_runtime.map(|mr| self.now + mr);
-        let res = self
-            .reservation
-            .as_ref()
-            .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
-        place(m, &self.st.cap, r, t, res.map(|res| (res, ends)))
     }
 
     pub fn admit(&mut self, i: usize, p: Placement) {

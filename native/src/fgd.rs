@@ -1,7 +1,7 @@
 //! Fragmentation-aware placement of one-node whole-GPU runs (`placement._place_whole_fgd`,
 //! `_score`, `growth_class`, `fragment_growth` and `Capacity.signature`), under
 //! `policy.placement: fragmentation` on a cluster where it can matter (nodes that track host
-//! CPU or memory: `Mix::enabled`).
+//! CPU or memory, or shared nodes: `Mix::enabled`; a shared device's part: `shared`).
 //!
 //! Rules: among the eligible nodes with the run's GPUs free (and allowed by the reservation),
 //! the node whose expected fragmentation grows least, compared in FGD's integer score classes
@@ -14,18 +14,28 @@
 use std::collections::HashMap;
 
 use crate::capacity::{Capacity, Placement};
-use crate::fragmentation::{after_whole, Sig};
+use crate::fragmentation::{after_share, after_whole, Sig};
 use crate::model::Model;
 use crate::placement::{eligible, Filter};
 use crate::pyfloat;
 use crate::state::Run;
 
 /// The node's state as fragmentation sees it (`Capacity.signature`): whole free devices count
-/// 1.0 each.
+/// 1.0 each, a shared device what is left of it (rounded to 1e-6), largest first.
 pub fn signature(m: &Model, cap: &Capacity, node: usize) -> Sig {
     let one = 1.0f64.to_bits();
+    let mut free = vec![one; cap.free[node].len()];
+    if !cap.shared[node].is_empty() {
+        let mut left: Vec<f64> = cap.shared[node]
+            .iter()
+            .map(|&(_, f, _)| pyfloat::round_to(1.0 - f, 6))
+            .filter(|&x| x > 1e-9)
+            .collect();
+        left.sort_by(|a, b| b.total_cmp(a));
+        free.extend(left.into_iter().map(f64::to_bits)); // (each below the whole ones)
+    }
     Sig {
-        free: vec![one; cap.free[node].len()],
+        free,
         cpu: cap.cpu_free[node],
         mem: cap.mem_free[node],
         ty: m.nodes[node].ty,
@@ -103,12 +113,23 @@ fn key_lt(a: (i64, f64, usize), b: (i64, f64, usize)) -> bool {
 
 /// How good `p` (not yet taken) is for fragmentation, lower better: (class of the growth of
 /// its nodes' expected fragmentation, CPU/GPU imbalance left, its first node)
-/// (`placement.fragment_growth`; whole-GPU slots).
+/// (`placement.fragment_growth`; whole-GPU slots and parts of shared devices).
 pub fn fragment_growth(m: &Model, cap: &Capacity, p: &Placement) -> (i64, f64, usize) {
     let (mut total, mut imbalance) = (0.0, 0.0);
-    for (node, devs) in &p.slots {
+    for (k, (node, devs)) in p.slots.iter().enumerate() {
         let sig = signature(m, cap, *node);
-        let after = after_whole(&sig, devs.len(), p.host.0, p.host.1);
+        let share = p.share(k);
+        let after = if share.whole() {
+            after_whole(&sig, devs.len(), p.host.0, p.host.1)
+        } else {
+            // (the device's free share before, as the signature rounds it)
+            let used = cap.shared[*node]
+                .iter()
+                .find(|x| x.0 == devs[0])
+                .map_or(0.0, |x| x.1);
+            let had = pyfloat::round_to(1.0 - used, 6);
+            after_share(&sig, had, share.fraction, p.host.0, p.host.1)
+        };
         let growth = cap.mix.node_fragment(&after) - cap.mix.node_fragment(&sig);
         total += growth;
         imbalance += cap.mix.imbalance(&after);

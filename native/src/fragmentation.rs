@@ -1,8 +1,9 @@
 //! Expected GPU fragmentation of a node for the mix of run shapes (FGD), as
 //! `mlops_gpu.core.fragmentation` computes it, to the last bit (`pyfloat`).
 //!
-//! A node's `Sig` is its free share per device that still has some (largest first; whole free
-//! devices count 1.0), its free host CPU and memory (None: not tracked) and its GPU type. For
+//! A node's `Sig` (module `sig`, with its transitions) is its free share per device that still
+//! has some (largest first; whole free devices count 1.0), its free host CPU and memory (None:
+//! not tracked) and its GPU type. For
 //! one `Shape`, the fragment is the free share the shape could not use (all of it when the
 //! shape does not fit at all); a node's expected fragmentation is the mix-weighted sum over
 //! the shapes.
@@ -26,6 +27,10 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::pyfloat;
+
+mod sig;
+
+pub use sig::{after_share, after_whole, Sig};
 
 pub const TOP_K: usize = 64;
 pub const COVERAGE: f64 = 0.95;
@@ -57,22 +62,6 @@ pub struct Shape {
 impl Shape {
     pub fn share(&self) -> f64 {
         f64::from_bits(self.share_bits)
-    }
-}
-
-/// (free share per device, largest first; free host CPU; free host memory; GPU type):
-/// `fragmentation.Sig`. Shares are kept as bits (for hashing).
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct Sig {
-    pub free: Vec<u64>,
-    pub cpu: Option<i64>,
-    pub mem: Option<i64>,
-    pub ty: usize,
-}
-
-impl Sig {
-    pub fn shares(&self) -> impl Iterator<Item = f64> + '_ {
-        self.free.iter().map(|&b| f64::from_bits(b))
     }
 }
 
@@ -330,61 +319,6 @@ impl Mix {
         }
         self.derived().restricted = Some(out.clone());
         out
-    }
-}
-
-/// `sig` once a run takes `gpus` whole devices and the host resources
-/// (`fragmentation.after_whole`).
-pub fn after_whole(sig: &Sig, gpus: usize, cpu: i64, mem: i64) -> Sig {
-    let mut free = sig.free.clone();
-    let one = 1.0f64.to_bits();
-    for _ in 0..gpus {
-        let i = free
-            .iter()
-            .position(|&x| x == one)
-            .expect("a whole free device");
-        free.remove(i);
-    }
-    Sig {
-        free,
-        cpu: sig.cpu.map(|c| c - cpu),
-        mem: sig.mem.map(|m| m - mem),
-        ty: sig.ty,
-    }
-}
-
-/// `sig` once a run takes `share` of a device that had `left_before` free
-/// (`fragmentation.after_share`).
-#[allow(dead_code)] // (shared devices and CPU-only runs are not native yet)
-pub fn after_share(sig: &Sig, left_before: f64, share: f64, cpu: i64, mem: i64) -> Sig {
-    let mut free: Vec<f64> = sig.shares().collect();
-    let i = free
-        .iter()
-        .position(|&x| x == left_before)
-        .expect("the device's free share");
-    free.remove(i);
-    let left = pyfloat::round_to(left_before - share, 6);
-    if left > EPS {
-        free.push(left);
-    }
-    // Python's sorted(..., reverse=True) is stable; equal shares are equal bits here
-    free.sort_by(|a, b| b.total_cmp(a));
-    Sig {
-        free: free.into_iter().map(f64::to_bits).collect(),
-        cpu: sig.cpu.map(|c| c - cpu),
-        mem: sig.mem.map(|m| m - mem),
-        ty: sig.ty,
-    }
-}
-
-/// `sig` once a run takes host resources only (a CPU-only run: `fragmentation.after_host`).
-#[allow(dead_code)] // (shared devices and CPU-only runs are not native yet)
-pub fn after_host(sig: &Sig, cpu: i64, mem: i64) -> Sig {
-    Sig {
-        free: sig.free.clone(),
-        cpu: sig.cpu.map(|c| c - cpu),
-        mem: sig.mem.map(|m| m - mem),
-        ty: sig.ty,
     }
 }
 

@@ -3,8 +3,8 @@
 //! built by `pip install` as the module `mlops_gpu._engine`.
 //!
 //! The same decisions as `mlops_gpu.core.engine.Incremental` for the requests and policies it
-//! serves (whole GPUs; MIG slices and shared devices: `parts`, `mig`, `shared`, shared ones
-//! under best-fit placement; host CPU and memory: `capacity`, under fragmentation-aware
+//! serves (whole GPUs; MIG slices and shared devices: `parts`, `mig`, `shared`; host CPU
+//! and memory: `capacity`, under fragmentation-aware
 //! placement `fgd`, `fragmentation`, `type_choice`; budgets: `budget`; topology: `topology`);
 //! `mlops_gpu/core/native.py` checks that, turns names into indices and
 //! builds the `Decision`. Pure: the clock comes in each call. `engine` is the whole public
@@ -27,6 +27,7 @@ mod preempt;
 mod pyfloat;
 mod quota;
 mod shared;
+mod spec;
 mod state;
 #[cfg(test)]
 mod tests;

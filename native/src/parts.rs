@@ -216,6 +216,9 @@ pub struct PartSpec {
     pub mig_placeable: bool,
     /// Whether shared requests may use its devices (the node is shared, its backend shares).
     pub shared: bool,
+    /// Whether the node is shared, whatever its backend (`Node.shared`): fragmentation-aware
+    /// placement then weighs the cluster (`Capacity.fragmentable`).
+    pub shared_node: bool,
     pub gpu_memory_mb: Option<i64>,
     /// Per whole device, its rank by name (empty: device order is name order).
     pub name_rank: Vec<u32>,

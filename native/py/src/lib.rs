@@ -1,13 +1,17 @@
 //! `mlops_gpu._engine`: the PyO3 boundary of the engine in `native/` (the library crate
 //! `mlops_gpu_native`), and nothing else: each class here wraps one of the library's named
-//! structures, built with keyword arguments, and every error is a `ValueError`.
+//! structures, built with keyword arguments, and every error is a `ValueError` (what a cycle
+//! or an explanation hands back: `decision`; MIG and shared-GPU classes: `parts`).
 //! `mlops_gpu/_engine.pyi` types it for mypy; `mlops_gpu/core/native.py` is its one caller.
 
+mod decision;
 mod parts;
 
 use mlops_gpu_native as lib;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use decision::{explanation, Admitted, Explanation, Preempted, Reason};
 
 fn err(e: String) -> PyErr {
     PyValueError::new_err(e)
@@ -296,126 +300,6 @@ impl Held {
     fn __repr__(&self) -> String {
         format!("{:?}", self.0)
     }
-}
-
-/// A run a cycle admitted, and where: slots of (node, device numbers).
-#[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
-struct Admitted {
-    run_id: String,
-    backend: usize,
-    gpu_type: usize,
-    slots: Vec<lib::Slot>,
-    fraction: f64,
-}
-
-/// A run a cycle preempts, for `for_run_id`, admitted in the same cycle.
-#[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
-struct Preempted {
-    run_id: String,
-    for_run_id: String,
-    lost_gpu_s: f64,
-}
-
-/// A reason code and its parameters (`lib::Reason`: which fields each code reads); types and
-/// projects as indices. `quota`: (type, kind, value, amount); `blocks`: (type, largest free block);
-/// `borrowers`: (type, project, GPUs borrowed, reclaimable runs shown, how many, runs not
-/// preemptible shown, how many), each run as (id, expected end or None).
-#[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
-struct Reason {
-    code: &'static str,
-    subject: String,
-    types: Vec<usize>,
-    quota: Vec<(usize, &'static str, f64, f64)>,
-    blocks: Vec<(usize, usize)>,
-    borrowers: Vec<BorrowerTuple>,
-    lent: bool,
-    gpus_held: bool,
-    anchor: String,
-    at: f64,
-    res_project: usize,
-    res_type: usize,
-}
-
-type Shown = Vec<(String, Option<f64>)>;
-type BorrowerTuple = (usize, usize, f64, Shown, usize, Shown, usize);
-
-/// Why runs have no ETA (`lib::NoEta`): (kind, GPUs, project, run ids shown, how many).
-type NoEtaTuple = (&'static str, f64, Option<usize>, Vec<String>, usize);
-
-/// An explanation (`lib::Explanation`): the reasons and no-ETA reasons, each once, and per
-/// pending run (in the order booked) its id, reason, ETA and no-ETA reason.
-#[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
-struct Explanation {
-    reasons: Vec<Py<Reason>>,
-    no_eta: Vec<NoEtaTuple>,
-    run_ids: Vec<String>,
-    reason: Vec<usize>,
-    eta: Vec<Option<f64>>,
-    why: Vec<Option<usize>>,
-}
-
-fn no_eta(w: lib::NoEta) -> NoEtaTuple {
-    match w {
-        lib::NoEta::HeldUnknown(g) => ("held_unknown", g, None, Vec::new(), 0),
-        lib::NoEta::NotEnough => ("not_enough", 0.0, None, Vec::new(), 0),
-        lib::NoEta::CohortLends => ("cohort_lends", 0.0, None, Vec::new(), 0),
-        lib::NoEta::QuotaUnknown(p) => ("quota_unknown", 0.0, p, Vec::new(), 0),
-        lib::NoEta::Plain => ("plain", 0.0, None, Vec::new(), 0),
-        lib::NoEta::Reserved(names, n) => ("reserved", 0.0, None, names, n),
-    }
-}
-
-fn explanation(py: Python<'_>, e: lib::Explanation) -> PyResult<Explanation> {
-    let reasons = e
-        .reasons
-        .into_iter()
-        .map(|r| {
-            Py::new(
-                py,
-                Reason {
-                    code: r.code,
-                    subject: r.subject,
-                    types: r.types,
-                    quota: r
-                        .quota
-                        .into_iter()
-                        .map(|q| (q.gpu_type, q.kind, q.value, q.amount))
-                        .collect(),
-                    blocks: r.blocks,
-                    borrowers: r
-                        .borrowers
-                        .into_iter()
-                        .map(|b| {
-                            let (t, p, a) = (b.gpu_type, b.project, b.amount);
-                            (t, p, a, b.reclaimable, b.n_reclaimable, b.fixed, b.n_fixed)
-                        })
-                        .collect(),
-                    lent: r.lent,
-                    gpus_held: r.gpus_held,
-                    anchor: r.anchor,
-                    at: r.at,
-                    res_project: r.res_project,
-                    res_type: r.res_type,
-                },
-            )
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    let n = e.pending.len();
-    let mut out = Explanation {
-        reasons,
-        no_eta: e.no_eta.into_iter().map(no_eta).collect(),
-        run_ids: Vec::with_capacity(n),
-        reason: Vec::with_capacity(n),
-        eta: Vec::with_capacity(n),
-        why: Vec::with_capacity(n),
-    };
-    for p in e.pending {
-        out.run_ids.push(p.run_id);
-        out.reason.push(p.reason);
-        out.eta.push(p.eta);
-        out.why.push(p.no_eta);
-    }
-    Ok(out)
 }
 
 /// A project whose budget for the current window is spent: its runs are served at class

@@ -29,12 +29,13 @@ pub struct PartSpec(pub lib::parts::PartSpec);
 #[pymethods]
 impl PartSpec {
     #[new]
-    #[pyo3(signature = (*, node, mig, mig_placeable, shared, gpu_memory_mb, name_rank))]
+    #[pyo3(signature = (*, node, mig, mig_placeable, shared, shared_node, gpu_memory_mb, name_rank))]
     fn new(
         node: usize,
         mig: Vec<MigSpec>,
         mig_placeable: bool,
         shared: bool,
+        shared_node: bool,
         gpu_memory_mb: Option<i64>,
         name_rank: Vec<u32>,
     ) -> Self {
@@ -43,6 +44,7 @@ impl PartSpec {
             mig: mig.into_iter().map(|x| x.0).collect(),
             mig_placeable,
             shared,
+            shared_node,
             gpu_memory_mb,
             name_rank,
         })

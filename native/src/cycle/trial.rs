@@ -1,0 +1,140 @@
+//! One run's trial in a cycle (`Cycle._try`): on each type it accepts, in order (several:
+//! headroom, then the placement that fragments least), a placement that respects the
+//! reservation's hold and a quota that admits it admit it; else, when it would fit but for
+//! the reservation, it is `Reserved`; else it may choose victims (`preempt`); else it is
+//! `Blocked`, and an explaining cycle books why.
+//!
+//! Invariants: a trial changes `cap` only by admitting the run (with its victims' devices
+//! given back first); `surely_blocked` is true only when `try_run` would find the run blocked
+//! with no side effect (it never hides an admission or a preemption).
+
+use super::{Cycle, EPS};
+use crate::capacity::Placement;
+use crate::explain;
+use crate::parts::Shape;
+use crate::placement::{node_sets, place};
+use crate::quota::{admits, within_nominal};
+use crate::type_choice::order_types;
+
+/// What a trial did with the run.
+#[derive(PartialEq)]
+pub(super) enum Outcome {
+    Admitted,
+    Blocked,
+    Reserved,
+}
+
+impl Cycle<'_> {
+    /// Whether run `i` borrows on every type it accepts (`Cycle._must_borrow`).
+    pub(super) fn must_borrow(&self, i: usize) -> bool {
+        let r = &self.st.runs[i];
+        let used = &self.st.cap.used;
+        !r.types
+            .iter()
+            .any(|&t| within_nominal(self.m, used, r.project, t, r.amount()))
+    }
+
+    /// A cheap test that `try_run` would find the run blocked with no side effect
+    /// (`Cycle._surely_blocked`).
+    pub(super) fn surely_blocked(&self, i: usize) -> bool {
+        let m = self.m;
+        if m.policy.preemption && self.victims_possible(i) {
+            return false;
+        }
+        let r = &self.st.runs[i];
+        for &t in &r.types {
+            let open = r.amount() <= self.room(r.project, t) + EPS;
+            // (a topology run: the free-count index cannot tell, it might fit)
+            // (MIG and shared requests: it cannot tell either)
+            if open
+                && (r.topology.is_some() || !r.shape.is_whole() || node_sets(m, &self.st.cap, r, t))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Try run `i` on each of its types in order: admitted (perhaps with victims), held for
+    /// the reservation, or blocked (`Cycle._try`).
+    pub(super) fn try_run(&mut self, i: usize) -> Outcome {
+        let m = self.m;
+        let (mut fits_without_reservation, mut quota_held) = (false, false);
+        let mut types = self.st.runs[i].types.clone();
+        // (not a MIG request's: `Cycle._try` orders only the others)
+        let reorder = !matches!(self.st.runs[i].shape, Shape::Mig { .. });
+        let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled && reorder {
+            // any of several types: headroom, then the placement that fragments least
+            let placed: Vec<_> = types.iter().map(|&t| self.place_for(i, t)).collect();
+            let order = order_types(m, &self.st.cap, &types, &placed, true);
+            let mut placed: Vec<_> = placed.into_iter().map(Some).collect();
+            types = order.iter().map(|&k| types[k]).collect();
+            order.iter().map(|&k| placed[k].take()).collect()
+        } else {
+            Vec::new()
+        };
+        // (per type, the amount quota judged: the reason names it)
+        let mut amounts = Vec::with_capacity(types.len());
+        for (k, &t) in types.iter().enumerate() {
+            let r = &self.st.runs[i];
+            let ends = r.max_runtime.map(|mr| self.now + mr);
+            // (the anchor itself: nothing is held from it; nor, from a borrowing anchor, a
+            // run of another project within its own nominal quota)
+            let res = self
+                .reservation
+                .as_ref()
+                .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
+            let flt = res.map(|res| (res, ends));
+            let placed = match placed_first.get_mut(k) {
+                Some(p) => p.take().expect("placed once"),
+                None => place(m, &self.st.cap, r, t, flt),
+            };
+            if placed.is_none() && flt.is_some() {
+                fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
+            }
+            let amount = placed.as_ref().map_or(r.amount(), |p| p.amount());
+            amounts.push(amount);
+            if !admits(m, &self.st.cap.used, r.project, t, amount, r.preemptible) {
+                continue;
+            }
+            if let Some(p) = placed {
+                let used = self.st.cap.used[m.pt(r.project, t)];
+                if res.is_some_and(|res| !res.allows_quota(r.project, t, used + amount, ends)) {
+                    quota_held = true;
+                    continue;
+                }
+                self.admit(i, p);
+                return Outcome::Admitted;
+            }
+        }
+        if (fits_without_reservation || quota_held) && self.reservation.is_some() {
+            if let Some(mut log) = self.log.take() {
+                log.wait(
+                    i,
+                    explain::reserved(self, i, fits_without_reservation, &types),
+                );
+                self.log = Some(log);
+            }
+            return Outcome::Reserved;
+        }
+        if m.policy.preemption && self.victims_possible(i) && self.preempt(i, &types) {
+            return Outcome::Admitted; // with its victims
+        }
+        if let Some(mut log) = self.log.take() {
+            log.wait(i, explain::blocked(self, i, &types, Some(&amounts)));
+            self.log = Some(log);
+        }
+        Outcome::Blocked
+    }
+
+    /// Where run `i` fits on `t` now, with the reservation's hold (as `try_run` places it).
+    fn place_for(&self, i: usize, t: usize) -> Option<Placement> {
+        let (m, r) = (self.m, &self.st.runs[i]);
+        let ends = r.max_runtime.map(|mr| self.now + mr);
+        let res = self
+            .reservation
+            .as_ref()
+            .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
+        place(m, &self.st.cap, r, t, res.map(|res| (res, ends)))
+    }
+}

@@ -1,0 +1,288 @@
+//! The search for a sufficient set of victims of run R on one GPU type (`preempt._plan_for_type`
+//! and `preempt._greedy`); who may be a victim, and how plans compare, is `preempt`'s.
+//!
+//! Invariants: the candidates are exactly the possible victims among the pools (runs chosen
+//! this cycle, in `going`, skipped), sorted by (class, GPU-seconds lost, latest admission
+//! first, id); for whole-GPU runs an upper bound (`could_fit_without_all`) may rule a type out
+//! early, never in; the greedy pass tries up to `MAX_ANCHORS` of the nodes with the most room
+//! first, then the prune gives back the highest class and most expensive first. Every trial
+//! gives back what it took: `cap` is as before whether a plan is found or not (the caller
+//! takes the plan's victims out).
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::{better, Plan};
+use crate::capacity::Placement;
+use crate::cycle::Cycle;
+use crate::model::Order;
+use crate::placement::{eligible, group_serves, place};
+use crate::quota::within_nominal;
+use crate::state::{Entry, NONE};
+
+/// How many anchor nodes the search tries per GPU type (the most promising first).
+const MAX_ANCHORS: usize = 12;
+
+impl Cycle<'_> {
+    /// Run `i`'s best plan on `t`, or None (`preempt._plan_for_type`).
+    pub(super) fn plan_for_type(&mut self, i: usize, t: usize) -> Option<Plan> {
+        // The candidates: the possible victims among the pool (the run's project's runs on
+        // `t`, and those of the cohort members that borrowed `t` as the cycle began).
+        // (`preempt._plan_for_type` first asks whether the run could fit with the whole pool
+        // gone: the pool holds the candidates, so when it could not, neither could they, and
+        // the one question below gives the same answer.)
+        let m = self.m;
+        let mut cands: Vec<usize> = Vec::new();
+        {
+            let r = &self.st.runs[i];
+            // the pool's parts that hold candidates (runs chosen as victims this cycle, in
+            // `going`, are skipped as they are read)
+            let mut parts: Vec<&[Entry]> = Vec::new();
+            let mut own: Vec<Entry> = Vec::new(); // of its own class (kept apart: filtered)
+            for (&class, pool) in &self.st.pools[m.pt(r.project, t)] {
+                if class < r.class {
+                    parts.push(&pool.ends);
+                } else if class == r.class && m.policy.order != Order::Submit {
+                    // Under `shortest`, only a suffix of the pool sorted by end can go on for
+                    // more than the ratio x its max_runtime (the time to go only grows with the
+                    // end; an entry's end is never before the run's expected end).
+                    let from = if m.policy.order == Order::Shortest {
+                        pool.ends
+                            .partition_point(|e| !self.outlasts(i, self.to_go(e.end)))
+                    } else {
+                        0
+                    };
+                    own.extend(
+                        pool.ends[from..]
+                            .iter()
+                            .filter(|e| self.same_class_victim(i, e.run)),
+                    );
+                }
+            }
+            // Cohort members that borrowed `t` as the cycle began, while the run stays within
+            // its nominal quota: all their runs on `t`.
+            if let Some(root) = m.projects[r.project].root {
+                if within_nominal(m, &self.st.cap.used, r.project, t, r.amount()) {
+                    for &o in &m.members[root] {
+                        if o != r.project && self.borrowed_at_start(o, t) {
+                            parts.extend(self.st.pools[m.pt(o, t)].values().map(|p| &p.ends[..]));
+                        }
+                    }
+                }
+            }
+            parts.push(&own);
+            // (the bound counts whole devices: asked of whole-GPU runs only)
+            if !r.shape.is_whole() || self.could_fit_without_all(i, t, &parts) {
+                for part in parts {
+                    cands.extend(
+                        part.iter()
+                            .map(|e| e.run)
+                            .filter(|v| !self.going.contains(v)),
+                    );
+                }
+            }
+        }
+        if cands.is_empty() {
+            return None;
+        }
+        let cost: HashMap<usize, f64> = cands.iter().map(|&v| (v, self.lost_gpu_s(v))).collect();
+        let runs = &self.st.runs;
+        cands.sort_by(|&a, &b| {
+            let (ra, rb) = (&runs[a], &runs[b]);
+            ra.class
+                .cmp(&rb.class)
+                .then(cost[&a].partial_cmp(&cost[&b]).expect("no NaN"))
+                .then(
+                    (-ra.admitted_at.unwrap_or(0.0))
+                        .partial_cmp(&-rb.admitted_at.unwrap_or(0.0))
+                        .expect("no NaN"),
+                )
+                .then(ra.id.cmp(&rb.id))
+        });
+        if self.hold(i, t).is_some() && !self.fits_without(i, t, &cands) {
+            return None; // held off what it needs: fitting only gets easier as victims go
+        }
+        let runs = &self.st.runs;
+        let mut on_node: HashMap<usize, Vec<usize>> = HashMap::default();
+        for &v in &cands {
+            for (n, _) in &runs[v].placement.as_ref().expect("an active run").slots {
+                on_node.entry(*n).or_default().push(v);
+            }
+        }
+        let cap = &self.st.cap;
+        let room = |n: usize| -> usize {
+            cap.free[n].len()
+                + on_node[&n]
+                    .iter()
+                    .map(|&v| runs[v].placement.as_ref().expect("an active run").gpus)
+                    .sum::<usize>()
+        };
+        let mut nodes: Vec<(usize, usize)> = eligible(m, cap, &runs[i], t)
+            .filter(|n| on_node.contains_key(n))
+            .map(|n| (room(n), n))
+            .collect();
+        nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut orders: Vec<Vec<usize>> = Vec::new();
+        for &(_, n) in nodes.iter().take(MAX_ANCHORS) {
+            let local = &on_node[&n];
+            let mut order = local.clone();
+            order.extend(cands.iter().copied().filter(|v| !local.contains(v)));
+            orders.push(order);
+        }
+        if orders.is_empty() {
+            orders.push(cands);
+        }
+        let mut best: Option<Plan> = None;
+        for order in &orders {
+            if let Some(plan) = self.greedy(i, t, order, &cost) {
+                if better(&plan, &best) {
+                    best = Some(plan);
+                }
+            }
+        }
+        best
+    }
+
+    /// Whether run `i` might fit on `t` with every run of `cands` gone: per backend, the
+    /// nodes with its GPUs free now plus those that reach them with the candidates' devices
+    /// back (an upper bound: false is certain).
+    fn could_fit_without_all(&self, i: usize, t: usize, parts: &[&[Entry]]) -> bool {
+        let (m, st) = (self.m, &*self.st);
+        let r = &st.runs[i];
+        let mut count: Vec<(usize, usize)> = Vec::new(); // (backend, nodes fitting)
+        for g in 0..m.groups.len() {
+            if group_serves(m, g, t, r) {
+                let c = st.cap.count_at_least(g, r.gpus);
+                if c >= r.nodes {
+                    return true;
+                }
+                count.push((m.groups[g].1, c));
+            }
+        }
+        // GPUs the candidates hold per node, in scratch arrays (zeroed again after)
+        let freed = &mut *self.freed.borrow_mut();
+        let touched = &mut *self.touched.borrow_mut();
+        touched.clear();
+        let mut add = |n: usize, k: usize| {
+            if freed[n] == 0 {
+                touched.push(n);
+            }
+            freed[n] += k;
+        };
+        let going = &self.going;
+        for e in parts.iter().flat_map(|p| p.iter()) {
+            if !going.is_empty() && going.contains(&e.run) {
+                continue;
+            }
+            if e.more {
+                for (n, d) in &st.runs[e.run]
+                    .placement
+                    .as_ref()
+                    .expect("an active run")
+                    .slots
+                {
+                    add(*n, d.len());
+                }
+                continue;
+            }
+            for &(n, k) in &e.held {
+                if n != NONE {
+                    add(n as usize, k as usize);
+                }
+            }
+        }
+        let mut found = false;
+        for &n in touched.iter() {
+            let back = std::mem::take(&mut freed[n]);
+            let node = &m.nodes[n];
+            if found || node.ty != t || !node.schedulable {
+                continue;
+            }
+            let Some(c) = count.iter_mut().find(|(b, _)| *b == node.backend) else {
+                continue;
+            };
+            let free = st.cap.free[n].len();
+            if free < r.gpus && r.gpus <= free + back {
+                c.1 += 1;
+                found = c.1 >= r.nodes;
+            }
+        }
+        found
+    }
+
+    fn greedy(
+        &mut self,
+        i: usize,
+        t: usize,
+        order: &[usize],
+        cost: &HashMap<usize, f64>,
+    ) -> Option<Plan> {
+        let need = self.st.runs[i].gpus;
+        let whole = self.st.runs[i].shape.is_whole();
+        let mut chosen: Vec<usize> = Vec::new();
+        let mut placed: Option<Placement> = None;
+        let mut nowhere = false; // the last search found no node at all
+        for &a in order {
+            self.release(a);
+            chosen.push(a);
+            if nowhere && whole && !self.reaches(a, need) {
+                continue;
+            }
+            let (m, st) = (self.m, &*self.st);
+            let found = place(m, &st.cap, &st.runs[i], t, self.hold(i, t));
+            nowhere = found.is_none();
+            if let Some(w) = found {
+                if self.admits_held(i, t, w.amount()) {
+                    placed = Some(w);
+                    break;
+                }
+            }
+        }
+        let Some(mut placed) = placed else {
+            for &a in &chosen {
+                self.take(a);
+            }
+            return None;
+        };
+        // Prune: give back every victim the run can do without, most expensive first.
+        let last = chosen[chosen.len() - 1];
+        let mut kept = chosen.clone();
+        let mut by_cost = chosen.clone();
+        let runs = &self.st.runs;
+        by_cost.sort_by(|a, b| {
+            (runs[*b].class.cmp(&runs[*a].class))
+                .then(cost[b].partial_cmp(&cost[a]).expect("no NaN"))
+        });
+        for &a in &by_cost {
+            self.take(a);
+            let known = a == last && kept.len() == chosen.len() && chosen.len() > 1;
+            let still = if known { None } else { self.fits(i, t) };
+            if let Some(s) = still {
+                kept.retain(|&k| k != a);
+                placed = s;
+            } else {
+                self.release(a);
+            }
+        }
+        for &a in &kept {
+            self.take(a);
+        }
+        let lost = kept.iter().fold(0.0, |acc, a| acc + cost[a]);
+        let runs = &self.st.runs;
+        kept.sort_by(|a, b| runs[*a].id.cmp(&runs[*b].id));
+        let top = kept.iter().map(|&a| runs[a].class).max().expect("a victim");
+        Some(Plan {
+            victims: kept,
+            placement: placed,
+            lost,
+            top,
+        })
+    }
+
+    /// Whether one of the victim's nodes has `need` GPUs free (after its release).
+    fn reaches(&self, v: usize, need: usize) -> bool {
+        let p = self.st.runs[v].placement.as_ref().expect("an active run");
+        p.slots
+            .iter()
+            .any(|(n, _)| self.st.cap.free[*n].len() >= need)
+    }
+}
