@@ -193,5 +193,6 @@ def test_a_run_launched_while_mlflow_was_away_is_tracked_after_a_restart(
     assert mr.info.status == "FINISHED" and mr.data.tags["mlops_gpu.outcome"] == "succeeded"
     assert mr.data.metrics["mlops_gpu.gpu_hours"] == 0.5
     assert mr.data.tags["mlflow.user"] == run.spec.user
-    notes = {e.reason for e in rt.store.events(run.id) if e.kind == "mlflow_closed"}
-    assert mr.info.run_id in notes  # noted: the next start does not close it again
+    (noted,) = rt.store.mlflow_links(run.id)  # the row its launch noted without an id, filled
+    assert noted.mlflow_run_id == mr.info.run_id and noted.closed_at is not None
+    assert rt.store.unclosed_mlflow_runs(()) == []  # noted: the next start does not close it
