@@ -1,7 +1,8 @@
 """MLflow closes off the tick's path (``tracking.close_queue``): a tick does not wait for
 MLflow; a close lost to a stop is made at the next start from the store; the v5 migration notes
 old attempts closed so an upgraded store is not closed twice. The local SQLite MLflow store (the
-embedded default) through the real ``mlflow`` package; one slow-client test uses a stub."""
+embedded default) through the real ``mlflow`` package; one slow-client test uses a stub. Each
+test on a SQLite and on a real PostgreSQL state store (``store_url``)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ class Clock:
         return self.now
 
 
-def runtime(tmp_path: Path, clock: Clock) -> Runtime:
+def runtime(tmp_path: Path, clock: Clock, store_url: str) -> Runtime:
+    """On the store ``store_url`` (the fixture's: each test runs on SQLite and PostgreSQL)."""
     data = yaml.safe_load(config_yaml(nodes=[("node-a", 4)], projects={"vision": (4, 0)}))
+    data["store"] = store_url
     data["backends"] = {"fake": {"type": "fake", "nodes": data["backends"]["local"]["nodes"]}}
     data["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     rt = Runtime(parse_config(data, str(tmp_path / "mlops-gpu.yaml"), tmp_path))
@@ -70,9 +73,11 @@ def kinds(store: Store, run_id: str) -> list[tuple[int, str]]:
             for m in store.mlflow_links(run_id)]  # fmt: skip
 
 
-def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_path: Path) -> None:
+def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(
+    tmp_path: Path, store_url: str
+) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=2),
                             env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
     ctl = ready(Controller(rt, clock=clock))
@@ -97,9 +102,9 @@ def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_pa
     assert again.reconcile() == 0 and rt.store.unclosed_mlflow_runs(()) == []  # closed once
 
 
-def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path) -> None:
+def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path, store_url: str) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
     ready(Controller(rt, clock=clock)).tick()
@@ -110,9 +115,9 @@ def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path) -> None:
     assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [(1, "open")]
 
 
-def test_release_closes_what_ended(tmp_path: Path) -> None:
+def test_release_closes_what_ended(tmp_path: Path, store_url: str) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
     ctl = ready(Controller(rt, clock=clock))
@@ -139,9 +144,9 @@ class SlowClient:
         self.closed.append((run_id, status))
 
 
-def test_a_tick_does_not_wait_for_mlflow(tmp_path: Path) -> None:
+def test_a_tick_does_not_wait_for_mlflow(tmp_path: Path, store_url: str) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
     ctl = ready(Controller(rt, clock=clock))
@@ -165,11 +170,11 @@ def test_a_tick_does_not_wait_for_mlflow(tmp_path: Path) -> None:
     assert ctl.drain_tracking(10) and kinds(rt.store, run.id) == [(1, "closed")]
 
 
-def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path) -> None:
+def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path, store_url: str) -> None:
     """Before v5 closes happened in the tick and were not noted: an upgraded store must not
     have them all closed again at its first start."""
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
     live = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
@@ -198,9 +203,9 @@ def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path) -> None:
     assert {r: reopened.mlflow_run_id(r, 1) for r in made} == made
 
 
-def first_launch_fails(tmp_path: Path, clock: Clock) -> tuple[Runtime, RunRecord]:
+def first_launch_fails(tmp_path: Path, clock: Clock, store_url: str) -> tuple[Runtime, RunRecord]:
     """A long run whose first launch fails (the fake backend's ``fail_launches``)."""
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     fake = rt.backends["fake"]
     assert isinstance(fake, FakeBackend)
     fake.fail_launches = 1
@@ -209,11 +214,13 @@ def first_launch_fails(tmp_path: Path, clock: Clock) -> tuple[Runtime, RunRecord
     return rt, run
 
 
-def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: Path) -> None:
+def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(
+    tmp_path: Path, store_url: str
+) -> None:
     """A launch that failed is tried again under the same attempt number: two MLflow runs for
     attempt 1. A start closes the first (it never held GPUs), never the one that runs."""
     clock = Clock()
-    rt, run = first_launch_fails(tmp_path, clock)
+    rt, run = first_launch_fails(tmp_path, clock, store_url)
     ctl = ready(Controller(rt, clock=clock))
     ctl.tracking.put = lambda items: None  # type: ignore[method-assign]  # closes lost
     ctl.tick()  # the launch fails: rolled back
@@ -233,12 +240,12 @@ def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: P
 
 
 def test_a_failed_launch_closed_after_its_retry_started_closes_its_own_run(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str
 ) -> None:
     """The retry (same attempt number) gets its MLflow run before the worker closes the failed
     one: the close must reach the failed launch's run, not the retry's."""
     clock = Clock()
-    rt, run = first_launch_fails(tmp_path, clock)
+    rt, run = first_launch_fails(tmp_path, clock, store_url)
     ctl = ready(Controller(rt, clock=clock))
     with ctl.tracking.priority():  # the worker closes nothing until both ticks are done
         ctl.tick()  # the launch fails
@@ -255,10 +262,12 @@ class Killed(BaseException):
     """The scheduler process dies here (not an ``Exception``: nothing on the way catches it)."""
 
 
-def stopped_mid_launch(tmp_path: Path, clock: Clock, where: str) -> tuple[Runtime, RunRecord]:
+def stopped_mid_launch(
+    tmp_path: Path, clock: Clock, where: str, store_url: str
+) -> tuple[Runtime, RunRecord]:
     """A tick that dies after the attempt's MLflow run was made: before its job is created
     (``where="launch"``) or after, before the store noted either (``where="note"``)."""
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "600"}))  # fmt: skip
     ctl = ready(Controller(rt, clock=clock))
@@ -281,12 +290,12 @@ def stopped_mid_launch(tmp_path: Path, clock: Clock, where: str) -> tuple[Runtim
 
 
 def test_a_stop_before_the_launch_closes_the_attempts_mlflow_run_at_the_next_start(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str
 ) -> None:
     """No job was created: the next start rolls the admission back and closes the MLflow run
     it finds by its tags FAILED (it never held GPUs); the relaunch gets its own run."""
     clock = Clock()
-    rt, run = stopped_mid_launch(tmp_path, clock, "launch")
+    rt, run = stopped_mid_launch(tmp_path, clock, "launch", store_url)
     again = ready(Controller(rt, clock=clock))
     assert again.reconcile() == 1
     assert again.drain_tracking()
@@ -307,11 +316,13 @@ def test_a_stop_before_the_launch_closes_the_attempts_mlflow_run_at_the_next_sta
     assert again.drain_tracking() and rt.store.unclosed_mlflow_runs(()) == []
 
 
-def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(tmp_path: Path) -> None:
+def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(
+    tmp_path: Path, store_url: str
+) -> None:
     """The job exists: the next start adopts it and notes the MLflow run found by its tags,
     which the attempt's end closes, once; no second MLflow run is made."""
     clock = Clock()
-    rt, run = stopped_mid_launch(tmp_path, clock, "note")
+    rt, run = stopped_mid_launch(tmp_path, clock, "note", store_url)
     again = ready(Controller(rt, clock=clock))
     assert again.reconcile() == 1
     (mr,) = mlflow_runs(tmp_path, run.id)
@@ -325,14 +336,16 @@ def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(tmp_path: Path) -
     assert kinds(rt.store, run.id) == [(1, "closed")]
 
 
-def test_an_adopted_mlflow_run_is_not_closed_by_a_failed_launch(tmp_path: Path) -> None:
+def test_an_adopted_mlflow_run_is_not_closed_by_a_failed_launch(
+    tmp_path: Path, store_url: str
+) -> None:
     """The first attempt logs into the submitter's MLflow run (``mlflow run``): a launch that
     fails and is tried again adopts that same run, so the failure must not close it, nor a
     start take it for a failed launch's leftover; the attempt's end closes it, once."""
     from mlflow.tracking import MlflowClient
 
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     mine = client.create_run(client.create_experiment("mine")).info.run_id
     fake = rt.backends["fake"]
