@@ -48,8 +48,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = ("runs", "events", "usage", "schema_version", "leader", "scheduler_status",
-          "scheduler_cycles", "gpu_samples", "users", "tokens", "memberships", "audit",
-          "revision")  # fmt: skip
+          "scheduler_cycles", "gpu_samples", "mlflow_runs", "users", "tokens", "memberships",
+          "audit", "revision")  # fmt: skip
 BODY = {"command": ["true"], "project": "p", "name": "bench"}
 
 
