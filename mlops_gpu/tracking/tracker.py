@@ -216,8 +216,9 @@ class Tracker:
         if self.rest is None or run.placement is None:
             return {}
         key = (run.id, run.attempt)
-        # The run made late is noted after the launch noted it not made, whichever thread
-        # gets there first: the row it fills must exist (``mlflow_notes``).
+        # A launch that does not wait notes a row without an id, which the late answer fills
+        # (``mlflow_notes``). The two race on two threads: if the answer comes first it notes
+        # the run itself and the launch notes nothing, so no row without an id stays behind.
         order = threading.Lock()
         made_first: list[str] = []
 
