@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 TABLES = ("runs", "events", "usage", "schema_version", "leader", "scheduler_status",
-          "scheduler_cycles", "gpu_samples", "users", "tokens", "memberships", "audit",
+          "scheduler_cycles", "gpu_samples", "mlflow_runs", "users", "tokens", "memberships", "audit",
           "revision")  # fmt: skip
 
 

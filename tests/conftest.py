@@ -133,7 +133,7 @@ def pg_store_url(postgres_url: str) -> Iterator[str]:
     eng = create_engine(postgres_url)
     with eng.begin() as conn:
         for t in ("runs", "events", "usage", "schema_version", "leader", "scheduler_status",
-                  "scheduler_cycles", "gpu_samples",
+                  "scheduler_cycles", "gpu_samples", "mlflow_runs",
                   "users", "tokens", "memberships", "audit"):  # fmt: skip
             conn.execute(text(f"DROP TABLE IF EXISTS {t} CASCADE"))
     eng.dispose()

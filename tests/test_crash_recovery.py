@@ -96,12 +96,8 @@ def test_sigkill_scheduler_midway_loses_and_duplicates_nothing(tmp_path: Path) -
     # MLflow closes run beside scheduling (a stop does not wait for them: the next start makes
     # what is left): wait for the last scheduler to make them
     def unclosed() -> list[str]:
-        out = []
-        for rid in ids:
-            evs = store.events(rid)
-            closed = {e.reason for e in evs if e.kind == "mlflow_closed"}
-            out += [e.reason for e in evs if e.kind == "mlflow_run" and e.reason not in closed]
-        return out
+        return [f"{rid}:{m.attempt}" for rid in ids for m in store.mlflow_links(rid)
+                if m.closed_at is None]  # fmt: skip
 
     while unclosed() and time.time() < deadline + 120:
         time.sleep(0.5)
@@ -129,11 +125,9 @@ def test_sigkill_scheduler_midway_loses_and_duplicates_nothing(tmp_path: Path) -
 
     client = MlflowClient(load_config(cfg).tracking_uri(dict(os.environ)))
     for rid in ids:
-        evs = store.events(rid)
-        noted = [e.reason for e in evs if e.kind == "mlflow_run"]
-        closed = [e.reason for e in evs if e.kind == "mlflow_closed"]
-        assert noted and set(noted) <= set(closed), (rid, noted, closed)
-        made = [m for m in noted if not m.startswith("pending:")]  # (placeholders: tracking)
+        noted = store.mlflow_links(rid)
+        assert noted and all(m.closed_at is not None for m in noted), (rid, noted)
+        made = [m.mlflow_run_id for m in noted if m.mlflow_run_id is not None]
         last = client.get_run(made[-1])
         assert last.info.status == "FINISHED", (rid, last.info.status)
         assert last.data.tags["mlops_gpu.outcome"] == "succeeded"

@@ -16,6 +16,7 @@ from mlops_gpu.config import load_config
 from mlops_gpu.controller import Runtime
 from mlops_gpu.controller.views import queue_runs
 from mlops_gpu.state.dashboard_reads import DAY_S, daily_usage, run_notes
+from mlops_gpu.state.mlflow_notes import MlflowNote
 from mlops_gpu.state.queue_page import pending_counts, pending_slice
 from mlops_gpu.state.schema import events, usage
 from mlops_gpu.testing import config_yaml, make_spec
@@ -99,21 +100,27 @@ def test_costs_by_day_and_run_notes_sum_the_store(rt: Runtime) -> None:
             for i, (p, t, end, gs, g, idle) in enumerate(rows)
         ])  # fmt: skip
         # (one statement: every row names the same columns)
-        noted = [("r1", 1, "mlflow_run", "m-old", None), ("r1", 1, "preempting", "", 1800.0),
-                 ("r1", 2, "mlflow_run", "m-new", None), ("r1", 2, "preempting", "", 600.0),
+        noted = [("r1", 1, "preempting", "", 1800.0), ("r1", 2, "preempting", "", 600.0),
                  ("r2", 1, "admitted", "", None)]  # fmt: skip
         conn.execute(events.insert(), [
             {"run_id": r, "time": float(i), "kind": k, "attempt": a, "reason": why,
              "lost_gpu_s": lost}
             for i, (r, a, k, why, lost) in enumerate(noted)
         ])  # fmt: skip
+    rt.store.note_mlflow([
+        MlflowNote("r1", 1, "opened", "m-old"), MlflowNote("r1", 2, "opened", "m-new"),
+        MlflowNote("r3", 1, "opened", None),  # launched before its MLflow run was made
+        MlflowNote("r4", 1, "opened", "m-first"), MlflowNote("r4", 2, "opened", None),
+    ])  # fmt: skip
     got = {(d.project, d.day): d for d in daily_usage(rt.store, day)}
     assert set(got) == {("a", day), ("a", day + DAY_S), ("b", day)}
     a0 = got[("a", day)]
     assert (a0.attempts, a0.gpu_s, a0.idle_gpu_s) == (2, 10_800.0, 1200.0)
     assert got[("b", day)].idle_gpu_s == 50.0
     assert [d.project for d in daily_usage(rt.store, day, {"b"})] == ["b"]
-    notes = run_notes(rt.store, ["r1", "r2", "r3"])
-    assert set(notes) == {"r1"}  # r2 has neither an MLflow run nor a preemption
+    notes = run_notes(rt.store, ["r1", "r2", "r3", "r4"])
+    assert set(notes) == {"r1", "r4"}  # r2, r3 have neither an MLflow run nor a preemption
     assert notes["r1"].mlflow_run_id == "m-new"
+    assert notes["r4"].mlflow_run_id == "m-first"  # (its second attempt's not made yet)
+    assert notes["r4"].preemptions == 0
     assert (notes["r1"].lost_gpu_s, notes["r1"].preemptions) == (2400.0, 2)

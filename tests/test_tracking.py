@@ -30,8 +30,12 @@ class Clock:
         return self.now
 
 
-def runtime(tmp_path: Path, server: str, clock: Clock, *, enabled: bool = True) -> Runtime:
+def runtime(
+    tmp_path: Path, server: str, clock: Clock, *, enabled: bool = True, store: str | None = None
+) -> Runtime:
     data = yaml.safe_load(config_yaml(nodes=[("node-a", 4)], projects={"vision": (4, 0)}))
+    if store is not None:  # (a state store of the test's: ``store_url``)
+        data["store"] = store
     data["backends"] = {"fake": {"type": "fake", "nodes": data["backends"]["local"]["nodes"]}}
     data["mlflow"] = {"tracking_uri": server, "enabled": enabled}
     rt = Runtime(parse_config(data, str(tmp_path / "mlops-gpu.yaml"), tmp_path))
@@ -82,10 +86,10 @@ def test_each_attempt_is_an_mlflow_run_with_tags_wait_hours_and_cost(
 
 
 def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
-    tmp_path: Path, mlflow_server: str
+    tmp_path: Path, mlflow_server: str, store_url: str
 ) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, mlflow_server, clock)
+    rt = runtime(tmp_path, mlflow_server, clock, store=store_url)
     run = rt.submit(
         rt.spec(("train",), project="vision", request=ResourceRequest(gpus=4),
                 env={"FAKE_DURATION_S": "3600"})
@@ -106,6 +110,12 @@ def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
     assert first.info.status == "KILLED" and first.data.tags["mlops_gpu.outcome"] == "preempted"
     assert second.info.status == "RUNNING" and second.data.tags["mlops_gpu.attempt"] == "2"
     assert first.info.experiment_id == second.info.experiment_id  # the project's experiment
+    links = [(m.attempt, m.mlflow_run_id, m.closed_at is not None)
+             for m in rt.store.mlflow_links(run.id)]  # fmt: skip
+    assert links == [(1, first.info.run_id, True), (2, second.info.run_id, False)]
+    from mlops_gpu.sdk.run import Run as SdkRun
+
+    assert SdkRun(run.id, rt).mlflow_run_id == second.info.run_id  # the current attempt's
 
     clock.now += 3600  # attempt 2 runs its hour
     ctl.tick()
@@ -125,7 +135,9 @@ def test_a_preempted_attempt_is_killed_and_the_next_gets_its_own_run(
     assert row["mean_wait_s"] == pytest.approx(sum(waits) / 2, abs=0.05)  # (MLflow's: 0.1 s)
 
 
-def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path: Path) -> None:
+def test_the_default_local_store_is_tracked_through_the_mlflow_package(
+    tmp_path: Path, store_url: str
+) -> None:
     """MLflow's SQLite store (the embedded default): the same runs, tags and metrics, written by
     the scheduler; the launcher's mean utilization comes through the scheduler."""
     from mlflow.tracking import MlflowClient
@@ -134,7 +146,7 @@ def test_the_default_local_store_is_tracked_through_the_mlflow_package(tmp_path:
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     clock = Clock()
-    rt = runtime(tmp_path, uri, clock)
+    rt = runtime(tmp_path, uri, clock, store=store_url)
     fake = rt.backends["fake"]
     assert isinstance(fake, FakeBackend)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),

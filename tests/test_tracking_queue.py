@@ -1,7 +1,8 @@
 """MLflow closes off the tick's path (``tracking.close_queue``): a tick does not wait for
 MLflow; a close lost to a stop is made at the next start from the store; the v5 migration notes
 old attempts closed so an upgraded store is not closed twice. The local SQLite MLflow store (the
-embedded default) through the real ``mlflow`` package; one slow-client test uses a stub."""
+embedded default) through the real ``mlflow`` package; one slow-client test uses a stub. Each
+test on a SQLite and on a real PostgreSQL state store (``store_url``)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.model import ACTIVE_PHASES, ResourceRequest
 from mlops_gpu.model import Run as RunRecord
+from mlops_gpu.state import mlflow_legacy
 from mlops_gpu.state.migrations import LATEST
 from mlops_gpu.state.schema import events, schema_version
+from mlops_gpu.state.schema import mlflow_runs as mlflow_table
 from mlops_gpu.state.store import Store
 from mlops_gpu.testing import config_yaml
 from mlops_gpu.tracking.close_queue import Ended
@@ -35,8 +38,10 @@ class Clock:
         return self.now
 
 
-def runtime(tmp_path: Path, clock: Clock) -> Runtime:
+def runtime(tmp_path: Path, clock: Clock, store_url: str) -> Runtime:
+    """On the store ``store_url`` (the fixture's: each test runs on SQLite and PostgreSQL)."""
     data = yaml.safe_load(config_yaml(nodes=[("node-a", 4)], projects={"vision": (4, 0)}))
+    data["store"] = store_url
     data["backends"] = {"fake": {"type": "fake", "nodes": data["backends"]["local"]["nodes"]}}
     data["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     rt = Runtime(parse_config(data, str(tmp_path / "mlops-gpu.yaml"), tmp_path))
@@ -61,13 +66,18 @@ def ready(ctl: Controller) -> Controller:
     return ctl
 
 
-def kinds(store: Store, run_id: str) -> list[tuple[str, int]]:
-    return [(e.kind, e.attempt) for e in store.events(run_id) if e.kind.startswith("mlflow")]
+def kinds(store: Store, run_id: str) -> list[tuple[int, str]]:
+    """The run's MLflow runs as the store noted them (``mlflow_runs``): (attempt, "open" or
+    "closed") per MLflow run, each attempt's in the order noted."""
+    return [(m.attempt, "open" if m.closed_at is None else "closed")
+            for m in store.mlflow_links(run_id)]  # fmt: skip
 
 
-def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_path: Path) -> None:
+def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(
+    tmp_path: Path, store_url: str
+) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=2),
                             env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
     ctl = ready(Controller(rt, clock=clock))
@@ -78,7 +88,7 @@ def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_pa
     ctl.tick()
     (mr,) = mlflow_runs(tmp_path, run.id)
     assert mr.info.status == "RUNNING"  # the scheduler stopped before closing it
-    assert kinds(rt.store, run.id) == [("mlflow_run", 1)]
+    assert kinds(rt.store, run.id) == [(1, "open")]
     again = ready(Controller(rt, clock=clock))
     again.reconcile()  # the next start: the close is queued again
     assert again.drain_tracking()
@@ -88,13 +98,13 @@ def test_a_close_lost_to_a_stop_is_made_at_the_next_start_from_the_ledger(tmp_pa
     assert m["mlops_gpu.gpu_hours"] == pytest.approx(1.0)  # 2 GPUs x 30 min, from the ledger
     assert m["mlops_gpu.cost_usd"] == pytest.approx(2.5)
     assert m["mlops_gpu.queue_wait_s"] == pytest.approx(30.0, abs=1.0)
-    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+    assert kinds(rt.store, run.id) == [(1, "closed")]
     assert again.reconcile() == 0 and rt.store.unclosed_mlflow_runs(()) == []  # closed once
 
 
-def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path) -> None:
+def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path, store_url: str) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
     ready(Controller(rt, clock=clock)).tick()
@@ -102,12 +112,12 @@ def test_a_running_attempt_is_not_closed_by_a_start(tmp_path: Path) -> None:
     again.reconcile()
     assert again.drain_tracking()
     (mr,) = mlflow_runs(tmp_path, run.id)
-    assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [("mlflow_run", 1)]
+    assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [(1, "open")]
 
 
-def test_release_closes_what_ended(tmp_path: Path) -> None:
+def test_release_closes_what_ended(tmp_path: Path, store_url: str) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
     ctl = ready(Controller(rt, clock=clock))
@@ -117,7 +127,7 @@ def test_release_closes_what_ended(tmp_path: Path) -> None:
     ctl.release()
     (mr,) = mlflow_runs(tmp_path, run.id)
     assert mr.info.status == "FINISHED"
-    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+    assert kinds(rt.store, run.id) == [(1, "closed")]
 
 
 class SlowClient:
@@ -134,35 +144,37 @@ class SlowClient:
         self.closed.append((run_id, status))
 
 
-def test_a_tick_does_not_wait_for_mlflow(tmp_path: Path) -> None:
+def test_a_tick_does_not_wait_for_mlflow(tmp_path: Path, store_url: str) -> None:
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
     ctl = ready(Controller(rt, clock=clock))
     ctl.tick()
     got = rt.store.get(run.id)
     assert got is not None
+    mine = rt.store.mlflow_run_id(run.id, 1)
+    assert mine is not None and ctl.tracker._ids[(run.id, 1)] == mine
     slow = SlowClient()
     ctl.tracker.rest = slow  # type: ignore[assignment]
-    ctl.tracker._ids[(run.id, 1)] = "m1"
     clock.now += 60
     t0 = time.monotonic()
     ctl.tick()  # the run ends: its close is queued, the tick goes on
     assert time.monotonic() - t0 < 5 and ctl.tracking.pending() == 1
     assert not ctl.drain_tracking(0.2)
+    assert kinds(rt.store, run.id) == [(1, "open")]  # (not noted before MLflow took it)
     slow.go.set()
-    assert ctl.drain_tracking(10) and slow.closed == [("m1", "FINISHED")]
-    assert ("mlflow_closed", 1) in kinds(rt.store, run.id)
+    assert ctl.drain_tracking(10) and slow.closed == [(mine, "FINISHED")]
+    assert kinds(rt.store, run.id) == [(1, "closed")]
     ctl.tracking.put([Ended(got, "failed", clock.now)])  # (no MLflow run for it: no note)
-    assert ctl.drain_tracking(10) and kinds(rt.store, run.id).count(("mlflow_closed", 1)) == 1
+    assert ctl.drain_tracking(10) and kinds(rt.store, run.id) == [(1, "closed")]
 
 
-def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path) -> None:
+def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path, store_url: str) -> None:
     """Before v5 closes happened in the tick and were not noted: an upgraded store must not
     have them all closed again at its first start."""
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "60"}))  # fmt: skip
     live = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
@@ -172,21 +184,28 @@ def test_the_v5_migration_notes_old_attempts_closed(tmp_path: Path) -> None:
     clock.now += 60
     ctl.tick()
     ctl.release()
-    with rt.store.engine.begin() as conn:  # the store as v4 left it
-        conn.execute(delete(events).where(events.c.kind == "mlflow_closed"))
+    made = {r: rt.store.mlflow_run_id(r, 1) for r in (run.id, live.id)}
+    with rt.store.engine.begin() as conn:  # the store as v4 left it: noted, never closed
+        conn.execute(delete(events).where(events.c.kind.in_(("mlflow_run", "mlflow_closed"))))
+        conn.execute(events.insert(), [
+            {"run_id": r, "time": clock.now, "kind": "mlflow_run", "attempt": 1, "reason": m}
+            for r, m in made.items()
+        ])  # fmt: skip
+        mlflow_table.drop(conn)
         conn.execute(schema_version.update().values(version=4))
-    assert [u.run_id for u in rt.store.unclosed_mlflow_runs(())] == sorted([run.id, live.id])
+        assert [k[0] for k in mlflow_legacy.unclosed_ids(conn, ())] == sorted(made)
     reopened = Store(rt.cfg.store_url)
     assert reopened.unclosed_mlflow_runs(ACTIVE_PHASES) == []
     with reopened.engine.connect() as conn:
         assert conn.execute(select(schema_version.c.version)).scalar_one() == LATEST
-    assert kinds(reopened, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
-    assert kinds(reopened, live.id) == [("mlflow_run", 1)]  # still running: closed when it ends
+    assert kinds(reopened, run.id) == [(1, "closed")]
+    assert kinds(reopened, live.id) == [(1, "open")]  # still running: closed when it ends
+    assert {r: reopened.mlflow_run_id(r, 1) for r in made} == made
 
 
-def first_launch_fails(tmp_path: Path, clock: Clock) -> tuple[Runtime, RunRecord]:
+def first_launch_fails(tmp_path: Path, clock: Clock, store_url: str) -> tuple[Runtime, RunRecord]:
     """A long run whose first launch fails (the fake backend's ``fail_launches``)."""
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     fake = rt.backends["fake"]
     assert isinstance(fake, FakeBackend)
     fake.fail_launches = 1
@@ -195,11 +214,13 @@ def first_launch_fails(tmp_path: Path, clock: Clock) -> tuple[Runtime, RunRecord
     return rt, run
 
 
-def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: Path) -> None:
+def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(
+    tmp_path: Path, store_url: str
+) -> None:
     """A launch that failed is tried again under the same attempt number: two MLflow runs for
     attempt 1. A start closes the first (it never held GPUs), never the one that runs."""
     clock = Clock()
-    rt, run = first_launch_fails(tmp_path, clock)
+    rt, run = first_launch_fails(tmp_path, clock, store_url)
     ctl = ready(Controller(rt, clock=clock))
     ctl.tracking.put = lambda items: None  # type: ignore[method-assign]  # closes lost
     ctl.tick()  # the launch fails: rolled back
@@ -207,7 +228,7 @@ def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: P
     ctl.tick()  # launched again, attempt 1 still
     got = rt.store.get(run.id)
     assert got is not None and got.attempt == 1 and got.phase.value in ("starting", "running")
-    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_run", 1)]
+    assert kinds(rt.store, run.id) == [(1, "open"), (1, "open")]
     again = ready(Controller(rt, clock=clock))
     again.reconcile()
     assert again.drain_tracking()
@@ -215,16 +236,16 @@ def test_a_failed_launch_is_closed_failed_and_its_retry_left_running(tmp_path: P
     assert failed.info.status == "FAILED"
     assert failed.data.tags["mlops_gpu.outcome"] == "launch_failed"
     assert running.info.status == "RUNNING"
-    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_run", 1), ("mlflow_closed", 1)]
+    assert kinds(rt.store, run.id) == [(1, "closed"), (1, "open")]
 
 
 def test_a_failed_launch_closed_after_its_retry_started_closes_its_own_run(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str
 ) -> None:
     """The retry (same attempt number) gets its MLflow run before the worker closes the failed
     one: the close must reach the failed launch's run, not the retry's."""
     clock = Clock()
-    rt, run = first_launch_fails(tmp_path, clock)
+    rt, run = first_launch_fails(tmp_path, clock, store_url)
     ctl = ready(Controller(rt, clock=clock))
     with ctl.tracking.priority():  # the worker closes nothing until both ticks are done
         ctl.tick()  # the launch fails
@@ -241,10 +262,12 @@ class Killed(BaseException):
     """The scheduler process dies here (not an ``Exception``: nothing on the way catches it)."""
 
 
-def stopped_mid_launch(tmp_path: Path, clock: Clock, where: str) -> tuple[Runtime, RunRecord]:
+def stopped_mid_launch(
+    tmp_path: Path, clock: Clock, where: str, store_url: str
+) -> tuple[Runtime, RunRecord]:
     """A tick that dies after the attempt's MLflow run was made: before its job is created
     (``where="launch"``) or after, before the store noted either (``where="note"``)."""
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "600"}))  # fmt: skip
     ctl = ready(Controller(rt, clock=clock))
@@ -253,7 +276,7 @@ def stopped_mid_launch(tmp_path: Path, clock: Clock, where: str) -> tuple[Runtim
         raise Killed
 
     target = rt.backends["fake"] if where == "launch" else rt.store
-    name = "launch" if where == "launch" else "note_many"
+    name = "launch" if where == "launch" else "note_mlflow"
     original = getattr(target, name)
     setattr(target, name, die)
     with pytest.raises(Killed):
@@ -267,19 +290,19 @@ def stopped_mid_launch(tmp_path: Path, clock: Clock, where: str) -> tuple[Runtim
 
 
 def test_a_stop_before_the_launch_closes_the_attempts_mlflow_run_at_the_next_start(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str
 ) -> None:
     """No job was created: the next start rolls the admission back and closes the MLflow run
     it finds by its tags FAILED (it never held GPUs); the relaunch gets its own run."""
     clock = Clock()
-    rt, run = stopped_mid_launch(tmp_path, clock, "launch")
+    rt, run = stopped_mid_launch(tmp_path, clock, "launch", store_url)
     again = ready(Controller(rt, clock=clock))
     assert again.reconcile() == 1
     assert again.drain_tracking()
     (orphan,) = mlflow_runs(tmp_path, run.id)
     assert orphan.info.status == "FAILED"
     assert orphan.data.tags["mlops_gpu.outcome"] == "launch_failed"
-    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+    assert kinds(rt.store, run.id) == [(1, "closed")]
     clock.now += 1
     again.tick()  # launched again, attempt 1 still, with a new MLflow run
     clock.now += 600
@@ -293,32 +316,36 @@ def test_a_stop_before_the_launch_closes_the_attempts_mlflow_run_at_the_next_sta
     assert again.drain_tracking() and rt.store.unclosed_mlflow_runs(()) == []
 
 
-def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(tmp_path: Path) -> None:
+def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(
+    tmp_path: Path, store_url: str
+) -> None:
     """The job exists: the next start adopts it and notes the MLflow run found by its tags,
     which the attempt's end closes, once; no second MLflow run is made."""
     clock = Clock()
-    rt, run = stopped_mid_launch(tmp_path, clock, "note")
+    rt, run = stopped_mid_launch(tmp_path, clock, "note", store_url)
     again = ready(Controller(rt, clock=clock))
     assert again.reconcile() == 1
     (mr,) = mlflow_runs(tmp_path, run.id)
-    assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [("mlflow_run", 1)]
+    assert mr.info.status == "RUNNING" and kinds(rt.store, run.id) == [(1, "open")]
     clock.now += 600
     again.tick()
     again.tick()
     assert again.drain_tracking()
     (mr,) = mlflow_runs(tmp_path, run.id)
     assert mr.info.status == "FINISHED" and mr.data.tags["mlops_gpu.outcome"] == "succeeded"
-    assert kinds(rt.store, run.id) == [("mlflow_run", 1), ("mlflow_closed", 1)]
+    assert kinds(rt.store, run.id) == [(1, "closed")]
 
 
-def test_an_adopted_mlflow_run_is_not_closed_by_a_failed_launch(tmp_path: Path) -> None:
+def test_an_adopted_mlflow_run_is_not_closed_by_a_failed_launch(
+    tmp_path: Path, store_url: str
+) -> None:
     """The first attempt logs into the submitter's MLflow run (``mlflow run``): a launch that
     fails and is tried again adopts that same run, so the failure must not close it, nor a
     start take it for a failed launch's leftover; the attempt's end closes it, once."""
     from mlflow.tracking import MlflowClient
 
     clock = Clock()
-    rt = runtime(tmp_path, clock)
+    rt = runtime(tmp_path, clock, store_url)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     mine = client.create_run(client.create_experiment("mine")).info.run_id
     fake = rt.backends["fake"]

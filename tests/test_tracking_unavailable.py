@@ -33,8 +33,10 @@ class Clock:
         return self.now
 
 
-def runtime(tmp_path: Path, uri: str, clock: Clock) -> Runtime:
+def runtime(tmp_path: Path, uri: str, clock: Clock, store_url: str | None = None) -> Runtime:
     data = yaml.safe_load(config_yaml(nodes=[("node-a", 4)], projects={"vision": (4, 0)}))
+    if store_url is not None:
+        data["store"] = store_url
     data["backends"] = {"fake": {"type": "fake", "nodes": data["backends"]["local"]["nodes"]}}
     data["mlflow"] = {"tracking_uri": uri}
     rt = Runtime(parse_config(data, str(tmp_path / "mlops-gpu.yaml"), tmp_path))
@@ -140,14 +142,16 @@ def test_a_run_mlflow_refuses_does_not_stop_tracking_of_others(tmp_path: Path) -
 
 @pytest.mark.timeout(300)
 def test_runs_launched_while_mlflow_was_away_are_tracked_once_it_is_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_url: str
 ) -> None:
+    """On a SQLite and a PostgreSQL state store: the launch notes its MLflow run without an id,
+    filled once the run is made (``mlflow_runs``)."""
     monkeypatch.setattr(tracking, "BACKOFF_S", 0.2, raising=False)
     db = tmp_path / "mlflow.db"
     db.mkdir()  # away at the launch
     uri = f"sqlite:///{db}"
     clock = Clock()
-    rt = runtime(tmp_path, uri, clock)
+    rt = runtime(tmp_path, uri, clock, store_url)
     fake = rt.backends["fake"]
     assert isinstance(fake, FakeBackend)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=2),
@@ -166,18 +170,22 @@ def test_runs_launched_while_mlflow_was_away_are_tracked_once_it_is_back(
     assert mr.data.metrics["mlops_gpu.gpu_hours"] == 0.5
     assert mr.data.metrics["mlops_gpu.queue_wait_s"] == pytest.approx(20, abs=1)
     assert mr.info.start_time == int(rt.store.get(run.id).admitted_at * 1000)  # type: ignore[union-attr]
+    (noted,) = rt.store.mlflow_links(run.id)
+    assert (noted.mlflow_run_id, noted.closed_at is not None) == (mr.info.run_id, True)
 
 
 @pytest.mark.timeout(300)
 def test_a_run_launched_while_mlflow_was_away_is_tracked_after_a_restart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_url: str
 ) -> None:
+    """On a SQLite and a PostgreSQL state store: the launch notes its MLflow run without an id,
+    filled once the run is made (``mlflow_runs``)."""
     monkeypatch.setattr(tracking, "BACKOFF_S", 0.2, raising=False)
     db = tmp_path / "mlflow.db"
     db.mkdir()  # away at the launch, and when the attempt ends
     uri = f"sqlite:///{db}"
     clock = Clock()
-    rt = runtime(tmp_path, uri, clock)
+    rt = runtime(tmp_path, uri, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "1800"}))  # fmt: skip
     ctl = Controller(rt, clock=clock)
@@ -193,5 +201,6 @@ def test_a_run_launched_while_mlflow_was_away_is_tracked_after_a_restart(
     assert mr.info.status == "FINISHED" and mr.data.tags["mlops_gpu.outcome"] == "succeeded"
     assert mr.data.metrics["mlops_gpu.gpu_hours"] == 0.5
     assert mr.data.tags["mlflow.user"] == run.spec.user
-    notes = {e.reason for e in rt.store.events(run.id) if e.kind == "mlflow_closed"}
-    assert mr.info.run_id in notes  # noted: the next start does not close it again
+    (noted,) = rt.store.mlflow_links(run.id)  # the row its launch noted without an id, filled
+    assert noted.mlflow_run_id == mr.info.run_id and noted.closed_at is not None
+    assert rt.store.unclosed_mlflow_runs(()) == []  # noted: the next start does not close it

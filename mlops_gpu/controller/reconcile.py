@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from mlops_gpu.backends import Backend
 from mlops_gpu.controller import gate
 from mlops_gpu.model import ACTIVE_PHASES, Phase, Run
+from mlops_gpu.state.mlflow_notes import MlflowNote
 
 if TYPE_CHECKING:
     from mlops_gpu.controller.loop import Controller
@@ -72,7 +73,7 @@ def _note_attempt_mlflow_run(ctl: Controller, run: Run) -> None:
     scheduler stopped in between; found by its tags), so that whatever becomes of the
     attempt closes it: a job found runs on in it, an admission rolled back has it closed
     FAILED by the recovery of unclosed runs, which reads the notes."""
-    noted = any(e.kind == "mlflow_run" and e.attempt == run.attempt
-                for e in ctl.rt.store.events(run.id))  # fmt: skip
+    noted = any(link.attempt == run.attempt for link in ctl.rt.store.mlflow_links(run.id))
     if not noted and (found := ctl.tracker.find_attempt(run)) is not None:
-        ctl.rt.store.note(run.id, run.attempt, "mlflow_run", found, now=ctl.clock())
+        note = MlflowNote(run.id, run.attempt, "opened", found)
+        ctl.rt.store.note_mlflow([note], now=ctl.clock())

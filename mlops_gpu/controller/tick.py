@@ -38,6 +38,7 @@ from mlops_gpu.controller.snapshot import template, usage_inputs
 from mlops_gpu.core.decision import ReasonCode
 from mlops_gpu.model import Phase, Run
 from mlops_gpu.state.jobs import cancel_doomed
+from mlops_gpu.state.mlflow_notes import MlflowNote
 
 if TYPE_CHECKING:
     from mlops_gpu.controller.loop import Controller
@@ -120,9 +121,9 @@ def tick(ctl: Controller) -> TickReport:
     started = launch.start_jobs(ctl, admitted)
     # Each attempt's MLflow run (Run.mlflow_run_id, the Prefect worker's link; and what a
     # start closes if the attempt ended unclosed): one transaction for the tick's launches
-    store.note_many([(r.id, r.attempt, "mlflow_run", m)
-                     for r, (_, m) in zip(admitted, started, strict=True) if m is not None],
-                    now=ctl.clock())  # fmt: skip
+    store.note_mlflow([MlflowNote(r.id, r.attempt, "opened", m)
+                       for r, (_, m) in zip(admitted, started, strict=True) if m is not None],
+                      now=ctl.clock())  # fmt: skip
     for run, result in zip(admitted, started, strict=True):
         handle = launch.launched(ctl, run, result, rep)
         if handle is not None and run.placement is not None:

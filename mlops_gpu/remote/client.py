@@ -79,8 +79,12 @@ class Client:
     def settings(self) -> dict[str, Any]:
         return dict(self.call("GET", "/settings"))
 
-    def get(self, run_id: str, events: bool = False) -> dict[str, Any]:
+    def get(self, run_id: str, events: bool = False, mlflow: bool = False) -> dict[str, Any]:
+        """The run; with ``events`` its events, with ``mlflow`` the MLflow run of its current
+        attempt (``mlflow_run_id``, null when none)."""
         params = {"events": "true"} if events else {}
+        if mlflow:
+            params["mlflow"] = "true"
         return dict(self.call("GET", f"/runs/{run_id}", params=params))
 
     def runs(

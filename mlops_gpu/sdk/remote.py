@@ -166,9 +166,9 @@ class RemoteRun(Run):
         self._rt = None  # type: ignore[assignment]
         self._target = t
 
-    def _get(self, events: bool = False) -> dict[str, Any]:
+    def _get(self, events: bool = False, mlflow: bool = False) -> dict[str, Any]:
         try:
-            return client(self._target).get(self.id, events=events)
+            return client(self._target).get(self.id, events=events, mlflow=mlflow)
         except RemoteError as e:
             if e.status == 404:
                 raise KeyError(self.id) from None
@@ -184,10 +184,8 @@ class RemoteRun(Run):
 
     @property
     def mlflow_run_id(self) -> str | None:
-        r = self._get(events=True)
-        ids = [e["reason"] for e in r["events"]
-               if e["kind"] == "mlflow_run" and e["attempt"] == r["attempt"]]  # fmt: skip
-        return ids[-1] if ids else None
+        found = self._get(mlflow=True).get("mlflow_run_id")
+        return str(found) if found is not None else None
 
     def info(self) -> dict[str, Any]:
         return self._get()

@@ -335,10 +335,7 @@ class Run:
     @property
     def mlflow_run_id(self) -> str | None:
         """The MLflow run of the current attempt (None until it starts, or without tracking)."""
-        r = self.record
-        ids = [e.reason for e in self._rt.store.events(self.id)
-               if e.kind == "mlflow_run" and e.attempt == r.attempt]  # fmt: skip
-        return ids[-1] if ids else None
+        return self._rt.store.mlflow_run_id(self.id, self.record.attempt)
 
     def info(self) -> dict[str, Any]:
         """The run as the CLI's JSON shows it."""

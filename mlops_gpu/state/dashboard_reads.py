@@ -1,7 +1,8 @@
 """Reads of the web dashboard beyond the shared views: GPU time per project per UTC day from
-the usage ledger (the Costs page), per-run notes from the events (the Runs page: the MLflow
-run of the latest attempt, the GPU-seconds of work preemptions threw away), and ``live``: the
-part of ``observed.read`` the Cluster, Projects and Costs pages show.
+the usage ledger (the Costs page), per-run notes (the Runs page: the MLflow run of the latest
+launch, from ``mlflow_runs``; the GPU-seconds of work preemptions threw away, from the
+events), and ``live``: the part of ``observed.read`` the Cluster, Projects and Costs pages
+show.
 
 Invariants: reads only; each read is bounded by its arguments (a time window, a page of run
 ids), never by the whole store.
@@ -16,13 +17,13 @@ from dataclasses import dataclass
 from sqlalchemy import Integer, cast, func, select
 
 from mlops_gpu.model import Phase
-from mlops_gpu.state import observed
+from mlops_gpu.state import mlflow_notes, observed
 from mlops_gpu.state.schema import events, runs, usage
 from mlops_gpu.state.store import Store
 
 DAY_S = 86_400.0
-#: The events that note an attempt's MLflow run and the work a preemption lost.
-MLFLOW_RUN, PREEMPTING = "mlflow_run", "preempting"
+#: The events that note the work a preemption lost.
+PREEMPTING = "preempting"
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def daily_usage(
 
 @dataclass(frozen=True)
 class RunNotes:
-    #: The MLflow run id noted last for the run (its latest launch), or None.
+    #: The MLflow run of the run's latest launch that has one (latest attempt first), or None.
     mlflow_run_id: str | None
     #: GPU-seconds of work thrown away by the run's preemptions, over all attempts.
     lost_gpu_s: float
@@ -76,24 +77,25 @@ class RunNotes:
 
 
 def run_notes(store: Store, run_ids: Sequence[str]) -> dict[str, RunNotes]:
-    """Notes of each of ``run_ids`` (a page: a few dozen), from their events."""
+    """Notes of each of ``run_ids`` (a page: a few dozen)."""
     if not run_ids:
         return {}
     mlflow: dict[str, str] = {}
     lost: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     q = (
-        select(events.c.run_id, events.c.kind, events.c.reason, events.c.lost_gpu_s)
-        .where(events.c.run_id.in_(list(run_ids)), events.c.kind.in_((MLFLOW_RUN, PREEMPTING)))
+        select(events.c.run_id, events.c.lost_gpu_s)
+        .where(events.c.run_id.in_(list(run_ids)), events.c.kind == PREEMPTING)
         .order_by(events.c.id)
     )
     with store._ro() as conn:
-        for run_id, kind, reason, lost_s in conn.execute(q):
-            if kind == MLFLOW_RUN:
-                mlflow[run_id] = str(reason)
-            else:
-                lost[run_id] += float(lost_s or 0.0)
-                count[run_id] += 1
+        for run_id, found in mlflow_notes.links(conn, run_ids).items():
+            made = [link.mlflow_run_id for link in found if link.mlflow_run_id is not None]
+            if made:
+                mlflow[run_id] = made[-1]
+        for run_id, lost_s in conn.execute(q):
+            lost[run_id] += float(lost_s or 0.0)
+            count[run_id] += 1
     return {
         r: RunNotes(mlflow.get(r), lost.get(r, 0.0), count.get(r, 0))
         for r in run_ids

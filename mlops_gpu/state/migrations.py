@@ -13,13 +13,14 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Table, inspect, text
 
 from mlops_gpu.model import ACTIVE_PHASES
-from mlops_gpu.state.mlflow_notes import CLOSED, note_rows, unclosed
+from mlops_gpu.state import mlflow_legacy
 from mlops_gpu.state.schema import (
     audit,
     events,
     gpu_samples,
     leader,
     memberships,
+    mlflow_runs,
     revision,
     runs,
     scheduler_cycles,
@@ -76,10 +77,16 @@ def _v5(conn: Connection) -> None:
     # start after the upgrade does not close them all again.
     if "ix_events_kind" not in {ix["name"] for ix in inspect(conn).get_indexes("events")}:
         conn.execute(text("CREATE INDEX ix_events_kind ON events (kind)"))
-    old = unclosed(conn, ACTIVE_PHASES, with_lost=False)  # (events.lost_gpu_s comes with v7)
-    done = [(u.run_id, u.attempt, CLOSED, u.mlflow_run_id) for u in old]
+    # (the events as they were then: ``mlflow_legacy``)
+    old = mlflow_legacy.unclosed_ids(conn, ACTIVE_PHASES)
+    now = time.time()
+    done = [
+        {"run_id": rid, "time": now, "kind": mlflow_legacy.CLOSED, "phase_from": None,
+         "phase_to": None, "attempt": attempt, "reason": text}
+        for rid, attempt, text in old
+    ]  # fmt: skip
     if done:
-        conn.execute(events.insert(), note_rows(done, time.time()))
+        conn.execute(events.insert(), done)
 
 
 def _v6(conn: Connection) -> None:
@@ -115,10 +122,27 @@ def _v11(conn: Connection) -> None:
         conn.execute(text("CREATE INDEX ix_runs_array ON runs (array_id)"))
 
 
+def _v12(conn: Connection) -> None:
+    # Attempts' MLflow runs in their own table (``state.mlflow_notes``), no longer in the text
+    # of ``mlflow_run``/``mlflow_closed`` events: those of an older store are copied in, in
+    # the order its reader saw them, its placeholders (``pending:RUN:ATTEMPT``) as rows
+    # without an MLflow run id. The events stay, as the history they are.
+    mlflow_runs.create(conn, checkfirst=True)
+    rows = [
+        {"run_id": n.run_id, "attempt": n.attempt,
+         "mlflow_run_id": None if n.text.startswith(mlflow_legacy.PENDING_PREFIX) else n.text,
+         "opened_at": n.opened_at, "closed_at": n.closed_at}
+        for _, noted in sorted(mlflow_legacy.noted(conn).items())
+        for n in noted
+    ]  # fmt: skip
+    for i in range(0, len(rows), 1000):
+        conn.execute(mlflow_runs.insert(), rows[i : i + 1000])
+
+
 #: Ordered migration steps: (version, step). Version N's step turns schema N-1 into N.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8), (9, _v9),
-    (10, _v10), (11, _v11),
+    (10, _v10), (11, _v11), (12, _v12),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
 

@@ -127,6 +127,24 @@ usage = Table(
     Index("ix_usage_run", "run_id"),
 )
 
+#: v12: the MLflow runs of each attempt (``state.mlflow_notes``), one row per MLflow run a launch
+#: of the attempt made or adopted, in the order noted (``id``; the attempt's last row is its
+#: live launch's). ``mlflow_run_id`` null: a launch that did not wait for MLflow, its run not
+#: made yet; set once it is. ``closed_at``: when MLflow took the close (metrics and status).
+mlflow_runs = Table(
+    "mlflow_runs",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("run_id", String(32), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("mlflow_run_id", String(200)),
+    Column("opened_at", Float, nullable=False),
+    Column("closed_at", Float),
+    Index("ix_mlflow_runs_run", "run_id", "attempt"),
+    # a start reads the rows not closed
+    Index("ix_mlflow_runs_closed", "closed_at"),
+)
+
 #: v6: the scheduler's lease (``lease.py``): one row, leadership and its fencing epoch.
 leader = Table(
     "leader",

@@ -18,9 +18,10 @@ from typing import Any
 from sqlalchemy import bindparam, func, select
 
 from mlops_gpu.model import TERMINAL_PHASES, Phase, Run, RunSpec
+from mlops_gpu.state import mlflow_notes
 from mlops_gpu.state.jobs import JobControl, submit_runs
 from mlops_gpu.state.ledger import UsageRow, read_usage
-from mlops_gpu.state.mlflow_notes import UnclosedMlflowRun, note_rows, unclosed
+from mlops_gpu.state.mlflow_notes import MlflowLink, MlflowNote, UnclosedMlflowRun
 from mlops_gpu.state.run_requests import RunRequests
 from mlops_gpu.state.schema import events, revision, runs
 from mlops_gpu.state.transitions import SchedulerMoves
@@ -152,8 +153,7 @@ class Store(SchedulerMoves, RunRequests):
     def note(
         self, run_id: str, attempt: int, kind: str, text: str, now: float | None = None
     ) -> None:
-        """Append an event that changes nothing about the run (e.g. ``mlflow_run``: the
-        attempt's MLflow run id), for readers of its history."""
+        """Append an event that changes nothing about the run, for readers of its history."""
         self.note_many([(run_id, attempt, kind, text)], now)
 
     def note_many(
@@ -161,14 +161,37 @@ class Store(SchedulerMoves, RunRequests):
     ) -> None:
         """``note`` for many (run id, attempt, kind, text), in one transaction."""
         if notes:
+            at = time.time() if now is None else now
             with self._tx() as conn:
-                conn.execute(events.insert(), note_rows(notes, time.time() if now is None else now))
+                conn.execute(events.insert(), [
+                    {"run_id": rid, "time": at, "kind": kind, "phase_from": None,
+                     "phase_to": None, "attempt": attempt, "reason": text}
+                    for rid, attempt, kind, text in notes
+                ])  # fmt: skip
+
+    # -- MLflow runs (``mlflow_notes``) ----------------------------------------------------
+    def note_mlflow(self, notes: Sequence[MlflowNote], now: float | None = None) -> None:
+        """Record attempts' MLflow runs opened, made and closed, in one transaction."""
+        if notes:
+            with self._tx() as conn:
+                mlflow_notes.apply(conn, notes, time.time() if now is None else now)
+
+    def mlflow_links(self, run_id: str) -> list[MlflowLink]:
+        """The run's MLflow runs, attempt by attempt, each attempt's in the order noted."""
+        with self._ro() as conn:
+            return mlflow_notes.links(conn, [run_id]).get(run_id, [])
+
+    def mlflow_run_id(self, run_id: str, attempt: int) -> str | None:
+        """The MLflow run of the attempt's latest launch, or None (not launched yet, tracking
+        off, or its run not made yet)."""
+        mine = [link for link in self.mlflow_links(run_id) if link.attempt == attempt]
+        return mine[-1].mlflow_run_id if mine else None
 
     def unclosed_mlflow_runs(self, active: Iterable[Phase]) -> list[UnclosedMlflowRun]:
         """Attempts that are over whose MLflow run was noted at launch and never noted closed
         (``mlflow_notes``), with their usage-ledger figures."""
         with self._ro() as conn:
-            return unclosed(conn, frozenset(active))
+            return mlflow_notes.unclosed(conn, frozenset(active))
 
     def set_reasons(self, reasons: Sequence[tuple[str, str, str, float | None]]) -> int:
         """Store (run_id, reason_code, reason, eta) for pending runs whose reason changed: a new

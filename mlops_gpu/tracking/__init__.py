@@ -10,7 +10,7 @@ Two halves, two layers (the import contract in ``pyproject.toml`` holds them apa
 - the service, above ``state`` and below ``controller``: ``tracker`` (``Tracker``) and
   ``close_queue`` (``TrackingQueue``).
 
-The store's own record of MLflow runs (events ``mlflow_run``/``mlflow_closed``, read back by
+The store's own record of MLflow runs (the table ``mlflow_runs``, written and read by
 ``state.mlflow_notes``) stays in ``state``: it is SQL over the store's tables, which the store
 and a schema migration run, and the store imports nothing above it.
 

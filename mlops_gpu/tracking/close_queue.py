@@ -9,17 +9,17 @@ Invariants:
 - One worker, first in first out: an attempt's close follows whatever was queued before it,
   and never reaches MLflow before the attempt's run was created (that happens at its launch).
 - Nothing is lost on a crash. The store is the durable record: an attempt whose MLflow run was
-  noted at launch (event ``mlflow_run``) and is over, but has no ``mlflow_closed`` event, is
+  noted at launch (table ``mlflow_runs``) and is over, but is not noted closed, is
   queued again by ``recover`` at the next start and closed from the usage ledger (outcome,
   times, GPU-seconds, queue wait, utilization), which the store wrote in the same transaction
   that ended it. A close is noted after MLflow took it: at least once, never lost.
-- The worker writes ``mlflow_closed`` only after MLflow took the close; tracking failures are
+- The worker notes a close only after MLflow took it; tracking failures are
   the tracker's to report (``Tracker``: logged once, backing off), never the tick's. While
   MLflow is away the closes wait in the queue and are tried again after the back-off; a close
   that failed about its own run (MLflow answered) is not tried again.
-- An attempt launched before its MLflow run was made notes a placeholder ``mlflow_run``
-  (``tracking.pending_id``), so a stop loses neither the run nor its close: ``recover`` makes
-  and closes it from the store (``Tracker.close_recovered``).
+- An attempt launched before its MLflow run was made notes its MLflow run without an id, so
+  a stop loses neither the run nor its close: ``recover`` makes and closes it from the store
+  (``Tracker.close_recovered``).
 - ``close`` (the controller's ``release``, at a stop) waits for the queue to empty while it
   moves, but not past ``STALL_S`` without progress nor at all while MLflow is away: a stop
   never waits for an MLflow that does not answer. What is left is closed at the next start.
@@ -38,13 +38,13 @@ from dataclasses import dataclass
 
 from mlops_gpu.model import Phase, Run
 from mlops_gpu.model.phase import ACTIVE_PHASES
-from mlops_gpu.state.mlflow_notes import CLOSED, UnclosedMlflowRun
+from mlops_gpu.state.mlflow_notes import MlflowNote, UnclosedMlflowRun
 from mlops_gpu.state.store import Store
 from mlops_gpu.tracking.tracker import ADOPT_ENV, Tracker
 
 log = logging.getLogger("mlops_gpu.tracking")
 
-#: Closes taken per round: their ``mlflow_closed`` notes go to the store in one transaction.
+#: Closes taken per round: their notes go to the store in one transaction.
 BATCH = 100
 #: ``close`` gives up when the queue did not move for this long.
 STALL_S = 1.0
@@ -75,7 +75,7 @@ class TrackingQueue:
         self._stop = False
         self._held = 0  # launches in progress: the worker waits (``priority``)
         self._done = 0  # closes made or given up (``close`` watches it move)
-        tracker.note = store.note_many
+        tracker.note = store.note_mlflow
 
     def put(self, items: Sequence[Ended | UnclosedMlflowRun]) -> None:
         if not items or self.tracker.rest is None:
@@ -184,29 +184,30 @@ class TrackingQueue:
 
     def _close(self, batch: Sequence[Ended | UnclosedMlflowRun]) -> list[Ended | UnclosedMlflowRun]:
         """Make the batch's closes; those to try again (MLflow is away), in order."""
-        notes: list[tuple[str, int, str, str]] = []
+        notes: list[MlflowNote] = []
         for i, e in enumerate(batch):
             with self._cond:
                 self._cond.wait_for(lambda: not self._held or self._stop)
             if self.tracker.down:
-                self.store.note_many(notes)
+                self.store.note_mlflow(notes)
                 return list(batch[i:])
+            closed: list[MlflowNote] | None
             if isinstance(e, UnclosedMlflowRun):
                 closed = self.tracker.close_recovered(e, self.store.get(e.run_id))
-                key = (e.run_id, e.attempt)
             else:
                 mlflow_id = self.tracker.ended(
                     e.run, e.outcome, e.end, e.mean_util, e.mlflow_run_id, e.lost_gpu_s
                 )
-                closed = None if mlflow_id is None else [mlflow_id]
-                key = (e.run.id, e.run.attempt)
+                closed = None
+                if mlflow_id is not None:
+                    closed = [MlflowNote(e.run.id, e.run.attempt, "closed", mlflow_id)]
             with self._cond:
                 self._done += 1
                 self._cond.notify_all()
             if closed is not None:
-                notes += [(*key, CLOSED, m) for m in closed]
+                notes += closed
             elif self.tracker.down:  # (this one is tried again too)
-                self.store.note_many(notes)
+                self.store.note_mlflow(notes)
                 return list(batch[i:])
-        self.store.note_many(notes)
+        self.store.note_mlflow(notes)
         return []

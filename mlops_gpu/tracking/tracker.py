@@ -24,9 +24,9 @@ Invariants:
   thread is behind or MLflow is away. A run launched before its MLflow run exists starts
   without ``MLFLOW_RUN_ID``; the MLflow run is still made and closed: after the launch, or,
   if MLflow is away until then, when the attempt is closed (``ended``). Nothing is lost to a
-  stop meanwhile: such a launch notes a placeholder (``pending_id``) as its ``mlflow_run``,
-  noted closed once the real run is made and noted; a placeholder left open is made and
-  closed by the next start's recovery (``close_recovered``), from the store's records.
+  stop meanwhile: such a launch notes its MLflow run without an id (``MlflowNote`` opened,
+  None), given its id once the run is made (``made``); one left without is made and closed
+  by the next start's recovery (``close_recovered``), from the store's records.
 - MLflow away (``TrackingUnavailable``: unreachable, no answer, a store that cannot be
   opened) stops calls for a back-off (``BACKOFF_S``, doubling to ``PAUSE_S``), logged once per
   message; an error about one run (MLflow answered: not found, invalid) concerns that run only.
@@ -52,12 +52,13 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from mlops_gpu.model import GpuType, Run
-from mlops_gpu.state.mlflow_notes import CLOSED, OPENED, UnclosedMlflowRun
+from mlops_gpu.state.mlflow_notes import MlflowNote, UnclosedMlflowRun
 from mlops_gpu.tracking import fields as tracking_fields
 from mlops_gpu.tracking.local import MlflowLocal
 from mlops_gpu.tracking.rest import (
@@ -113,8 +114,8 @@ class Tracker:
         self.gpu_types = gpu_types
         #: where experiments the tracker creates keep their artifacts (None: MLflow's default)
         self.artifact_root = artifact_root
-        #: writes notes (run id, attempt, kind, text) to the store (``TrackingQueue`` sets it)
-        self.note: Callable[[list[tuple[str, int, str, str]]], None] | None = None
+        #: writes notes of attempts' MLflow runs to the store (``TrackingQueue`` sets it)
+        self.note: Callable[[list[MlflowNote]], None] | None = None
         self._ids: dict[tuple[str, int], str] = {}
         self._experiments: dict[str, str] = {}
         self._said: set[str] = set()
@@ -215,16 +216,25 @@ class Tracker:
         if self.rest is None or run.placement is None:
             return {}
         key = (run.id, run.attempt)
+        # A launch that does not wait notes a row without an id, which the late answer fills
+        # (``mlflow_notes``). The two race on two threads: if the answer comes first it notes
+        # the run itself and the launch notes nothing, so no row without an id stays behind.
+        order = threading.Lock()
+        made_first: list[str] = []
 
         def late(made: tuple[str, str | None]) -> None:
-            self._made_late(run, made[0])
+            with order:
+                made_first.append(made[0])
+                self._made_late(run, made[0])
 
         try:
             mlflow_id, exp = self._thread.call(
                 self._guard(lambda: self._create(run, key)), self._wait_s(LAUNCH_WAIT_S), late
             )
         except TrackingError:  # (said by the guard, or the thread is behind: made later)
-            self._notes([(run.id, run.attempt, OPENED, pending_id(run.id, run.attempt))])
+            with order:
+                if not made_first:
+                    self._notes([MlflowNote(run.id, run.attempt, "opened", None)])
             return {}
         assert self.uri is not None
         env = {"MLFLOW_TRACKING_URI": self.uri, "MLFLOW_RUN_ID": mlflow_id}
@@ -265,15 +275,14 @@ class Tracker:
         self._ids[key] = mlflow_id
         return mlflow_id, exp
 
-    def _notes(self, notes: list[tuple[str, int, str, str]]) -> None:
+    def _notes(self, notes: list[MlflowNote]) -> None:
         if self.note is not None:
             self.note(notes)
 
     def _made_late(self, run: Run, mlflow_id: str) -> None:
-        """An attempt's MLflow run made after its launch: noted, its placeholder noted closed."""
-        placeholder = pending_id(run.id, run.attempt)
-        self._notes([(run.id, run.attempt, OPENED, mlflow_id),
-                     (run.id, run.attempt, CLOSED, placeholder)])  # fmt: skip
+        """An attempt's MLflow run made after its launch: noted, in the row its launch noted
+        without an id (else a row of its own)."""
+        self._notes([MlflowNote(run.id, run.attempt, "made", mlflow_id)])
 
     def adopts(self, run: Run) -> bool:
         """Whether the run's current attempt logs into the submitter's MLflow run."""
@@ -342,24 +351,28 @@ class Tracker:
         except TrackingError:
             return None
 
-    def close_recovered(self, u: UnclosedMlflowRun, run: Run | None = None) -> list[str] | None:
+    def close_recovered(
+        self, u: UnclosedMlflowRun, run: Run | None = None
+    ) -> list[MlflowNote] | None:
         """Close an attempt's MLflow run from the store's record (``TrackingQueue.recover``):
         the usage ledger's figures, or, for an attempt that never held GPUs, FAILED as
-        ``launch_failed``. A placeholder (``pending_id``): the run found by its tags, or made
-        now from ``run`` (the store's record of the run). The ids to note closed (the noted one
-        and the MLflow run it stood for), or None if MLflow did not take it. (On the tracking
-        worker.)"""
+        ``launch_failed``. One noted without an id: the run found by its tags, or made now
+        from ``run`` (the store's record of the run). The notes to write (the run made or
+        found, and closed), or None if MLflow did not take it. (On the tracking worker.)"""
         if self.rest is None:
             return None
         rest = self.rest
+        key = (u.run_id, u.attempt)
 
-        def close() -> list[str]:
+        def close() -> list[MlflowNote]:
             mlflow_id = u.mlflow_run_id
-            if is_pending(u.mlflow_run_id):
+            made: list[MlflowNote] = []
+            if mlflow_id is None:
                 found = self._recovered_run(u, run)
-                if found is None:
-                    return [u.mlflow_run_id]  # (never held GPUs, no MLflow run: none to close)
+                if found is None:  # (never held GPUs, no MLflow run: none to close)
+                    return [MlflowNote(*key, "closed", None)]
                 mlflow_id = found
+                made = [MlflowNote(*key, "made", found)]
             if u.outcome is None:
                 rest.log_batch(mlflow_id, [], {"mlops_gpu.outcome": "launch_failed"})
                 rest.finish(mlflow_id, "FAILED", None)
@@ -367,7 +380,7 @@ class Tracker:
                 wait = None if u.queued_at is None else max(u.start - u.queued_at, 0.0)
                 self._close(mlflow_id, u.outcome, u.end, u.gpu_seconds / 3600,
                             u.gpu_type, wait, u.mean_util, u.lost_gpu_s)  # fmt: skip
-            return list(dict.fromkeys([u.mlflow_run_id, mlflow_id]))
+            return [*made, MlflowNote(*key, "closed", mlflow_id)]
 
         try:
             return list(self._thread.call(self._guard(close), CLOSE_WAIT_S))
@@ -375,8 +388,8 @@ class Tracker:
             return None
 
     def _recovered_run(self, u: UnclosedMlflowRun, run: Run | None) -> str | None:
-        """(On the MLflow thread.) The MLflow run of an attempt noted by a placeholder: found by
-        its tags, else made now (when the attempt held GPUs and the run is known)."""
+        """(On the MLflow thread.) The MLflow run of an attempt noted without one: found by its
+        tags, else made now (when the attempt held GPUs and the run is known)."""
         assert self.rest is not None
         tags = {"mlops_gpu.run_id": u.run_id, "mlops_gpu.attempt": str(u.attempt)}
         if run is None:
@@ -388,7 +401,6 @@ class Tracker:
         tags.update(tracking_fields.recovered_tags(run, u.attempt, u.gpu_type))
         made = self.rest.create_run(exp, f"{run.spec.name} #{u.attempt}", tags, start=u.start)
         self.rest.log_batch(made, [], {}, tracking_fields.params(run))
-        self._notes([(u.run_id, u.attempt, OPENED, made)])
         return made
 
     def _close(
@@ -419,12 +431,3 @@ class Tracker:
         assert self.rest is not None
         self.rest.log_batch(mlflow_id, metrics, {"mlops_gpu.outcome": outcome})
         self.rest.finish(mlflow_id, STATUS.get(outcome, "FAILED"), end)
-
-
-def pending_id(run_id: str, attempt: int) -> str:
-    """The placeholder noted as an attempt's ``mlflow_run`` while its MLflow run is not made."""
-    return f"pending:{run_id}:{attempt}"
-
-
-def is_pending(mlflow_id: str) -> bool:
-    return mlflow_id.startswith("pending:")

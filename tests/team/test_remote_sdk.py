@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import pickle
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -215,4 +216,34 @@ def test_job_control_travels_with_a_remote_submit(
 
     with pytest.raises(SubmitError, match="unknown run id"):
         mg.submit(["true"], project="p", gpus=1, afterok="rdeadbeef00")
+    no_5xx(srv)
+
+
+def test_a_runs_mlflow_run_comes_from_the_server(
+    make_server: Callable[..., Server], tmp_path: Path, laptop: Callable[[Server, str], None]
+) -> None:
+    """``Run.mlflow_run_id`` in remote mode: the server reads its store's ``mlflow_runs``
+    (``GET /runs/ID?mlflow=true``), the MLflow run its scheduler made for the attempt."""
+    from mlflow.tracking import MlflowClient
+
+    import mlops_gpu as mg
+
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    srv = make_server(None, extra={"mlflow": {"tracking_uri": tracking}})
+    laptop(srv, "mem")
+    run = mg.submit("true", project="p", gpus=1)
+    assert run.wait(timeout=180) == "succeeded"
+    # (a launch waits for MLflow briefly: the server's first opens its store, so the MLflow
+    # run may be made after the launch, and noted then)
+    deadline = time.monotonic() + 120
+    while run.mlflow_run_id is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    client = MlflowClient(tracking)
+    exps = [e.experiment_id for e in client.search_experiments()]
+    (made,) = client.search_runs(exps, f"tags.`mlops_gpu.run_id` = '{run.id}'")
+    assert run.mlflow_run_id == made.info.run_id
+    with srv.client("mem") as c:
+        assert "mlflow_run_id" not in c.get(f"/api/v1/runs/{run.id}").json()  # (asked only)
+        got = c.get(f"/api/v1/runs/{run.id}", params={"mlflow": "true"}).json()
+    assert got["mlflow_run_id"] == made.info.run_id
     no_5xx(srv)

@@ -194,12 +194,17 @@ def list_runs(
                           "next_cursor": str(nxt) if nxt is not None else None})  # fmt: skip
 
 
-@router.get("/runs/{run_id}", summary="One run (with its events if asked)")
-def get_run(run_id: RunId, request: Request, who: Who, events: bool = False) -> dict[str, Any]:
+@router.get("/runs/{run_id}", summary="One run (with its events, its MLflow run, if asked)")
+def get_run(
+    run_id: RunId, request: Request, who: Who, events: bool = False, mlflow: bool = False
+) -> dict[str, Any]:
     run = _visible_run(request, who, run_id)
     out = run_to_public(run)
+    store = request.app.state.rt.store
     if events:
-        out["events"] = [event_to_public(e) for e in request.app.state.rt.store.events(run.id)]
+        out["events"] = [event_to_public(e) for e in store.events(run.id)]
+    if mlflow:  # the current attempt's MLflow run (``Run.mlflow_run_id``), null when none
+        out["mlflow_run_id"] = store.mlflow_run_id(run.id, run.attempt)
     return out
 
 
