@@ -20,8 +20,8 @@ from pathlib import Path
 import yaml
 
 TABLES = ("runs", "events", "usage", "schema_version", "leader", "scheduler_status",
-          "scheduler_cycles", "gpu_samples", "mlflow_runs", "users", "tokens", "memberships", "audit",
-          "revision")  # fmt: skip
+          "scheduler_cycles", "gpu_samples", "mlflow_runs", "users", "tokens", "memberships",
+          "audit", "revision")  # fmt: skip
 
 
 def _free_port() -> int:
