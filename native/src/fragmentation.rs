@@ -32,7 +32,8 @@ mod sig;
 
 pub use sig::{after_share, after_whole, Sig};
 
-pub const TOP_K: usize = 64;
+/// At most this many shapes weighed (`fragmentation.TOP_K`, where the choice is argued).
+pub const TOP_K: usize = 128;
 pub const COVERAGE: f64 = 0.95;
 pub const QUANTUM: f64 = 1000.0;
 pub const EPS: f64 = 1e-9;

@@ -65,3 +65,13 @@ def test_a_shape_prior_steers_placement_where_no_run_is_active_yet() -> None:
     # pairs are expected: taking a GPU of "a" breaks its pair; "b" could never host one
     (adm,) = decide(replace(snap, shape_prior=MappingProxyType({PAIR: 5.0}))).admissions
     assert adm.placement.slots[0].node == "b"
+
+
+def test_up_to_128_shapes_are_weighed_before_the_cover_is_cut() -> None:
+    mix = Mix()
+    for cpu in range(100):  # 100 shapes, one run each: the 95% cover takes 95 of them
+        mix.add((1, 1.0, 1000 + cpu, 0, ()))
+    assert len(mix.weights()) == 95
+    for cpu in range(100, 200):
+        mix.add((1, 1.0, 1000 + cpu, 0, ()))
+    assert len(mix.weights()) == 128  # 190 would cover 95%: the cap cuts first
