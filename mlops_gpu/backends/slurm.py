@@ -17,11 +17,10 @@ cluster's command-line tools.
   is looked up with ``scontrol show job``, then in the completion records (``sacct -c``), so a
   job that ended while the scheduler was down is recorded as it ended. Only a job no source
   knows is ``lost``. A job still pending because a node it is pinned to is down, failed or
-  drained (``ReqNodeNotAvail``: the node died between the core's decision and the ``sbatch``,
-  as a resume that times out does) is cancelled and reported ``lost``, so the run is requeued
-  elsewhere instead of waiting for an admin; a node that is only powering up or down is waited
-  for. After a ``lost`` job the next ``inventory()`` reads ``sinfo`` afresh, whatever
-  ``inventory_s`` says, so the core does not place the requeued run on the dead node again.
+  drained (``ReqNodeNotAvail``) is cancelled and then reported ``lost`` (``slurm_stuck``), so
+  the run is requeued elsewhere instead of waiting for an admin. After a ``lost`` job the next
+  ``inventory()`` reads ``sinfo`` afresh, whatever ``inventory_s`` says, so the core does not
+  place the requeued run on the dead node again.
 - Stop: ``scancel --signal=SIG --batch`` (the batch step runs the launcher, which passes the
   signal on), then ``scancel`` once the grace has passed. Deadlines are kept in
   ``<shared_dir>/kills.json`` and checked at every poll and cancel, so a restart keeps them.
@@ -53,8 +52,6 @@ from mlops_gpu.backends.base import (
     job_env,
 )
 from mlops_gpu.backends.slurm_parse import (
-    GONE,
-    NODE_WAITS,
     REASONS,
     SACCT_FIELDS,
     SlurmJobInfo,
@@ -72,6 +69,7 @@ from mlops_gpu.backends.slurm_script import (
     parse_job_name,
     sbatch_argv,
 )
+from mlops_gpu.backends.slurm_stuck import StuckJobs
 from mlops_gpu.model import BackendCapabilities, Node, NodeState
 
 
@@ -124,6 +122,7 @@ class SlurmBackend:
         self._managed: set[str] = set()
         self._power: dict[str, NodeState] = {}
         self._kills_file = self.shared_dir / "kills.json"
+        self._stuck = StuckJobs(self.shared_dir / "stuck.json")
 
     # -- commands -------------------------------------------------------------------------
     def _run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -231,37 +230,24 @@ class SlurmBackend:
         if gone:
             queue.update(self._finished(gone))
         out = {h: self._status(h, queue.get(j)) for j, h in ids.items()}
-        for j, why in self._stuck(queue).items():
+        for j, why in self._stuck.why(queue).items():  # cancelled as stuck at an earlier poll
             out[ids[j]] = JobStatus(ids[j], JobState.LOST, reason=f"Slurm job {j} {why}")
+        self._stuck.sweep(
+            queue,
+            lambda: parse_sinfo(self._json(["sinfo", "--json"])),
+            self._hostnames,
+            lambda jobs: self._run(["scancel", "--state=PENDING", *jobs]),
+        )
         if any(st.state is JobState.LOST for st in out.values()):
             self._stale = True
         return out
 
-    def _stuck(self, queue: Mapping[str, SlurmJobInfo]) -> dict[str, str]:
-        """Pending jobs pinned to a node that is down, failed or drained (job id -> why),
-        cancelled here: Slurm would keep them pending until an admin resumes the node, and
-        start them then, after the controller has run the requeued attempt elsewhere."""
-        waiting = {j: i for j, i in queue.items()
-                   if i.state == "PENDING" and i.reason in NODE_WAITS and i.required}  # fmt: skip
-        if not waiting:
-            return {}
-        try:
-            dead = {n.name: n.reason for n in parse_sinfo(self._json(["sinfo", "--json"]))
-                    if n.words & GONE}  # fmt: skip
-        except SlurmError:
-            return {}  # slurmctld is away: ask again at the next poll
-        out = {}
-        for j, info in waiting.items():
-            names = expand_hostlist(info.required)
-            if names is None:
-                proc = self._run(["scontrol", "show", "hostnames", info.required], check=False)
-                names = proc.stdout.split() if proc.returncode == 0 else []
-            bad = [n for n in names if n in dead]
-            if bad:
-                out[j] = f"could not start: its node {bad[0]} is unavailable ({dead[bad[0]]})"
-        if out:
-            self._scancel(sorted(out))
-        return out
+    def _hostnames(self, hostlist: str) -> list[str]:
+        names = expand_hostlist(hostlist)
+        if names is None:  # a form read by scontrol only
+            proc = self._run(["scontrol", "show", "hostnames", hostlist], check=False)
+            names = proc.stdout.split() if proc.returncode == 0 else []
+        return names
 
     def cancel(self, handle: str, signal: str, grace_s: float) -> None:
         job_id = self._parse(handle)

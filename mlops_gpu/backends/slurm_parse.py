@@ -51,10 +51,6 @@ REASONS = {
     "PREEMPTED": "Slurm preempted it",
     "OUT_OF_MEMORY": "out of memory",
 }
-#: Why a pending job waits when a node it is pinned to cannot take it (down, drained, failed).
-NODE_WAITS = frozenset({"ReqNodeNotAvail", "NodeDown"})
-#: A node in any of these states will not run a job pinned to it until an admin acts.
-GONE = frozenset({"DOWN", "FAIL", "FAILING", "DRAIN", "DRAINED", "DRAINING"})
 _DOWN = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "MAINTENANCE",
          "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "REBOOT_REQUESTED", "UNKNOWN",
          "INVALID", "PLANNED"}  # fmt: skip

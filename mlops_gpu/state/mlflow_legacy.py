@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, select
 
 from mlops_gpu.model import Phase
-from mlops_gpu.state.bulk import rows_of
-from mlops_gpu.state.schema import events
+from mlops_gpu.state.bulk import CHUNK
+from mlops_gpu.state.schema import events, runs
 
 OPENED, CLOSED = "mlflow_run", "mlflow_closed"
 #: The placeholder text of an attempt's MLflow run not made yet (``pending:RUN:ATTEMPT``).
@@ -77,10 +77,16 @@ def unclosed_ids(conn: Connection, active: Collection[Phase]) -> list[tuple[str,
         if notes[-1].closed_at is None:
             last[key] = notes[-1].text
     if last:
-        live = {r.id: (r.attempt, Phase(r.phase))
-                for r in rows_of(conn, sorted({k[0] for k in last})).values()}  # fmt: skip
+        # only the columns every version since v1 has: this runs inside old migration steps
+        ids = sorted({k[0] for k in last})
+        live: dict[str, tuple[int, Phase]] = {}
+        for i in range(0, len(ids), CHUNK):
+            q = select(runs.c.id, runs.c.attempt, runs.c.phase).where(
+                runs.c.id.in_(ids[i : i + CHUNK])
+            )
+            live.update((r.id, (r.attempt, Phase(r.phase))) for r in conn.execute(q))
         out += [
             (*k, m) for k, m in sorted(last.items())
-            if not (live[k[0]][0] == k[1] and live[k[0]][1] in active)
+            if not (k[0] in live and live[k[0]][0] == k[1] and live[k[0]][1] in active)
         ]  # fmt: skip
     return out

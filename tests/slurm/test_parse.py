@@ -8,7 +8,6 @@ from pathlib import Path
 
 from mlops_gpu.backends import JobState
 from mlops_gpu.backends.slurm_parse import (
-    NODE_WAITS,
     expand_hostlist,
     gpu_gres,
     parse_sacct,
@@ -16,6 +15,7 @@ from mlops_gpu.backends.slurm_parse import (
     parse_sinfo,
     parse_squeue,
 )
+from mlops_gpu.backends.slurm_stuck import NODE_WAITS
 
 DATA = Path(__file__).with_name("data")
 
