@@ -92,16 +92,16 @@ class StuckJobs:
                    if i.state == "PENDING" and i.reason in NODE_WAITS and i.required}  # fmt: skip
         if not waiting:
             return []
+        found = {}
         try:
             dead = dead_nodes(nodes())
+            for j, info in waiting.items():
+                bad = [n for n in hostnames(info.required) if n in dead]
+                if bad:
+                    found[j] = f"could not start: its node {bad[0]} is unavailable ({dead[bad[0]]})"
         except Exception as e:  # (a SlurmError: the caller's transport)
             log.warning("cannot read the nodes of stuck jobs %s: %s", sorted(waiting), e)
             return []
-        found = {}
-        for j, info in waiting.items():
-            bad = [n for n in hostnames(info.required) if n in dead]
-            if bad:
-                found[j] = f"could not start: its node {bad[0]} is unavailable ({dead[bad[0]]})"
         if not found:
             return []
         now = time.time()

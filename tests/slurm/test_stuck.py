@@ -88,3 +88,13 @@ def test_nodes_unreadable_leaves_the_jobs_alone(tmp_path: Path) -> None:
 
     assert stuck.sweep(QUEUE, away, lambda h: [h], pytest.fail) == []
     assert not (tmp_path / "stuck.json").exists()
+
+
+def test_a_host_list_that_cannot_be_read_leaves_the_jobs_alone(tmp_path: Path) -> None:
+    stuck = StuckJobs(tmp_path / "stuck.json")
+
+    def no_answer(hostlist: str) -> list[str]:
+        raise RuntimeError("scontrol show hostnames: no answer in 30s")
+
+    assert stuck.sweep(QUEUE, lambda: NODES, no_answer, pytest.fail) == []
+    assert not (tmp_path / "stuck.json").exists()
