@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from mlops_gpu.state.store import Store
 from mlops_gpu.testing import config_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,6 +124,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/s.db"
     return str(request.getfixturevalue("pg_store_url"))
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """A fresh store on ``store_url`` (SQLite, then a real PostgreSQL), closed after the test."""
+    s = Store(store_url)
+    yield s
+    s.close()
 
 
 @pytest.fixture

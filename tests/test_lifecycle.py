@@ -8,7 +8,6 @@ side fails here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -291,14 +290,6 @@ def test_job_end(run: Any, end: JobEnd, expected: Requeue | Finish) -> None:
 
 # -- the store applies the lifecycle ------------------------------------------------------------
 PLACE = Placement("local", "a100-80gb", (NodeSlot("n1", ("0",)),))
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    """On SQLite and on a real PostgreSQL (``store_url``)."""
-    s = Store(store_url)
-    yield s
-    s.close()
 
 
 def _active(store: Store, max_attempts: int | None = None) -> str:

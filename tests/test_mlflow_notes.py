@@ -5,8 +5,6 @@ events, placeholders ``pending:RUN:ATTEMPT``, schema v11) opened by this one: it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy import select, update
 
@@ -19,13 +17,6 @@ from mlops_gpu.state.store import Store
 from mlops_gpu.testing import make_spec
 
 T0 = 1_800_000_000.0
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    s = Store(store_url)
-    yield s
-    s.close()
 
 
 def rows(store: Store, run_id: str) -> list[tuple[int, str | None, bool]]:

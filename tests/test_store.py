@@ -6,7 +6,7 @@ import itertools
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,6 @@ T0 = 1_714_000_000.25  # a realistic epoch time: float4 or REAL truncation would
 P, A, S, R = Phase.PENDING, Phase.ADMITTED, Phase.STARTING, Phase.RUNNING
 OK, FAIL, CANC = Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED
 PL = placed("node-a", ["0", "1"])  # 2 GPUs of a100-80gb on the local backend
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    s = Store(store_url)
-    yield s
-    s.close()
 
 
 def submit(store: Store, name: str = "job", project: str = "p", now: float = T0) -> str:

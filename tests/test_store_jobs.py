@@ -4,7 +4,6 @@ ids refused with nothing written, doomed runs cancelled with the reason."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -22,13 +21,6 @@ from mlops_gpu.state.jobs import (
 from mlops_gpu.testing import make_spec
 
 T0 = 1_000_000.0
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    s = Store(store_url)
-    yield s
-    s.close()
 
 
 def test_array_hold_dependencies_and_doom(store: Store) -> None:

@@ -6,7 +6,6 @@ change only its max runtime; the whole array may change anything."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,13 +16,6 @@ from mlops_gpu.state import ConflictError, Store
 from mlops_gpu.state.amend import amend_many
 from mlops_gpu.state.jobs import JobControl
 from mlops_gpu.testing import config_yaml, make_spec
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    s = Store(store_url)
-    yield s
-    s.close()
 
 
 def test_amend_many_is_all_or_none(store: Store) -> None:
