@@ -21,7 +21,8 @@ from collections.abc import Iterable
 
 from mlops_gpu.model import NodeState
 
-_GONE = frozenset({"DOWN", "FAIL", "FAILING"})
+#: A node in any of these states is dead until an admin resumes it (a resume that timed out).
+GONE = frozenset({"DOWN", "FAIL", "FAILING"})
 _OFF = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
 #: Flags that show a node is under power saving.
 POWER_FLAGS = frozenset({"CLOUD", "POWERING_UP"}) | _OFF
@@ -31,7 +32,7 @@ def power_state(words: Iterable[str]) -> NodeState | None:
     """The pool state of a node with Slurm state words ``words`` (base state and flags, upper
     case), or None where it has none (down, failed: not usable until an admin acts)."""
     w = frozenset(words)
-    if w & _GONE:
+    if w & GONE:
         return None
     if "POWERING_UP" in w:
         return NodeState.BOOTING

@@ -29,12 +29,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from mlops_gpu.backends.slurm_parse import SlurmJobInfo, SlurmNode
+from mlops_gpu.backends.slurm_power import GONE
 
 log = logging.getLogger("mlops_gpu.backends.slurm")
 
 #: Why a pending job waits when a node it is pinned to cannot take it.
 NODE_WAITS = frozenset({"ReqNodeNotAvail", "NodeDown"})
-_DEAD = frozenset({"DOWN", "FAIL", "FAILING"})
 _DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
 #: Flags of a drain Slurm lifts by itself (a power-down or reboot asked "ASAP").
 _PASSING = frozenset({"POWER_DOWN", "POWERING_DOWN", "POWER_DRAIN", "REBOOT_REQUESTED",
@@ -47,7 +47,7 @@ def dead_nodes(nodes: Iterable[SlurmNode]) -> dict[str, str]:
     return {
         n.name: n.reason or "down"
         for n in nodes
-        if n.words & _DEAD or (n.words & _DRAINED and not n.words & _PASSING)
+        if n.words & GONE or (n.words & _DRAINED and not n.words & _PASSING)
     }
 
 
