@@ -42,6 +42,7 @@ from mlops_gpu.state.mlflow_notes import MlflowNote
 
 if TYPE_CHECKING:
     from mlops_gpu.controller.loop import Controller
+    from mlops_gpu.core import Snapshot
 
 log = logging.getLogger("mlops_gpu.controller")
 
@@ -65,12 +66,19 @@ class TickReport:
     messages: list[str] = field(default_factory=list)
 
 
+def _read(ctl: Controller) -> Snapshot:
+    """The tick's template: config, nodes from the backends, and the powered-down nodes a boot
+    was decided for offered to the core (``pools.open``)."""
+    tmpl = template(ctl.rt, ctl.clock())
+    if (opened := ctl.pools.open(tmpl.nodes, tmpl.now)) is not tmpl.nodes:
+        tmpl = replace(tmpl, nodes=opened)
+    return tmpl
+
+
 def tick(ctl: Controller) -> TickReport:
     rep = TickReport()
     store, mirror = ctl.rt.store, ctl.mirror
-    tmpl = template(ctl.rt, ctl.clock())
-    if (opened := ctl.pools.open(tmpl.nodes, tmpl.now)) is not tmpl.nodes:
-        tmpl = replace(tmpl, nodes=opened)  # powered-down nodes a boot was decided for
+    tmpl = _read(ctl)
     mirror.refresh(tmpl)
     if time.monotonic() - ctl._polled_at >= ctl.min_poll_gap_s:  # 1. poll
         ctl._polled_at = time.monotonic()
@@ -79,9 +87,7 @@ def tick(ctl: Controller) -> TickReport:
             # A lost job may mean a dead node, which the nodes read above still list as
             # usable: read them again (the backend re-reads after a loss), or the core would
             # place the requeued run on that node again and its job wait there for good.
-            tmpl = template(ctl.rt, ctl.clock())
-            if (opened := ctl.pools.open(tmpl.nodes, tmpl.now)) is not tmpl.nodes:
-                tmpl = replace(tmpl, nodes=opened)
+            tmpl = _read(ctl)
         mirror.refresh(tmpl)
     active = mirror.active()
     poll.stop_cancelled(ctl, active)  # 2. stop
