@@ -153,7 +153,7 @@ def test_a_gang_blocked_on_every_type_it_could_ever_use_is_the_anchor(
     placement). Gang g (2 nodes x 2 GPUs, 16 cores each) accepts a and h; h1 has 8 cores, so
     no empty cluster hosts g on h (``State.ever_fits``) and g could only ever run on a, where
     a0 has 1 GPU free: g is blocked, it is the anchor and holds a0 and a1. That h0 and h1 have
-    2 GPUs free each does not make g open (``parking._blocked`` judges the types it could
+    2 GPUs free each does not make g open (``anchor._blocked`` judges the types it could
     ever be admitted on; the Rust port judged every accepted type and found no anchor). So s
     (a 2-node gang of type a only, no max_runtime) waits for the reservation on both engines."""
     from mlops_gpu.core.engine import Incremental

@@ -4,9 +4,9 @@ A run's expected end is its start (or admission) plus ``max_runtime``; a run wit
 ``max_runtime`` has no known end. A run being preempted holds nothing in the core (its devices
 are free, or taken by its preemptor's admission), so it has no place in any timeline.
 
-Reservation (for the anchor, ``parking.anchor``: the run of the highest class that has waited
+Reservation (for the anchor, ``anchor.anchor``: the run of the highest class that has waited
 longest among those that could ever be admitted, blocked as the cycle begins or kept from the
-last cycle, where it was the anchor or was overtaken (``parking.overtaken``); one that fits now
+last cycle, where it was the anchor or was overtaken (``anchor.overtaken``); one that fits now
 is reserved at ``now``):
 - devices: on specific nodes, those that need the fewest GPUs released by runs without a known
   end, then free up earliest (by expected ends), then by name; its device time is when they
@@ -211,15 +211,12 @@ def reserve(
     gpu_types: list[str],
     lines_of: Callable[[str], list[tuple[float, int]]] | None = None,
     reach: Callable[[str, int, int], tuple[int, float]] | None = None,
-    earliest: Callable[[str], list[tuple[float, str]] | None] | None = None,
     quota_of: QuotaOf | None = None,
 ) -> Reservation | None:
     """The earliest reservation for a whole-GPU run (None: not whole GPUs, or no node set can
     ever host it). ``lines_of(node)``, when given, is the node's timeline (``State.lines``),
     instead of one computed from every active run; ``reach(node, free, need)``, when given,
     is what ``reach_on`` would find on that timeline (``State.reach``: without building it);
-    ``earliest(type)``, when given, is what the walk over the type's nodes would choose on
-    their one backend (``State.earliest``, from an index), or None where it cannot tell;
     ``quota_of`` gives the quota to hold per type (none without it).
 
     Per type, the node set needing the fewest GPUs from runs of unknown end, then the earliest;
@@ -232,12 +229,7 @@ def reserve(
     walk = reach if reach is not None else _walker(lines_of, snap.now)
     best: tuple[tuple[float, int], Reservation] | None = None
     for t in gpu_types:
-        picked = earliest(t) if earliest is not None else None
-        if picked is not None and len(picked) >= req.nodes:
-            groups = [[(0, when, name) for when, name in picked]]
-        else:
-            groups = _earliest_by_backend(snap, cap, run, t, walk)
-        for chosen in groups:
+        for chosen in _earliest_by_backend(snap, cap, run, t, walk):
             unknown = sum(k for k, _, _ in chosen)
             at = math.inf if unknown else chosen[-1][1]
             limit, used = None, 0.0

@@ -27,10 +27,10 @@ exceeds its project's limits. A victim and its preemptor never swap back: V's ti
 exceeds the ratio (>= 1) x R's whole max_runtime, so R's time to go can never exceed the ratio x
 V's max_runtime.
 
-What the caches rely on: ``may_ever`` holds only what time cannot make true (the borrowing at
-the start is in the search memo's key; a time to go only shrinks), so a failure the memo keeps
-stays certain; the share comparison changes with the clock and with each admission, so it is
-part of ``ready``, and the parking lot (``parking._may_have_victims``) over-estimates without it.
+Split of the conditions: ``may_ever`` holds only what time cannot make true (the borrowing at
+the start; a time to go only shrinks), which the search uses to prune
+(``preempt._could_fit_without_all``); the share comparison changes with the clock and with each
+admission, so it is part of ``ready``.
 """
 
 from __future__ import annotations
@@ -103,20 +103,6 @@ def possible(c: VictimRules, run: Run, gpu_type: str) -> bool:
         if _above(c, m, run.project):
             return True
     return False
-
-
-def hoped(c: VictimRules, project: str, head: Run, cls: int, gpu_type: str) -> bool:
-    """``possible`` without the shares (they move within a cycle and with the clock): what
-    the parking lot may keep for a queue head of ``project`` and class ``cls``."""
-    if not enabled(c):
-        return False
-    root = c.quota.root.get(project)
-    if root is None:
-        return False
-    return any(
-        m != project and c._outlasts(head, _to_go(c, m, gpu_type, cls))
-        for m in c.lenders_at_start(root, gpu_type)
-    )
 
 
 def _to_go(c: VictimRules, project: str, gpu_type: str, cls: int) -> float:

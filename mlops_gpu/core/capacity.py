@@ -24,9 +24,6 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node, NodeSlot, Placement, ResourceRequest
 from mlops_gpu.model.cluster import mig_share
 
-#: Node changes kept in ``Capacity.changes`` before it is cut (its readers then start over).
-MAX_CHANGES = 50_000
-
 
 class Capacity:
     def __init__(self, snap: Snapshot) -> None:
@@ -52,11 +49,6 @@ class Capacity:
             n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in snap.nodes
         )
         self.mix = Mix(snap.shape_prior)
-        #: Nodes whose free whole devices changed, in order (``reach_index`` follows it; the
-        #: timeline's owner adds nodes whose expected ends changed): absolute positions start
-        #: at ``changes_base``; cut short past ``MAX_CHANGES``.
-        self.changes: list[str] = []
-        self.changes_base = 0
         self._type_capacity: dict[str, float] | None = None
         self._sigs: dict[str, Sig] = {}
         self._positions: dict[str, dict[str, int]] = {}
@@ -192,7 +184,6 @@ class Capacity:
                 free.remove(dev)
         if len(free) != before:
             self._rebucket(node, before, len(free))
-            self.note(node.name)
 
     def _free_devices(self, node: Node, devices: tuple[str, ...]) -> None:
         """Give back the devices that are taken, in the node's device order, with one bucket
@@ -209,14 +200,6 @@ class Capacity:
                 insort(free, dev, key=pos.__getitem__)
         if len(free) != before:
             self._rebucket(node, before, len(free))
-            self.note(node.name)
-
-    def note(self, name: str) -> None:
-        """Log that the node's free devices or expected ends changed."""
-        if len(self.changes) >= MAX_CHANGES:
-            self.changes_base += len(self.changes)
-            self.changes.clear()
-        self.changes.append(name)
 
     def _rebucket(self, node: Node, old: int, new: int) -> None:
         b = self.buckets.get((node.gpu_type, node.backend))

@@ -15,8 +15,9 @@ Invariants:
 - A preemption admits its run in the same decision, on the plan's placement; its victims give
   back devices, quota and fair-share usage at once (``_preempt``), and a plan whose run would
   lose the GPUs it frees to a requeued victim is dropped (``_keeps_what_it_frees``).
-- ``_surely_blocked`` and ``search_memo.recalls_failure`` are only ever True where ``_try``
-  would find the run blocked with no side effect (the differential test checks it).
+- Every cycle visits every queue and tries every queue head that comes up (``_try``): no
+  queue is skipped for being blocked last time, and no failed search is remembered, so a
+  cycle's decision depends only on the state as it begins.
 """
 
 from __future__ import annotations
@@ -28,14 +29,13 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any
 
-from mlops_gpu.core import borrowers, parking, search_memo
+from mlops_gpu.core import borrowers
 from mlops_gpu.core import reason_text as rt
 from mlops_gpu.core.cycle_explain import Explaining
 from mlops_gpu.core.decision import Decision, Preemption, ReasonCode
 from mlops_gpu.core.explain import shape_text
 from mlops_gpu.core.placement import place, request_amount
 from mlops_gpu.core.preempt import find_plan, lost_gpu_s
-from mlops_gpu.core.queue_keys import ShapeKey
 from mlops_gpu.core.type_choice import order_types
 from mlops_gpu.model import Placement, Run
 
@@ -59,15 +59,10 @@ class Cycle(Explaining):
 
     def run(self) -> Decision:
         levels: dict[int, dict[str, list[Range]]] = defaultdict(lambda: defaultdict(list))
-        if self.park:
-            visit: Mapping[str, Iterable[ShapeKey]] = parking.candidates(self)
-        else:
-            visit = self.state.queues
-            _ = self.reservation  # at the cycle's start, as parking would see it
-        for project, sks in visit.items():
-            queues = self.state.queues[project]
-            for sk in sks:
-                q = queues[sk]
+        # The reservation is worked out from the cycle's starting state, before any admission.
+        _ = self.reservation
+        for project, queues in self.state.queues.items():
+            for sk, q in queues.items():
                 level = self._level_of(project, int(sk[0]))  # type: ignore[call-overload]
                 if q and level is not None:
                     levels[level][project].append([sk, 0, len(q), q])
@@ -141,16 +136,6 @@ class Cycle(Explaining):
                 if strict:  # its later runs, of lower classes too, wait behind the borrower
                     self._deferred.add(project)
                     return False
-                continue
-            if not strict and (search_memo.recalls_failure(self, run) or self._surely_blocked(run)):
-                # Its preemption search failed for want of capacity, and nothing since could
-                # change that (``search_memo``; asked first: most heads a parked cycle visits
-                # are such), or it cannot fit anywhere and could change nothing: no placement,
-                # no victim, nothing to wait for. ``_try`` would only write its reason, worked
-                # out if someone asks (``explain``).
-                self.lazy.add(run.id)
-                self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
-                rg[1] = rg[2]
                 continue
             outcome = self._try(run)
             if outcome is Outcome.ADMITTED:
@@ -256,38 +241,12 @@ class Cycle(Explaining):
             self._wait_capacity(run, types)
         return Outcome.BLOCKED
 
-    def _surely_blocked(self, run: Run) -> bool:
-        """A cheap test that ``_try`` would find ``run`` blocked with no side effect: on each
-        acceptable GPU type it is over quota with nothing left to borrow, or (a whole-GPU
-        request) no node set can take it now (the free-count index); and no running run could
-        be its victim."""
-        req = run.request
-        types = self.state.types_of(run)
-        if self.snap.policy.preemption and self._victims_possible(run, types):
-            return False  # (asked first: most heads a parked cycle visits have possible victims)
-        open_types = [t for t in types if not self._surely_over_quota(run, t)]
-        if open_types:
-            if req.shape != "whole" or req.topology_key is not None:
-                return False
-            for t in open_types:
-                if parking.node_sets(self, t, req.gpus, req.nodes, run.spec.backend):
-                    return False  # it might fit
-        return True
-
-    def _surely_over_quota(self, run: Run, gpu_type: str) -> bool:
-        """True only when ``QuotaBook.problem`` would name a problem (False: not sure)."""
-        return request_amount(run) > self.room(run.project, gpu_type) + 1e-9
-
     def _preempt(self, run: Run, types: list[str]) -> bool:
         """Find victims for ``run`` and, with a plan, admit it in this decision on the plan's
         placement: the victims give back everything they hold (devices, quota, fair-share
         usage), the run takes its placement, and the rest of the victims' devices are free
         for the runs after it. False (nothing changed) without a plan."""
         snap = self.snap
-        memo = None  # (a failure it would recall never gets here: ``_turn`` asks first)
-        if search_memo.applies(self, run):
-            memo = self.state.memo
-        ruled_out: set[str] = set()
         plan = find_plan(
             snap,
             self.cap,
@@ -296,13 +255,9 @@ class Cycle(Explaining):
             types,
             self._may_preempt,
             pool=lambda t: self._victim_pool(run, t),
-            ruled_out=ruled_out,
             may_ever=self._may_ever_preempt,
             hold=self._preempt_hold(run),
         )
-        if plan is None and memo is not None and ruled_out == set(types):
-            memo.remember(run, search_memo.key_of(self, run, types), snap.now)
-            self.remembered.append(run.id)
         if plan is None or not self._keeps_what_it_frees(run, plan.victims, plan.placement):
             return False
         if not borrowers.keeps(self, run, plan.victims, plan.placement):
@@ -324,9 +279,6 @@ class Cycle(Explaining):
                     lost_gpu_s(snap, v),
                 )
             )
-        # The victims gave back quota: a cohort tree found exhausted may lend again (the memo
-        # assumes usage only grows, which holds between evictions only)
-        self._exhausted.clear()
         self._admit(run, plan.placement)
         return True
 

@@ -10,9 +10,6 @@ Invariants:
   place) plus what the cycle decided: ``admissions``, ``preemptions``, ``reasons``. Within a
   cycle devices and quota change only through ``_admit`` (and a preemption's victims giving
   back what they hold, ``Cycle._preempt``), so usage only grows between evictions.
-- ``room`` and ``_cohort_exhausted`` rely on that: a cohort tree found exhausted stays so until
-  a preemption gives quota back (``Cycle._preempt`` clears ``_exhausted``), and one found lending
-  is asked again only after another admission (``_lends``).
 - ``_level_of``: a project whose budget is spent with ``action: wait`` has no level (its runs
   wait); with ``action: lower`` its runs are served at the lower class, never a higher one.
 """
@@ -43,7 +40,6 @@ class CycleBooks:
         now: float,
         usage_history: Mapping[tuple[str, str], float] | None = None,
         spent: Mapping[str, tuple[float, float]] | None = None,
-        park: bool = False,
     ) -> None:
         state.set_time(now)  # 1. snapshot
         self.state = state
@@ -58,14 +54,9 @@ class CycleBooks:
         self.preemptions: list[Preemption] = []
         self.reasons: dict[str, PendingReason] = {}
         self.going: set[str] = set(state.going)
-        # Parking needs the order of turns not to depend on skipped queues: with fair share a
-        # project's turn comes by its share; without, by its oldest queue head, and a parked
-        # head counts there too (a from-scratch cycle visits it first and finds it blocked).
-        pol = state.template.policy
-        self.park = park and pol.queueing != "strict-fifo" and pol.fair_share
         self._reservation: Reservation | None = None
         self._reserved = False  # whether the anchor's reservation has been worked out
-        self.anchor: str | None = None  # the run the reservation is for (``parking.anchor``)
+        self.anchor: str | None = None  # the run the reservation is for (``anchor.anchor``)
         self.blocked_projects: dict[str, str] = {}
         #: strict FIFO: the projects whose head had to borrow (the borrowing passes serve them)
         self._deferred: set[str] = set()
@@ -77,16 +68,8 @@ class CycleBooks:
         }
         # For explain: runs in the order the cycle met them; a run's followers share its reason.
         self.met: list[tuple[Run, tuple[str, ShapeKey, int, int] | None]] = []
-        self.lazy: set[str] = set()
         self._used_at_start = dict(self.cap.used)
-        self._exhausted: set[tuple[str, str]] = set()
-        #: (root, type) -> admissions so far when found not exhausted: usage changes only
-        #: by admissions within a cycle (preemption trials restore what they change)
-        self._lends: dict[tuple[str, str], int] = {}
-        self.fit_memo: dict[tuple[str, int, int, str | None], tuple[int, bool]] = {}
-        self.pools: dict[tuple[str, str], tuple[str, ...]] = {}  # ``search_memo.key_of``
         self._lenders: dict[tuple[str, str], tuple[str, ...]] = {}  # ``lenders_at_start``
-        self.gone: dict[tuple[str, ...], tuple[int, tuple[str, ...]]] = {}  # ``.gone_on``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
         #: (project, GPU type) -> ``_quota_term``, for the explanation's quota ETAs
@@ -94,9 +77,6 @@ class CycleBooks:
         self._quota_ends: dict[
             tuple[tuple[str, ...], str], tuple[list[tuple[float, float]], list[float]]
         ] = {}
-        #: runs whose failed search this cycle put in the memo (``Incremental.cycle`` drops
-        #: them when it discards the cycle)
-        self.remembered: list[str] = []
 
     # -- 2. triage, 3. order --------------------------------------------------------------
     def _level_of(self, project: str, class_value: int) -> int | None:
@@ -113,35 +93,6 @@ class CycleBooks:
 
     def _level(self, run: Run) -> int:
         return self._level_of(run.project, self.snap.priority_of(run)) or 0
-
-    def room(self, project: str, gpu_type: str) -> float:
-        """The most of ``gpu_type`` the project could add without a certain quota problem:
-        its nominal left, or, while its cohort tree still lends, up to nominal plus its
-        borrowing limit (unbounded without one). It only shrinks between a cycle's evictions."""
-        q = self.quota.quota(project, gpu_type)
-        used = self.quota.used[(project, gpu_type)]
-        root = self.quota.root.get(project)
-        if root is None or self._cohort_exhausted(root, gpu_type):
-            return q.nominal - used
-        if q.borrowing_limit is None:
-            return float("inf")
-        return q.nominal + q.borrowing_limit - used
-
-    def _cohort_exhausted(self, root: str, gpu_type: str) -> bool:
-        """Whether the tree lends nothing more of ``gpu_type``. Between evictions usage only
-        grows, so once exhausted it stays exhausted: remembered until a preemption gives quota
-        back (``_preempt`` forgets it)."""
-        key = (root, gpu_type)
-        if key in self._exhausted:
-            return True
-        if self._lends.get(key) == len(self.admissions):
-            return False
-        borrowed, lendable = self.quota.cohort_sums(root, gpu_type)
-        if lendable - borrowed <= 1e-9:
-            self._exhausted.add(key)
-            return True
-        self._lends[key] = len(self.admissions)
-        return False
 
     def _admit(self, run: Run, placement: Placement) -> None:
         if self._reservation is not None and self._reservation.run_id == run.id:

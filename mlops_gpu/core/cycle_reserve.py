@@ -3,7 +3,7 @@ it holds against the other runs of a cycle.
 
 Invariants:
 - The reservation is worked out once per cycle, from the cycle's starting state, before the
-  first admission (``_try`` asks for it before placing), for the anchor ``parking.anchor``
+  first admission (``_try`` asks for it before placing), for the anchor ``anchor.anchor``
   names; it is dropped when the anchor is admitted (``CycleBooks._admit``).
 - The anchor itself is never held back by its reservation; a run of a higher class than the
   anchor's ignores it when it preempts (``_preempt_hold``: priority wins).
@@ -11,7 +11,7 @@ Invariants:
   before the reservation's time (``Reservation.allows``, ``allows_quota``); a run within its own
   nominal quota may also take what a borrowing anchor would borrow.
 - ``kept_anchor``: the anchor an engine keeps for its next cycle, this cycle's unless admitted,
-  else the oldest run the cycle overtook (``parking.overtaken``).
+  else the oldest run the cycle overtook (``anchor.overtaken``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from mlops_gpu.core import parking
+from mlops_gpu.core import anchor as anchors
 from mlops_gpu.core.backfill import Reservation, expected_end, freed_by_quota, quota_limit, reserve
 from mlops_gpu.core.cycle_victims import VictimRules
 from mlops_gpu.core.placement import request_amount
@@ -38,7 +38,7 @@ class ReservationHold(VictimRules):
         if not self._reserved:
             self._reserved = True
             if self.snap.policy.backfill:
-                anchor = parking.anchor(self)
+                anchor = anchors.anchor(self)
                 if anchor is not None:
                     run, types = anchor
                     self.anchor = run.id
@@ -51,7 +51,6 @@ class ReservationHold(VictimRules):
                         types,
                         lambda n: st.lines(n, now),
                         lambda n, free, need: st.reach(n, now, free, need),
-                        lambda t: st.earliest(run, t, now),
                         lambda t: self._quota_of(run, t),
                     )
                     if self._reservation is not None:
@@ -95,14 +94,14 @@ class ReservationHold(VictimRules):
     def kept_anchor(self) -> str | None:
         """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
         this cycle's, unless it was admitted; else the oldest run the cycle overtook
-        (``parking.overtaken``). (Asked after ``run``: when no run was tried the reservation
+        (``anchor.overtaken``). (Asked after ``run``: when no run was tried the reservation
         was not worked out, and nothing was admitted, so the starting state is still there to
         work it out from.)"""
         _ = self.reservation
         admitted = {a.run_id for a in self.admissions}
         if self.anchor is not None and self.anchor not in admitted:
             return self.anchor
-        return parking.overtaken(self) if self.snap.policy.backfill else None
+        return anchors.overtaken(self) if self.snap.policy.backfill else None
 
     def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
         res = self.reservation

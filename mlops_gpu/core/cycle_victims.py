@@ -3,7 +3,7 @@ search itself is ``preempt.find_plan``, called by ``Cycle._preempt``).
 
 Invariants:
 - ``_may_preempt`` = ``_may_ever_preempt`` and ``_ready``: the first part only turns false as
-  the cycle's clock moves on (the search memo builds certain failures on it), the second holds
+  the cycle's clock moves on (the search prunes with it), the second holds
   what time or a checkpoint can make true (rule B: a victim of the run's own project and class
   has reported a checkpoint, unless ``preempt_uncheckpointed``, and has run
   ``min_runtime_before_preemption_s``).
@@ -61,7 +61,7 @@ class VictimRules(CycleBooks):
 
     def peers_going_on(self, run: Run, to_go: float) -> bool:
         """``peers``, given the most time any same-class victim candidate is expected to go
-        on for (``State.longest_to_go``; the parking lot reads it once a cycle)."""
+        on for (``State.longest_to_go``)."""
         order = self.snap.policy.order
         return order == "las" or (order == "shortest" and self._outlasts(run, to_go))
 
@@ -87,8 +87,8 @@ class VictimRules(CycleBooks):
 
     def lenders_at_start(self, root: str, gpu_type: str) -> tuple[str, ...]:
         """The members of cohort tree ``root`` that borrowed ``gpu_type`` when the cycle began,
-        sorted (fixed for the cycle, so worked out once: the parking lot, the search memo's
-        keys and ``_victims_possible`` ask for every queue head)."""
+        sorted (fixed for the cycle, so worked out once: ``_victims_possible`` asks for every
+        queue head)."""
         key = (root, gpu_type)
         found = self._lenders.get(key)
         if found is None:
@@ -131,8 +131,8 @@ class VictimRules(CycleBooks):
 
     def _may_ever_preempt(self, run: Run, victim: Run) -> bool:
         """``_may_preempt`` without ``_ready``: the part that only turns false as the cycle's
-        clock moves on (under ``shortest`` a victim's time to go shrinks; under ``las`` the
-        memo is not used), so the search memo may build certain failures on it."""
+        clock moves on (under ``shortest`` a victim's time to go shrinks), so the search may
+        prune with it (``preempt._could_fit_without_all``)."""
         if victim.id in self.going:
             return False
         snap = self.snap

@@ -174,16 +174,8 @@ class Incremental:
     ) -> Decision:
         """One cycle; its decision is applied to the state (admitted runs become active,
         victims are flagged)."""
-        c = Cycle(self.state, now, usage_history, spent, park=True)
+        c = Cycle(self.state, now, usage_history, spent)
         d = c.run()
-        if d.preemptions and c.park:
-            # Its victims freed what parked queues may use: this cycle's visits were not
-            # enough (``policy``, parking). Undo it and visit every queue.
-            self._undo(d)
-            for rid in c.remembered:
-                self.state.memo.forget(rid)
-            c = Cycle(self.state, now, usage_history, spent)
-            d = c.run()
         self.state.anchor = c.kept_anchor()
         for a in d.admissions:
             self.state.admit(a.run_id, a.placement, now, taken=True)

@@ -24,7 +24,7 @@
    (``preempt``), so a reclaim ends: a higher-class victim, requeued, would preempt its
    project's lower-class runs in turn. A plan leaves the reservation (6.) what backfill leaves
    it, unless its run is the anchor or of a higher class (``_preempt_hold``);
-6. reserve: the anchor (``parking.anchor``), the run of the highest class that has waited
+6. reserve: the anchor (``anchor.anchor``), the run of the highest class that has waited
    longest (submit time, seq, id; not the order's head) among those blocked by capacity or by
    its own project's quota when the cycle begins and that could ever be admitted, or the
    anchor the engine kept from its last cycle (``Snapshot.anchor``) even if it fits now, gets
@@ -34,7 +34,7 @@
    anchor, a run the order prefers would take its GPUs the moment they free. When the cycle
    had no anchor or admitted it, the engine keeps instead the oldest run (highest class first)
    that could ever be admitted and that the cycle overtook, admitting a later run of its class
-   and not it (``parking.overtaken``): one that fits as every cycle begins would else wait
+   and not it (``anchor.overtaken``): one that fits as every cycle begins would else wait
    behind a stream the order prefers for ever, never blocked, never the anchor;
 7. explain: every run not admitted gets a reason code, a sentence and, where the runs it
    waits for have ``max_runtime``, an estimated start time (``backfill.EtaBook``); a lender's
@@ -47,18 +47,10 @@ and judges each queue of interchangeable runs by its head: when the head is bloc
 followers could do nothing the head could not (no reservation to work around, no possible
 victims), they wait for the same reason without being tried one by one.
 
-Parking (``park=True``, best-effort FIFO with fair share): a queue that is surely blocked when
-the cycle begins (``parking.candidates``: no acceptable type both has room in quota and a node
-set with enough free GPUs, and no possible victim) is not visited at all. Until the cycle
-decides a preemption, free capacity only shrinks, quota room only shrinks and the victim pools
-do not change, so such a queue would be judged surely blocked at its turn too, and a visit would
-change nothing: the decision is the same as a full visit's (the differential test checks it). A
-preemption breaks this (its victims give back devices and quota its preemptor does not take,
-which may unblock a parked queue), so the incremental engine discards a parked cycle that
-preempts and runs it again visiting every queue (``engine.Incremental.cycle``). The anchor does
-not depend on visit order for the same reason. Without fair share the projects take turns by
-their oldest queue head, parked heads included, so there every queue is visited. Full visits are
-still used to explain every run.
+Every cycle visits every queue and tries every head whose turn comes: nothing is skipped for
+having been blocked before, and nothing is remembered from one cycle to the next but the state
+itself and the kept anchor. This Python core is the plain reference (the tests' oracle and the
+engine where the Rust one is not built); speed is the Rust engine's job (``core.native``).
 
 Where the steps live: this module is the entry (``decide``, ``decide_keeping``) and the
 specification above; ``cycle.Cycle`` is one cycle, built in layers, each its own module:

@@ -41,13 +41,6 @@ class Plan:
     lost_gpu_s: float
 
 
-class _NoRoom:
-    """A search that failed for want of capacity, whatever the victims (see ``find_plan``)."""
-
-
-_NO_ROOM = _NoRoom()
-
-
 def lost_gpu_s(snap: Snapshot, run: Run) -> float:
     """GPU-seconds of work a victim loses: since its last checkpoint, else since it started."""
     assert run.placement is not None
@@ -71,7 +64,6 @@ def find_plan(
     gpu_types: list[str],
     may_preempt: Callable[[Run, Run], bool],
     pool: Callable[[str], Iterable[Run]],
-    ruled_out: set[str] | None = None,
     may_ever: Callable[[Run, Run], bool] | None = None,
     hold: Hold = None,
 ) -> Plan | None:
@@ -79,19 +71,12 @@ def find_plan(
     restored before returning. ``pool(gpu_type)`` yields preemptible active runs placed on
     that type, a superset of the possible victims there (an index, instead of scanning every
     active run). ``may_ever`` (default ``may_preempt``): a superset of ``may_preempt`` that
-    time cannot make true (no minimum runtime, no checkpoint). ``ruled_out``, when given, gets
-    the types on which the run could not fit even with every victim ``may_ever`` accepts gone
-    (a certain answer, which ``search_memo`` may keep). ``hold``: the placement and quota the
-    run must leave to the reservation (it only narrows the search: ``ruled_out`` stays
-    certain)."""
+    time cannot make true (no minimum runtime, no checkpoint). ``hold``: the placement and
+    quota the run must leave to the reservation (it only narrows the search)."""
     ever = may_preempt if may_ever is None else may_ever
     best: Plan | None = None
     for t in gpu_types:
         plan = _plan_for_type(snap, cap, quota, run, t, may_preempt, ever, pool(t), hold)
-        if isinstance(plan, _NoRoom):
-            if ruled_out is not None:
-                ruled_out.add(t)
-            plan = None
         if plan is not None and (best is None or _rank(snap, plan) < _rank(snap, best)):
             best = plan
     return best
@@ -134,18 +119,18 @@ def _plan_for_type(
     may_ever: Callable[[Run, Run], bool],
     source: Iterable[Run],
     hold: Hold = None,
-) -> Plan | _NoRoom | None:
+) -> Plan | None:
     pool = list(source)
     if not pool:
         return None
     whole = run.request.shape == "whole"
     if whole and not _could_fit_without_all(snap, cap, run, t, pool):
-        return _NO_ROOM  # not even with every run of the pool gone: skip the per-victim rules
+        return None  # not even with every run of the pool gone: skip the per-victim rules
     ever = [a for a in pool if may_ever(run, a)]
     if not ever:
         return None
     if whole and len(ever) < len(pool) and not _could_fit_without_all(snap, cap, run, t, ever):
-        return _NO_ROOM  # not even with every run that could ever be a victim gone
+        return None  # not even with every run that could ever be a victim gone
     cands = [a for a in ever if may_preempt(run, a)] if may_ever is not may_preempt else ever
     if not cands:
         return None

@@ -22,11 +22,6 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Run
 
 ShapeKey = tuple[object, ...]
-#: (acceptable GPU types of the cluster, GPUs per node, nodes, pinned backend)
-Signature = tuple[tuple[str, ...], int, int, str | None]
-#: (-class value, order key, run id, project, shape key) of a queue's head: sorted, the highest
-#: class and oldest first (run ids are unique, so entries never compare shape keys)
-HeadEntry = tuple[int, tuple[int, float, int], str, str, ShapeKey]
 #: A run's age: (submit time, seq, run id); the smallest has waited longest
 Age = tuple[float, int, str]
 #: (-class value, age of the queue's oldest run, project, shape key), one per queue

@@ -50,7 +50,7 @@ class Snapshot:
     #: Spent in each budgeted project's current window: (GPU-hours, USD).
     spent: Mapping[str, tuple[float, float]] = field(default_factory=lambda: _NO_SPENT)
     #: The run that held the EASY reservation after the last cycle an engine applied, if it is
-    #: still pending (the engines remember it; ``parking.anchor``): it keeps the reservation
+    #: still pending (the engines remember it; ``anchor.anchor``): it keeps the reservation
     #: while it fits now, so that no run the order prefers takes what it waited for.
     anchor: str | None = None
     #: Run shapes expected of the workload (``fragmentation.Shape`` -> how many runs), added

@@ -13,13 +13,11 @@ Invariants:
   quota, so a cycle can judge a queue by its head.
 - A pending run with ``not_before`` in the future waits in ``backoff`` until ``now`` reaches it;
   a run with an unknown project or priority class waits in ``invalid``.
-- The parking index: every non-empty queue is in exactly one of ``by_signature`` (whole-GPU
-  requests without topology, keyed by ``Signature``: what the free-count index can judge) or
-  ``other_queues``; ``heads[signature]`` holds one entry per queue of that signature, for its
-  current head, sorted. ``running[(project, type)]`` holds the preemptible active runs not being
-  preempted (the victim candidates), matching the counts in ``victims``; ``victim_ends[(project,
-  type, class)]`` holds their expected ends (start + ``max_runtime``, infinite without one),
-  sorted, so ``longest_to_go`` is one lookup.
+- ``running[(project, type)]`` holds the preemptible active runs not being preempted (the
+  victim candidates), matching the counts in ``victims``; ``victim_ends[(project, type,
+  class)]`` holds their expected ends (start + ``max_runtime``, infinite without one), sorted,
+  so ``longest_to_go`` is one lookup. ``oldest`` holds one entry per queue for its oldest run,
+  sorted (the reservation's anchor is chosen by age, ``anchor.anchor``).
 - A run being preempted (``going``: its preemption decided, its job not yet exited) stays in
   ``active`` but holds nothing: no devices, no quota, no fair-share usage, no place in the
   timelines or the victim pools. Its devices are free, except where the preemptor admitted in
@@ -41,16 +39,13 @@ from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.placement import could_ever_fit
 from mlops_gpu.core.queue_keys import (
     Age,
-    HeadEntry,
     OldestEntry,
     ShapeKey,
-    Signature,
     age_of,
     order_key,
     shape_key,
 )
 from mlops_gpu.core.quota import QuotaBook
-from mlops_gpu.core.search_memo import SearchMemo
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.timelines import Timelines
 from mlops_gpu.model import Phase, Placement, Run
@@ -81,36 +76,14 @@ class State(Timelines):
         #: (project, GPU type) -> its active runs not being preempted (the anchor's quota hold
         #: reads their ends: ``Cycle._quota_of``)
         self.held: dict[tuple[str, str], dict[str, Run]] = defaultdict(dict)
-        #: Preemption searches that failed for want of capacity (``search_memo``).
-        self.memo = SearchMemo()
         self.victim_ends: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-        #: signature -> project -> shape keys of its non-empty queues with that signature
-        self.by_signature: dict[Signature, dict[str, set[ShapeKey]]] = defaultdict(
-            lambda: defaultdict(set)
-        )
-        self.other_queues: dict[str, set[ShapeKey]] = defaultdict(set)
-        #: signature -> its queues' heads as ``HeadEntry``, sorted (``parking.anchor``)
-        self.heads: dict[Signature, list[HeadEntry]] = {}
-        self._head_of: dict[tuple[str, ShapeKey], HeadEntry] = {}
         #: (project, shape key) -> the ages of its queue's runs, sorted; ``oldest`` one entry
-        #: per queue for its oldest run, sorted (the anchor is chosen by age: ``parking.anchor``)
+        #: per queue for its oldest run, sorted (the anchor is chosen by age: ``anchor.anchor``)
         self.ages: dict[tuple[str, ShapeKey], list[Age]] = {}
         self.oldest: list[OldestEntry] = []
         self._oldest_of: dict[tuple[str, ShapeKey], OldestEntry] = {}
         #: the run that held the reservation after the last applied cycle (``Snapshot.anchor``)
         self.anchor: str | None = template.anchor
-        #: What the parking lot (``parking.candidates``) keeps between cycles: the
-        #: (project, GPU type) pairs whose usage or victims changed since it last looked, the
-        #: (signature, project) pairs with a new queue head, each signature's fitting types,
-        #: and the (signature, project) pairs that had a queue not surely blocked.
-        self.touched: set[tuple[str, str]] = set()
-        self.new_heads: set[tuple[Signature, str]] = set()
-        self.lot_fit: dict[Signature, list[str]] = {}
-        self.lot_live: set[tuple[Signature, str]] = set()
-        #: ``parking._hope`` per project, kept until a run of its cohort tree starts, ends or
-        #: stops being a possible victim (``hope_stale`` names the project it happened to)
-        self.hopes: dict[str, dict[str, tuple[int | None, float, float]]] = {}
-        self.hope_stale: set[str] = set()
         super().__init__()  # the timelines (``Timelines``)
         self._types_of: dict[ShapeKey, list[str]] = {}
         self._accepted: dict[tuple[str, ...], list[str]] = {}
@@ -164,18 +137,14 @@ class State(Timelines):
         q = subqueues.get(sk)
         if q is None:
             q = subqueues[sk] = []
-            self._index(run, sk, add=True)
         if not q or self.order_keys[q[-1].id] <= key:
             q.append(run)  # the common case: submitted after everything queued
         else:
             insort(q, run, key=lambda r: self.order_keys[r.id])
-        if q[0] is run:
-            self._new_head(run, sk)
         self._age(run, sk, add=True)
 
     def remove_pending(self, run_id: str) -> Run:
         run = self.pending.pop(run_id)
-        self.memo.forget(run_id)
         if self.invalid.pop(run_id, None) is not None:
             return run
         subqueues = self.queues.get(run.project, {})
@@ -186,45 +155,13 @@ class State(Timelines):
             for i, queued in enumerate(q):
                 if queued is run or queued.id == run_id:
                     del q[i]
-                    if i == 0:
-                        self._new_head(run, sk)
                     break
             if not q:
                 del subqueues[sk]
-                self._index(run, sk, add=False)
             if run_id in self.order_keys:
                 self._age(run, sk, add=False)
         self.order_keys.pop(run_id, None)
         return run  # a run in backoff is skipped when it comes up (it is no longer pending)
-
-    def signature(self, run: Run) -> Signature | None:
-        """What the free-count index can judge about the run's request (None: not indexable)."""
-        r = run.request
-        if r.shape != "whole" or r.topology_key is not None:
-            return None
-        return (tuple(self.types_of(run)), r.gpus, r.nodes, run.spec.backend)
-
-    def _new_head(self, run: Run, sk: ShapeKey) -> None:
-        """The head of ``run``'s queue ``sk`` changed (or the queue emptied): re-file it in
-        ``heads`` (indexable queues only)."""
-        sig = self.signature(run)
-        if sig is None:
-            return
-        self.new_heads.add((sig, run.project))
-        heads = self.heads.setdefault(sig, [])
-        old = self._head_of.pop((run.project, sk), None)
-        if old is not None:
-            i = bisect_left(heads, old)
-            assert heads[i] == old
-            del heads[i]
-        q = self.queues[run.project].get(sk)
-        if q:
-            h = q[0]
-            entry = (-int(sk[0]), self.order_keys[h.id], h.id, run.project, sk)  # type: ignore[call-overload]
-            insort(heads, entry)
-            self._head_of[(run.project, sk)] = entry
-        elif not heads:
-            del self.heads[sig]
 
     def _age(self, run: Run, sk: ShapeKey, add: bool) -> None:
         """Book (or unbook) a queued run's age, and re-file its queue's oldest run."""
@@ -252,18 +189,6 @@ class State(Timelines):
         else:
             del self.ages[key]
 
-    def _index(self, run: Run, sk: ShapeKey, add: bool) -> None:
-        sig = self.signature(run)
-        group = self.other_queues if sig is None else self.by_signature[sig]
-        if add:
-            group[run.project].add(sk)
-            return
-        group[run.project].discard(sk)
-        if not group[run.project]:
-            del group[run.project]
-            if sig is not None and not group:
-                del self.by_signature[sig]
-
     def add_active(self, run: Run, taken: bool = False) -> None:
         """A run now holds its placement (``taken``: the cycle booked it already)."""
         assert run.placement is not None, f"active run {run.id} has no placement"
@@ -271,8 +196,6 @@ class State(Timelines):
         if run.preempt_requested:  # being preempted: it holds nothing (see the invariants)
             self.going.add(run.id)
             return
-        self.touched.add((run.project, run.placement.gpu_type))
-        self.hope_stale.add(run.project)
         if not taken:
             self.cap.take(run.project, run.placement, run.request.gpu_types)
         self.held[(run.project, run.placement.gpu_type)][run.id] = run
@@ -294,7 +217,6 @@ class State(Timelines):
         # bound, which is all its users need
         end = math.inf if mr is None or start is None else start + mr
         ends = self.victim_ends[(run.project, run.placement.gpu_type, value)]
-        self.memo.hold(run, delta)
         if delta > 0:
             self.running[key][run.id] = run
             insort(ends, end)
@@ -368,15 +290,12 @@ class State(Timelines):
     def _drop(self, run: Run, released: bool) -> None:
         """An active run stops holding anything: devices, quota, timeline, victim pool."""
         assert run.placement is not None
-        self.touched.add((run.project, run.placement.gpu_type))
-        self.hope_stale.add(run.project)
         if not released:
             self.cap.release(run.project, run.placement, run.request.gpu_types)
         self.held[(run.project, run.placement.gpu_type)].pop(run.id, None)
         self._timeline(run, add=False)
         if run.spec.preemptible:
             self._victim(run, -1)
-        self.memo.released(run.placement.gpu_type, run.placement.node_names)
 
     def checkpoint(self, run_id: str, at: float) -> None:
         """An active run reported a checkpoint at ``at`` (``Run.last_checkpoint_at``): what

@@ -9,9 +9,7 @@ Invariants:
   but neither start nor admission time). ``lines(node, now)`` equals
   ``backfill._timelines`` for that node.
 - ``_reached[node][(free, need)]`` caches ``reach_fixed`` (the walk over the node's fixed
-  ends, unclamped); it is dropped whenever ``ends[node]`` changes. Every change of a node's
-  ends is also logged in ``cap.changes``, which the reservation's index follows
-  (``reach_index``).
+  ends, unclamped); it is dropped whenever ``ends[node]`` changes.
 """
 
 from __future__ import annotations
@@ -22,8 +20,6 @@ from collections import defaultdict
 
 from mlops_gpu.core.backfill import reach_on, start_of
 from mlops_gpu.core.capacity import Capacity
-from mlops_gpu.core.placement import eligible_nodes
-from mlops_gpu.core.reach_index import Index
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Run
 
@@ -38,9 +34,6 @@ class Timelines:
         self.ends: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
         self.moving_ends: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
         self._reached: dict[str, dict[tuple[int, int], tuple[int, float]]] = {}
-        #: (type, pinned backend, gang, GPUs per node) -> ``reach_index.Index`` (None: not
-        #: served)
-        self._earliest: dict[tuple[str, str | None, bool, int], Index | None] = {}
 
     def _timeline(self, run: Run, add: bool) -> None:
         """Book (or unbook) the run's expected end on its nodes, as ``backfill.expected_end``
@@ -58,7 +51,6 @@ class Timelines:
             if slot.fraction < 1.0 or slot.memory_mb is not None:
                 continue
             n = len(slot.devices)
-            self.cap.note(slot.node)
             if fixed is None:
                 moving = self.moving_ends[slot.node]
                 if add:
@@ -116,27 +108,3 @@ class Timelines:
                     break
             found = cache[(free, need)] = (got, when)
         return found
-
-    def earliest(self, run: Run, gpu_type: str, now: float) -> list[tuple[float, str]] | None:
-        """For the reservation of whole-GPU ``run`` on ``gpu_type``: the ``nodes`` earliest
-        (time, node) at which an eligible node has its GPUs per node free (``reach_index``),
-        or None where the index does not serve the request (host resources asked, or eligible
-        nodes on more than one backend): the caller walks the nodes then."""
-        req = run.request
-        if req.shape != "whole" or req.cpu_milli or req.host_memory_mb:
-            return None
-        key = (gpu_type, run.spec.backend, req.nodes > 1, req.gpus)
-        if key in self._earliest:
-            index = self._earliest[key]
-        else:
-            nodes = [
-                n
-                for n in eligible_nodes(self.template, self.cap, run, gpu_type)
-                if n.capacity >= req.gpus
-            ]
-            one = len({n.backend for n in nodes}) <= 1
-            index = Index([n.name for n in nodes], req.gpus) if one else None
-            self._earliest[key] = index
-        if index is None:
-            return None
-        return index.earliest(self, now, req.nodes)

@@ -5,7 +5,7 @@ arrivals come, and an engine (Python incremental, from scratch, or native) decid
 start by once it holds the reservation (None when it never did): the time the runs holding
 resources after the cycle in which it became the anchor have all ended (the runs that cycle
 admitted too: a run that fit as the cycle began becomes the anchor at its end, once later runs
-overtook it, ``parking.overtaken``), counting a run with ``max_runtime`` as ending at its
+overtook it, ``anchor.overtaken``), counting a run with ``max_runtime`` as ending at its
 max_runtime (EASY backfill lets later runs use GPUs until the reservation's time as those
 max_runtimes set it), plus one cycle.
 """

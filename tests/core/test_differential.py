@@ -9,12 +9,9 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlops_gpu.core import parking
-from mlops_gpu.core.backfill import _earliest_by_backend, _timelines, reach_on
-from mlops_gpu.core.cycle import Cycle
+from mlops_gpu.core.backfill import _timelines, reach_on
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.policy import decide
-from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -106,8 +103,8 @@ def test_incremental_decides_as_from_scratch(
 @st.composite
 def contended(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
     """A full cluster under ``order: shortest`` with preemption: large whole-GPU runs and gangs
-    whose preemption search fails for want of capacity cycle after cycle, so failures are
-    remembered (``search_memo``) and recalled while runs finish around them."""
+    whose preemption search fails for want of capacity cycle after cycle while runs finish
+    around them."""
     nodes = [make_node(f"n{i}", 8, TYPES[i % 2]) for i in range(draw(st.integers(2, 6)))]
     projects = [
         make_project(
@@ -155,35 +152,11 @@ def contended(draw: st.DrawFn) -> tuple[object, list[tuple[object, ...]]]:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(contended())
-def test_remembered_search_failures_decide_as_from_scratch(
+def test_contended_preemption_decides_as_from_scratch(
     scenario: tuple[object, list[tuple[object, ...]]],
 ) -> None:
     template, events = scenario
     replay(template, events)
-
-
-def _check_earliest(
-    eng: Incremental, snap: Snapshot, lines: dict[str, list[tuple[float, int]]], now: float
-) -> None:
-    """The earliest nodes a reservation reads from its index (``State.earliest``) are those a
-    walk over every node's timeline chooses; the index declines only types whose nodes are on
-    several backends."""
-
-    def walk(node: str, free: int, need: int) -> tuple[int, float]:
-        return reach_on(lines.get(node, []), free, need, now)
-
-    for gpus, width in ((1, 1), (4, 1), (8, 1), (4, 2)):
-        probe = make_run("probe", "p0", gpus=gpus, nodes=width)
-        for t in TYPES:
-            walked = _earliest_by_backend(snap, eng.state.cap, probe, t, walk)
-            # (the index holds the nodes that free up by known ends; the walk also ranks
-            # those that wait for runs without max_runtime, after them)
-            known = [[(w, n) for k, w, n in g] for g in walked if not any(k for k, _, _ in g)]
-            got = eng.state.earliest(probe, t, now)
-            if got is None:
-                assert len({n.backend for n in snap.nodes if n.gpu_type == t}) > 1
-            else:
-                assert ([got] if len(got) >= width else []) == known
 
 
 def replay(template: object, events: list[tuple[object, ...]]) -> None:
@@ -230,25 +203,15 @@ def replay(template: object, events: list[tuple[object, ...]]) -> None:
                     got_free, got_when = eng.state.reach(node.name, now, free, need)
                     want_free, want_when = reach_on(line, free, need, now)
                     assert (got_free >= need, got_when) == (want_free >= need, want_when)
-            _check_earliest(eng, snap, lines, now)
             fresh = State.from_snapshot(snap)  # so does the index of victims' expected ends
             assert {k: v for k, v in eng.state.victim_ends.items() if v} == {
                 k: v for k, v in fresh.victim_ends.items() if v
             }
-            # and so does the index of queue heads the reservation's anchor is read from, once
-            # runs whose backoff is over have joined their queues (as the cycle's start does)
+            # and so does the index of queues' oldest runs the reservation's anchor is read
+            # from, once runs whose backoff is over have joined their queues (as the cycle's
+            # start does)
             eng.state.set_time(now)
-            assert {k: v for k, v in eng.state.heads.items() if v} == {
-                k: v for k, v in fresh.heads.items() if v
-            }
-            # the victims' hopes the parking lot keeps between cycles match fresh ones, once
-            # those of the cohort trees that changed are dropped (as the cycle's start does)
-            parking._forget_stale_hopes(Cycle(eng.state, now))
-            fresh_cycle = Cycle(State.from_snapshot(snap), now)
-            for project, kept in eng.state.hopes.items():
-                assert kept == parking._hope(fresh_cycle, project), project
-            held = {n: dict(on) for n, on in eng.state.memo.held.items() if on}
-            assert held == {n: dict(on) for n, on in fresh.memo.held.items() if on}
+            assert eng.state.oldest == fresh.oldest
             ref = decide(snap)
             explained = {p.run_id: (p.reason_code, p.eta) for p in eng.explain_all(now)}
             assert explained == {p.run_id: (p.reason_code, p.eta) for p in ref.pending}
@@ -258,12 +221,12 @@ def replay(template: object, events: list[tuple[object, ...]]) -> None:
             cycles_with_admissions += bool(got.admissions)
 
 
-def test_without_fair_share_parked_queues_still_order_the_projects() -> None:
+def test_without_fair_share_blocked_queues_still_order_the_projects() -> None:
     """Without fair share, a project's turn comes by its oldest queue head, and a queue that
-    cannot fit (which the parking lot would skip) counts: here project a's blocked 8-GPU run
+    cannot fit counts: here project a's blocked 8-GPU run
     (t=1) puts a before b, whose own blocked 8-GPU run (t=2) puts b before a's second small
-    run (t=5); so b's small run (t=6) starts before it. Skipping the blocked queues would
-    order the projects by their small runs instead (a: 3, 5; b: 6)."""
+    run (t=5); so b's small run (t=6) starts before it. An engine that skipped the blocked
+    queues would order the projects by their small runs instead (a: 3, 5; b: 6)."""
     nodes = [make_node("n0", 8)]
     projects = [
         make_project("a", 0, None, cohort="org"),

@@ -8,8 +8,9 @@
 - R4: a lender's pending run names the borrowers holding its nominal quota, whether they are
   reclaimable, and when they end.
 
-The cycle-by-cycle scenarios run on ``FromScratch`` (``decide``), ``Incremental`` (parking)
-and the native engine (``native_module``: skipped without the built engine unless required).
+The cycle-by-cycle scenarios run on ``FromScratch`` (``decide``), ``Incremental`` (its state
+kept by events) and the native engine (``native_module``: skipped without the built engine
+unless required).
 """
 
 from __future__ import annotations
