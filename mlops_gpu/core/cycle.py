@@ -15,9 +15,12 @@ Invariants:
 - A preemption admits its run in the same decision, on the plan's placement; its victims give
   back devices, quota and fair-share usage at once (``_preempt``), and a plan whose run would
   lose the GPUs it frees to a requeued victim is dropped (``_keeps_what_it_frees``).
-- Every cycle visits every queue and tries every queue head that comes up (``_try``): no
-  queue is skipped for being blocked last time, and no failed search is remembered, so a
-  cycle's decision depends only on the state as it begins.
+- Every cycle visits every queue and judges every queue head whose turn comes: no queue is
+  skipped for having been blocked before, and no failed search is remembered, so a cycle's
+  decision depends only on the state as it begins (and the kept anchor).
+- ``_surely_blocked`` is only ever True where ``_try`` would find the run blocked with no side
+  effect; its reason is then worked out by ``explain`` (``lazy``). The Rust engine has the same
+  test, and it decides which reason such a run gets, so it is part of the reference.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any
 
-from mlops_gpu.core import borrowers
+from mlops_gpu.core import anchor, borrowers
 from mlops_gpu.core import reason_text as rt
 from mlops_gpu.core.cycle_explain import Explaining
 from mlops_gpu.core.decision import Decision, Preemption, ReasonCode
@@ -137,6 +140,14 @@ class Cycle(Explaining):
                     self._deferred.add(project)
                     return False
                 continue
+            if not strict and self._surely_blocked(run):
+                # It cannot fit anywhere and could change nothing: no placement, no victim,
+                # nothing to wait for. ``_try`` would only write its reason, worked out if
+                # someone asks (``explain``): quota or capacity, never the reservation.
+                self.lazy.add(run.id)
+                self.met.append((run, (project, rg[0], rg[1] + 1, rg[2])))
+                rg[1] = rg[2]
+                continue
             outcome = self._try(run)
             if outcome is Outcome.ADMITTED:
                 self.met.append((run, None))
@@ -241,6 +252,28 @@ class Cycle(Explaining):
             self._wait_capacity(run, types)
         return Outcome.BLOCKED
 
+    def _surely_blocked(self, run: Run) -> bool:
+        """A cheap test that ``_try`` would find ``run`` blocked with no side effect: on each
+        acceptable GPU type it is over quota with nothing left to borrow, or (a whole-GPU
+        request) no node set can take it now (the free-count buckets); and no running run could
+        be its victim."""
+        req = run.request
+        types = self.state.types_of(run)
+        if self.snap.policy.preemption and self._victims_possible(run, types):
+            return False
+        open_types = [t for t in types if not self._surely_over_quota(run, t)]
+        if open_types:
+            if req.shape != "whole" or req.topology_key is not None:
+                return False
+            for t in open_types:
+                if anchor.node_sets(self, t, req.gpus, req.nodes, run.spec.backend):
+                    return False  # it might fit
+        return True
+
+    def _surely_over_quota(self, run: Run, gpu_type: str) -> bool:
+        """True only when ``QuotaBook.problem`` would name a problem (False: not sure)."""
+        return request_amount(run) > self.room(run.project, gpu_type) + 1e-9
+
     def _preempt(self, run: Run, types: list[str]) -> bool:
         """Find victims for ``run`` and, with a plan, admit it in this decision on the plan's
         placement: the victims give back everything they hold (devices, quota, fair-share
@@ -279,6 +312,9 @@ class Cycle(Explaining):
                     lost_gpu_s(snap, v),
                 )
             )
+        # The victims gave back quota: a cohort tree found exhausted may lend again (``room``
+        # assumes usage only grows, which holds between evictions only)
+        self._exhausted.clear()
         self._admit(run, plan.placement)
         return True
 

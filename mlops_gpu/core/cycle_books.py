@@ -10,6 +10,9 @@ Invariants:
   place) plus what the cycle decided: ``admissions``, ``preemptions``, ``reasons``. Within a
   cycle devices and quota change only through ``_admit`` (and a preemption's victims giving
   back what they hold, ``Cycle._preempt``), so usage only grows between evictions.
+- ``room`` and ``_cohort_exhausted`` rely on that: a cohort tree found exhausted stays so until
+  a preemption gives quota back (``Cycle._preempt`` clears ``_exhausted``), and one found lending
+  is asked again only after another admission (``_lends``).
 - ``_level_of``: a project whose budget is spent with ``action: wait`` has no level (its runs
   wait); with ``action: lower`` its runs are served at the lower class, never a higher one.
 """
@@ -68,7 +71,12 @@ class CycleBooks:
         }
         # For explain: runs in the order the cycle met them; a run's followers share its reason.
         self.met: list[tuple[Run, tuple[str, ShapeKey, int, int] | None]] = []
+        self.lazy: set[str] = set()
         self._used_at_start = dict(self.cap.used)
+        self._exhausted: set[tuple[str, str]] = set()
+        #: (root, type) -> admissions so far when found not exhausted: usage changes only
+        #: by admissions within a cycle (preemption trials restore what they change)
+        self._lends: dict[tuple[str, str], int] = {}
         self._lenders: dict[tuple[str, str], tuple[str, ...]] = {}  # ``lenders_at_start``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
@@ -93,6 +101,35 @@ class CycleBooks:
 
     def _level(self, run: Run) -> int:
         return self._level_of(run.project, self.snap.priority_of(run)) or 0
+
+    def room(self, project: str, gpu_type: str) -> float:
+        """The most of ``gpu_type`` the project could add without a certain quota problem:
+        its nominal left, or, while its cohort tree still lends, up to nominal plus its
+        borrowing limit (unbounded without one). It only shrinks between a cycle's evictions."""
+        q = self.quota.quota(project, gpu_type)
+        used = self.quota.used[(project, gpu_type)]
+        root = self.quota.root.get(project)
+        if root is None or self._cohort_exhausted(root, gpu_type):
+            return q.nominal - used
+        if q.borrowing_limit is None:
+            return float("inf")
+        return q.nominal + q.borrowing_limit - used
+
+    def _cohort_exhausted(self, root: str, gpu_type: str) -> bool:
+        """Whether the tree lends nothing more of ``gpu_type``. Between evictions usage only
+        grows, so once exhausted it stays exhausted: remembered until a preemption gives quota
+        back (``_preempt`` forgets it)."""
+        key = (root, gpu_type)
+        if key in self._exhausted:
+            return True
+        if self._lends.get(key) == len(self.admissions):
+            return False
+        borrowed, lendable = self.quota.cohort_sums(root, gpu_type)
+        if lendable - borrowed <= 1e-9:
+            self._exhausted.add(key)
+            return True
+        self._lends[key] = len(self.admissions)
+        return False
 
     def _admit(self, run: Run, placement: Placement) -> None:
         if self._reservation is not None and self._reservation.run_id == run.id:

@@ -2,7 +2,8 @@
 of ``policy``); the sentences come from ``reason_text``.
 
 Invariants:
-- Explaining changes no decision: it reads the cycle's books after ``Cycle.run``.
+- Explaining changes no decision: it reads the cycle's books after ``Cycle.run`` (a run judged
+  lazily, ``Cycle.lazy``, is diagnosed here without side effects).
 - Every pending run not admitted gets exactly one reason: invalid, backoff, budget, its own
   (met by the cycle), its queue head's (followers share it), or queued behind a blocked run
   (strict FIFO, booked in queue order so that a state kept by events and one built from a
@@ -138,6 +139,8 @@ class Explaining(ReservationHold):
             )
 
         for run, followers in self.met:
+            if run.id in self.lazy:
+                self._diagnose(run)
             p = self.reasons.get(run.id)
             if p is None or run.id in admitted:
                 continue
@@ -228,3 +231,15 @@ class Explaining(ReservationHold):
             ends = quota_ends(self._with_active(), holders, t, self._running_now)
             self._quota_ends[key] = (ends, list(accumulate(a for _, a in ends)))
         return (holders, used, limit, *self._quota_ends[key])
+
+    def _diagnose(self, run: Run) -> None:
+        """The reason of a run judged by ``_surely_blocked``, without side effects: it cannot
+        be placed, so what remains is which limit to name."""
+        types = self.state.types_of(run)
+        amount = request_amount(run)
+        pre = run.spec.preemptible
+        quota_msgs = [m for t in types if (m := self.quota.problem(run.project, t, amount, pre))]
+        if quota_msgs and len(quota_msgs) == len(types):
+            self._wait(run, ReasonCode.QUOTA, rt.over_quota(shape_text(run, types), quota_msgs))
+        else:
+            self._wait_capacity(run, types)
