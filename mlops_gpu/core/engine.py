@@ -88,7 +88,8 @@ class FromScratch:
 
 class Incremental:
     """The engine the scheduler keeps between cycles: a ``State`` updated by events, so a cycle
-    costs what it considers, not the size of the queue. Decisions equal ``FromScratch``'s."""
+    does not rebuild it from a whole snapshot (it still judges every queue head). Decisions
+    equal ``FromScratch``'s."""
 
     def __init__(self, template: Snapshot) -> None:
         self.template = template

@@ -47,8 +47,9 @@ and judges each queue of interchangeable runs by its head: when the head is bloc
 followers could do nothing the head could not (no reservation to work around, no possible
 victims), they wait for the same reason without being tried one by one.
 
-Every cycle visits every queue and tries every head whose turn comes: nothing is skipped for
-having been blocked before, and nothing is remembered from one cycle to the next but the state
+Every cycle visits every queue and judges every head whose turn comes (``Cycle._try``, or
+``Cycle._surely_blocked`` where the answer is certain): nothing is skipped for having been
+blocked before, and nothing is remembered from one cycle to the next but the state
 itself and the kept anchor. This Python core is the plain reference (the tests' oracle and the
 engine where the Rust one is not built); speed is the Rust engine's job (``core.native``).
 
