@@ -4,6 +4,7 @@
 //! guaranteed minimum and (under `shortest`) have a known end far enough away. The Python
 //! core is the specification; `tests/test_native_core.py` compares the two engines at large.
 
+mod borrowers;
 mod budget;
 mod explain;
 mod host;
