@@ -312,15 +312,26 @@ def main() -> int:
         help="policy.shortest_preempt_borrowers on (under shortest: long runs of borrowing "
         "cohort members are victims too)",
     )
+    ap.add_argument(
+        "--preempt-uncheckpointed",
+        action="store_true",
+        help="policy.preempt_uncheckpointed on (the workload's runs never report a checkpoint: "
+        "without it no run of a preemptor's class is ever a victim)",
+    )
     args = ap.parse_args()
     if args.setup == "rich" and args.arrays:
         raise SystemExit("core_throughput: --setup rich is not combined with --arrays")
     if args.clock == "cpu":
         time.perf_counter = time.process_time
     template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order, args.setup)
-    if args.shortest_preempt_borrowers:
+    if args.shortest_preempt_borrowers or args.preempt_uncheckpointed:
         template = replace(
-            template, policy=replace(template.policy, shortest_preempt_borrowers=True)
+            template,
+            policy=replace(
+                template.policy,
+                shortest_preempt_borrowers=args.shortest_preempt_borrowers,
+                preempt_uncheckpointed=args.preempt_uncheckpointed,
+            ),
         )
     plain_runs = runs
     if args.arrays:
@@ -361,6 +372,7 @@ def main() -> int:
         "core": core,
         "clock": args.clock,
         "shortest_preempt_borrowers": template.policy.shortest_preempt_borrowers,
+        "preempt_uncheckpointed": template.policy.preempt_uncheckpointed,
         "nodes": len(template.nodes),
         "gpus": sum(n.capacity for n in template.nodes),
         "runs": args.runs,
