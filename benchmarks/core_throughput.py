@@ -306,12 +306,33 @@ def main() -> int:
         default="wall",
         help="cpu: time by the process's CPU time (time.process_time), for a shared machine",
     )
+    ap.add_argument(
+        "--shortest-preempt-borrowers",
+        action="store_true",
+        help="policy.shortest_preempt_borrowers on (under shortest: long runs of borrowing "
+        "cohort members are victims too)",
+    )
+    ap.add_argument(
+        "--preempt-uncheckpointed",
+        action="store_true",
+        help="policy.preempt_uncheckpointed on (the workload's runs never report a checkpoint: "
+        "without it no run of a preemptor's class is ever a victim)",
+    )
     args = ap.parse_args()
     if args.setup == "rich" and args.arrays:
         raise SystemExit("core_throughput: --setup rich is not combined with --arrays")
     if args.clock == "cpu":
         time.perf_counter = time.process_time
     template, runs, durations = workload(args.nodes, args.runs, args.seed, args.order, args.setup)
+    if args.shortest_preempt_borrowers or args.preempt_uncheckpointed:
+        template = replace(
+            template,
+            policy=replace(
+                template.policy,
+                shortest_preempt_borrowers=args.shortest_preempt_borrowers,
+                preempt_uncheckpointed=args.preempt_uncheckpointed,
+            ),
+        )
     plain_runs = runs
     if args.arrays:
         runs = with_job_control(runs, args.seed)
@@ -350,6 +371,8 @@ def main() -> int:
         "mode": args.engine,
         "core": core,
         "clock": args.clock,
+        "shortest_preempt_borrowers": template.policy.shortest_preempt_borrowers,
+        "preempt_uncheckpointed": template.policy.preempt_uncheckpointed,
         "nodes": len(template.nodes),
         "gpus": sum(n.capacity for n in template.nodes),
         "runs": args.runs,

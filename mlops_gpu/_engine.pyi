@@ -52,6 +52,8 @@ class PolicySpec:
         min_runtime_before_preemption_s: float,
         preempt_uncheckpointed: bool,
         placement: str,
+        shortest_preempt_borrowers: bool,
+        borrower_share_ratio: float,
     ) -> None: ...
 
 @final
@@ -135,6 +137,10 @@ class Preempted:
     def for_run_id(self) -> str: ...
     @property
     def lost_gpu_s(self) -> float: ...
+    #: taken by ``policy.shortest_preempt_borrowers``: (the victim's project's fair share, the
+    #: preemptor's) as the plan was chosen; None for any other victim
+    @property
+    def borrower_shares(self) -> tuple[float, float] | None: ...
 
 #: (type, project, GPUs borrowed, reclaimable runs shown, how many, runs not preemptible
 #: shown, how many); a run: (id, expected end or None)

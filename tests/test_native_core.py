@@ -141,6 +141,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         preemption=draw(st.sampled_from([True, True, False])),
         fair_share=draw(st.sampled_from([True, True, False])),
         shortest_preempt_ratio=draw(st.sampled_from([1.0, 8.0])),
+        shortest_preempt_borrowers=draw(st.booleans()),
+        borrower_share_ratio=draw(st.sampled_from([1.0, 1.0, 2.0])),
         half_life_s=draw(st.sampled_from([60.0, 3600.0])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 3.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
@@ -288,6 +290,8 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         order=draw(st.sampled_from(["shortest", "las"])),
         min_runtime_before_preemption_s=draw(st.sampled_from([0.0, 2.0, 600.0])),
         preempt_uncheckpointed=draw(st.booleans()),
+        shortest_preempt_borrowers=draw(st.booleans()),
+        borrower_share_ratio=draw(st.sampled_from([1.0, 1.5])),
     )
     events: list[tuple[Any, ...]] = []
     for i in range(draw(st.integers(20, 70))):

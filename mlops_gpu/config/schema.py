@@ -117,7 +117,7 @@ class PolicyConfig(_Strict):
     shortest_preempt_ratio: float = Field(8.0, ge=1)
     #: Under ``shortest``: that preemption also takes such a run of another project of the
     #: cohort that borrows the GPU type, when that project's fair share is more than
-    #: ``borrower_share_ratio`` times the new run's project's (Python engine only).
+    #: ``borrower_share_ratio`` times the new run's project's (both engines).
     shortest_preempt_borrowers: bool = False
     borrower_share_ratio: float = Field(1.0, ge=1)
     #: A run of the preemptor's own project and class is preempted only after running this

@@ -162,8 +162,14 @@ def _keeps_order(
 def why(c: VictimRules, run: Run, victim: Run) -> str:
     """The preemption's message for a victim taken by this rule."""
     s = c.shares
+    return taken_text(run, victim.project, s.share(victim.project), s.share(run.project))
+
+
+def taken_text(run: Run, victim_project: str, theirs: float, mine: float) -> str:
+    """``why``'s sentence from the two projects' fair shares (the native engine hands them
+    back with each victim it took by this rule: ``_engine.Preempted.borrower_shares``)."""
     return (
         f"preempted for run {run.id} of project {run.project} (shortest first across "
-        f"projects: project {victim.project} was borrowing, at fair share "
-        f"{s.share(victim.project):.3f} against {s.share(run.project):.3f})"
+        f"projects: project {victim_project} was borrowing, at fair share "
+        f"{theirs:.3f} against {mine:.3f})"
     )

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import ModuleType
 
-from mlops_gpu.core import native_explain
+from mlops_gpu.core import borrowers, native_explain
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.native_support import (
@@ -190,6 +190,8 @@ class NativeEngine:
                     min_runtime_before_preemption_s=float(p.min_runtime_before_preemption_s),
                     preempt_uncheckpointed=p.preempt_uncheckpointed,
                     placement=p.placement,
+                    shortest_preempt_borrowers=p.shortest_preempt_borrowers,
+                    borrower_share_ratio=float(p.borrower_share_ratio),
                 ),
                 parts=self._parts(template),
             )
@@ -446,12 +448,15 @@ class NativeEngine:
         for pr in preempted:
             vid, for_id, lost = pr.run_id, pr.for_run_id, pr.lost_gpu_s
             v, run = self.active[vid], self.active[for_id]  # admitted in this decision
-            why = (
-                f"preempted for run {run.id} (priority {run.spec.priority})"
-                if v.project == run.project
-                else f"reclaimed: project {run.project} needs its nominal quota back; project "
-                f"{v.project} was borrowing"
-            )
+            if v.project == run.project:
+                why = f"preempted for run {run.id} (priority {run.spec.priority})"
+            elif pr.borrower_shares is not None:
+                why = borrowers.taken_text(run, v.project, *pr.borrower_shares)
+            else:
+                why = (
+                    f"reclaimed: project {run.project} needs its nominal quota back; project "
+                    f"{v.project} was borrowing"
+                )
             ck = v.spec.checkpoint
             preemptions.append(Preemption(vid, why, ck.signal, ck.grace_s, for_id, lost))
             self.active[vid] = going(v)

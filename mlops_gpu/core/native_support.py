@@ -21,9 +21,12 @@ simulator then run the Python engine (nothing is guessed). The native engine ser
   resources or are shared); active runs holding slices or parts cross with each slot's share
   (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster; not
   CPU-only runs (``gpus`` 0);
-- every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
-  projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
-  cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
+- every ``order`` (``shortest``, ``submit``, ``las``), with ``policy.shortest_preempt_borrowers``
+  (``core/borrowers.py``; in Rust ``native/src/preempt/borrowers.rs``: each victim it takes
+  crosses back with the two projects' shares for its message,
+  ``_engine.Preempted.borrower_shares``), and project budgets: each cycle the projects whose
+  budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given) cross as
+  ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
   ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
 
 Invariant: everything not refused here is decided by the Rust engine exactly as by the Python
@@ -50,11 +53,6 @@ def unsupported(template: Snapshot) -> str | None:
     p = template.policy
     if p.order not in ("shortest", "submit", "las"):
         return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
-    if p.shortest_preempt_borrowers:
-        return (
-            "policy.shortest_preempt_borrowers (the native engine does not preempt borrowers"
-            " of other projects shortest-first)"
-        )
     # fragmentation-aware placement weighs every held slot's shape (the Rust engine keeps that
     # mix where nodes track host resources or are shared, as whole GPUs and shared parts only)
     weighs = p.placement == "fragmentation" and any(

@@ -27,8 +27,9 @@ class PolicySettings:
     shortest_preempt_ratio: float = 8.0
     #: Under ``shortest``: that preemption also takes a run of another project of the cohort
     #: tree that borrowed its GPU type when the cycle began, when that project's fair share is
-    #: more than ``borrower_share_ratio`` times the preemptor's (``core.borrowers``; the Python
-    #: engine only; shares are divided by weights, so a ratio is their one scale-free margin).
+    #: more than ``borrower_share_ratio`` times the preemptor's (``core.borrowers``; in Rust
+    #: ``native/src/preempt/borrowers.rs``; shares are divided by weights, so a ratio is their
+    #: one scale-free margin).
     shortest_preempt_borrowers: bool = False
     borrower_share_ratio: float = 1.0
     #: A run of the preemptor's own project and class (``las``, ``shortest``) is a victim

@@ -28,7 +28,7 @@ use crate::quota::room;
 use crate::state::{key_cmp, Key, State};
 use trial::Outcome;
 
-const EPS: f64 = 1e-9;
+pub(crate) const EPS: f64 = 1e-9;
 
 #[derive(Clone, Copy)]
 pub struct Range {
@@ -61,6 +61,10 @@ impl Ord for Turn {
     }
 }
 
+/// A preemption: (victim, the run admitted in its place, GPU-seconds it loses, the fair shares
+/// of the victim's project and the run's when `preempt::borrowers` took it).
+pub type Taken = (usize, usize, f64, Option<(f64, f64)>);
+
 pub struct Cycle<'a> {
     pub m: &'a Model,
     pub st: &'a mut State,
@@ -68,8 +72,7 @@ pub struct Cycle<'a> {
     load: Vec<f64>,
     shares: Vec<Option<f64>>,
     pub admissions: Vec<(usize, Placement)>,
-    /// (victim, the run admitted in its place, GPU-seconds it loses)
-    pub preemptions: Vec<(usize, usize, f64)>,
+    pub preemptions: Vec<Taken>,
     /// The victims chosen this cycle (the state's pools still hold them until it ends).
     pub going: HashSet<usize>,
     pub used_at_start: Vec<f64>,
@@ -203,6 +206,26 @@ impl<'a> Cycle<'a> {
         let s = best.unwrap_or(0.0) / m.projects[p].weight;
         self.shares[p] = Some(s);
         s
+    }
+
+    /// Project `p`'s weighted dominant share as it would be with `amount` more of type `t`
+    /// held, 0 without fair share (`Shares.share_with`; nothing changes). With `amount` 0 it
+    /// is `share` to the last bit (`x + 0.0 == x`).
+    pub fn share_with(&self, p: usize, t: usize, amount: f64) -> f64 {
+        if !self.m.policy.fair_share {
+            return 0.0;
+        }
+        let m = self.m;
+        let mut best: Option<f64> = None;
+        for (u, &c) in m.capacity_by_type.iter().enumerate() {
+            if c > 0.0 {
+                let x = (self.load[m.pt(p, u)] + if u == t { amount } else { 0.0 }) / c;
+                if best.is_none_or(|b| x > b) {
+                    best = Some(x);
+                }
+            }
+        }
+        best.unwrap_or(0.0) / m.projects[p].weight
     }
 
     fn turn_key(&mut self, p: usize, ranges: &[Range]) -> Key {

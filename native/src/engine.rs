@@ -73,6 +73,12 @@ impl Engine {
             })
             .collect();
         let p = s.policy;
+        if p.borrower_share_ratio.is_nan() || p.borrower_share_ratio < 1.0 {
+            return Err(format!(
+                "policy.borrower_share_ratio: expected a number >= 1, got {}",
+                p.borrower_share_ratio
+            ));
+        }
         if p.min_runtime_before_preemption_s.is_nan() || p.shortest_preempt_ratio.is_nan() {
             return Err(
                 "policy: min_runtime_before_preemption_s and shortest_preempt_ratio must be numbers"
@@ -114,6 +120,8 @@ impl Engine {
                 shortest_preempt_ratio: p.shortest_preempt_ratio,
                 min_runtime_s: p.min_runtime_before_preemption_s,
                 preempt_uncheckpointed: p.preempt_uncheckpointed,
+                shortest_preempt_borrowers: p.shortest_preempt_borrowers,
+                borrower_share_ratio: p.borrower_share_ratio,
             },
             parts: node_parts,
         };
@@ -259,11 +267,12 @@ impl Engine {
             self.st.activate(m, i, p, now);
         }
         let mut out_p = Vec::with_capacity(preemptions.len());
-        for (v, i, lost) in preemptions {
+        for (v, i, lost, borrower_shares) in preemptions {
             out_p.push(Preempted {
                 run_id: self.st.runs[v].id.clone(),
                 for_run_id: self.st.runs[i].id.clone(),
                 lost_gpu_s: lost,
+                borrower_shares,
             });
             self.st.mark_going(m, v);
         }

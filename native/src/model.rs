@@ -64,6 +64,12 @@ pub struct Policy {
     /// Whether a run of the same project and class may preempt a run that never reported a
     /// checkpoint (`PolicySettings.preempt_uncheckpointed`).
     pub preempt_uncheckpointed: bool,
+    /// Under `shortest` with preemption: a run may also take a long run of another project of
+    /// its cohort tree that borrowed as the cycle began (`preempt::borrowers`).
+    pub shortest_preempt_borrowers: bool,
+    /// The margin (>= 1) by which the victim's project's fair share must stay above the
+    /// preemptor's project's (`PolicySettings.borrower_share_ratio`).
+    pub borrower_share_ratio: f64,
 }
 
 pub struct Model {

@@ -15,10 +15,13 @@
 //! still needed. Every trial gives
 //! back what it took: `cap` is as before when a search fails; when one succeeds, the victims
 //! give their devices back and R is admitted on the plan's placement in the same step (no
-//! preemption without its preemptor placed). A plan leaves the anchor's reservation what
+//! preemption without its preemptor placed). With `policy.shortest_preempt_borrowers`, a run
+//! over its nominal quota may also take long runs of its class from borrowing cohort members
+//! whose fair share stays above its project's (`borrowers`). A plan leaves the anchor's reservation what
 //! backfill leaves it (`hold`), unless R is the anchor or of a higher class. The search for a
 //! plan on one type is `search`'s.
 
+mod borrowers;
 mod search;
 
 use crate::capacity::Placement;
@@ -57,6 +60,9 @@ impl Cycle<'_> {
                 if lowest < r.class || (pool.contains_key(&r.class) && self.peers(i, t)) {
                     return true;
                 }
+            }
+            if self.borrowers_possible(i, t) {
+                return true;
             }
             let Some(root) = m.projects[r.project].root else {
                 continue;
@@ -194,14 +200,20 @@ impl Cycle<'_> {
             }
         }
         let Some(plan) = best else { return false };
-        if !self.keeps_what_it_frees(i, &plan) {
+        if !self.keeps_what_it_frees(i, &plan) || !self.borrowers_keep(i, &plan) {
             return false;
         }
-        for &v in &plan.victims {
+        // (the shares a message names are read before any victim goes)
+        let shares: Vec<_> = plan
+            .victims
+            .iter()
+            .map(|&v| self.taken_by_rule(i, v))
+            .collect();
+        for (&v, shares) in plan.victims.iter().zip(shares) {
             self.going.insert(v);
             self.evict(v);
             let lost = self.lost_gpu_s(v);
-            self.preemptions.push((v, i, lost));
+            self.preemptions.push((v, i, lost, shares));
         }
         self.admit(i, plan.placement);
         true

@@ -51,6 +51,9 @@ pub struct PolicySpec {
     pub shortest_preempt_ratio: f64,
     pub min_runtime_before_preemption_s: f64,
     pub preempt_uncheckpointed: bool,
+    /// `PolicySettings.shortest_preempt_borrowers` and `borrower_share_ratio` (>= 1).
+    pub shortest_preempt_borrowers: bool,
+    pub borrower_share_ratio: f64,
     /// `best-fit` or `fragmentation` (`fgd`: on where nodes track host CPU or memory).
     pub placement: String,
 }
@@ -151,4 +154,7 @@ pub struct Preempted {
     pub run_id: String,
     pub for_run_id: String,
     pub lost_gpu_s: f64,
+    /// Taken by `policy.shortest_preempt_borrowers` (not reclaimed, not a lower class): the
+    /// fair shares of the victim's project and the preemptor's as the plan was chosen.
+    pub borrower_shares: Option<(f64, f64)>,
 }

@@ -4,6 +4,7 @@
 //! guaranteed minimum and (under `shortest`) have a known end far enough away. The Python
 //! core is the specification; `tests/test_native_core.py` compares the two engines at large.
 
+mod borrowers;
 mod budget;
 mod explain;
 mod host;
@@ -57,6 +58,8 @@ fn model(min_runtime_s: f64, preempt_uncheckpointed: bool) -> Model {
             shortest_preempt_ratio: 1.0,
             min_runtime_s,
             preempt_uncheckpointed,
+            shortest_preempt_borrowers: false,
+            borrower_share_ratio: 1.0,
         },
         parts: Vec::new(),
     }
@@ -146,12 +149,12 @@ fn cycle_with(
         .collect();
     let out = preemptions
         .iter()
-        .map(|&(v, i, lost)| (st.runs[v].id.clone(), st.runs[i].id.clone(), lost))
+        .map(|&(v, i, lost, _)| (st.runs[v].id.clone(), st.runs[i].id.clone(), lost))
         .collect();
     for (i, p) in admissions {
         st.activate(m, i, p, now);
     }
-    for (v, _, _) in preemptions {
+    for (v, _, _, _) in preemptions {
         st.mark_going(m, v);
     }
     (ids, out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from mlops_gpu.config import ConfigError, load_config
 from mlops_gpu.core import ReasonCode as RC
 from mlops_gpu.core import Snapshot, decide
-from mlops_gpu.core.native import unsupported
+from mlops_gpu.core.native import NativeEngine, unsupported
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.model import Phase, PolicySettings, Quota
 from mlops_gpu.testing import config_yaml, make_node, make_project, make_run, make_snapshot
@@ -74,6 +75,38 @@ def _world(
     )
 
 
+def _two_borrowers() -> Snapshot:
+    """One node of 4 GPUs: b and d (nominal 0) each run two long 1-GPU runs on c's lent
+    nominal; d's checkpoints are later (its runs lose less); b held a GPU for the last hour."""
+    projects = [
+        make_project("a", 0, None, cohort=ORG),
+        make_project("b", 0, None, cohort=ORG),
+        make_project("c", 4, None, cohort=ORG),
+        make_project("d", 0, None, cohort=ORG),
+    ]
+    active = [
+        busy(
+            f"{p}{i}",
+            p,
+            "n1",
+            [str(i)],
+            max_runtime_s=100_000.0,
+            started_at=0.0,
+            last_checkpoint_at=500.0 + i if p == "b" else 900.0,
+        )
+        for p, i in (("b", 0), ("b", 1), ("d", 2), ("d", 3))
+    ]
+    return make_snapshot(
+        [make_node("n1", 4)],
+        projects,
+        [make_run("s", "a", gpus=1, max_runtime_s=100.0)],
+        active,  # type: ignore[arg-type]
+        now=1000.0,
+        usage_history={("b", A100): HOUR},
+        **ON,
+    )
+
+
 CASES = {
     # b borrows c's 3 idle GPUs (share 1); a (share 0) would borrow too, so this is no
     # reclaim: only the new rule takes one of b's runs (the latest checkpoint: b3), and b's
@@ -117,6 +150,12 @@ CASES = {
     "a-borrower-not-long-enough-is-not-taken": Case(
         _world(shortest_preempt_ratio=1000.0), codes={"s": RC.QUOTA}
     ),
+    # b and d borrow 2 GPUs each; b also held one lately (share 3/4, d's 2/4): d's runs lose
+    # less work (later checkpoints) but d without one (1/4) would not stay above a with s
+    # (1/4), so the rule takes one of b's
+    "of-two-borrowers-only-the-one-staying-above-is-taken": Case(
+        _two_borrowers(), admit={"s": "n1"}, preempt={"b1"}
+    ),
 }
 
 
@@ -131,10 +170,23 @@ def test_the_victim_is_told_why() -> None:
     assert "shortest first across projects: project b was borrowing" in p.reason
 
 
-def test_the_native_engine_declines_the_setting() -> None:
-    why = unsupported(_world())
-    assert why is not None and "shortest_preempt_borrowers" in why
-    assert unsupported(_world(shortest_preempt_borrowers=False)) is None
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_the_native_engine_decides_each_case_alike(native_module: ModuleType, case: Case) -> None:
+    """The Rust engine serves the setting (``native/src/preempt/borrowers.rs``): on each case
+    it admits, places and preempts as ``decide`` (the victims' messages with the shares too),
+    and explains every pending run alike (codes, sentences, ETAs)."""
+    snap = case.snap
+    assert unsupported(snap) is None
+    eng = NativeEngine(snap, native_module)
+    for r in snap.active:
+        eng.add_active(r)
+    for r in snap.pending:
+        eng.submit(r)
+    want = decide(snap)
+    explained = eng.explain_all(snap.now)
+    assert {p.run_id: p for p in explained} == {p.run_id: p for p in want.pending}
+    got = eng.cycle(snap.now)
+    assert (got.admissions, got.preemptions) == (want.admissions, want.preemptions)
 
 
 @st.composite

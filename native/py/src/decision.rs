@@ -18,12 +18,15 @@ pub(crate) struct Admitted {
     pub(crate) fraction: f64,
 }
 
-/// A run a cycle preempts, for `for_run_id`, admitted in the same cycle.
+/// A run a cycle preempts, for `for_run_id`, admitted in the same cycle. `borrower_shares`:
+/// taken by `policy.shortest_preempt_borrowers`, the fair shares of the victim's project and
+/// the preemptor's as the plan was chosen (None: a lower class, its own project's, a reclaim).
 #[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
 pub(crate) struct Preempted {
     pub(crate) run_id: String,
     pub(crate) for_run_id: String,
     pub(crate) lost_gpu_s: f64,
+    pub(crate) borrower_shares: Option<(f64, f64)>,
 }
 
 /// A reason code and its parameters (`lib::Reason`: which fields each code reads); types and

@@ -108,7 +108,8 @@ impl PolicySpec {
     #[pyo3(signature = (
         *, order, las_thresholds_gpu_s, strict_fifo, fair_share, half_life_s, preemption,
         backfill, shortest_preempt_ratio, min_runtime_before_preemption_s,
-        preempt_uncheckpointed, placement
+        preempt_uncheckpointed, placement, shortest_preempt_borrowers,
+        borrower_share_ratio
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -123,6 +124,8 @@ impl PolicySpec {
         min_runtime_before_preemption_s: f64,
         preempt_uncheckpointed: bool,
         placement: String,
+        shortest_preempt_borrowers: bool,
+        borrower_share_ratio: f64,
     ) -> Self {
         PolicySpec(lib::PolicySpec {
             order,
@@ -135,6 +138,8 @@ impl PolicySpec {
             shortest_preempt_ratio,
             min_runtime_before_preemption_s,
             preempt_uncheckpointed,
+            shortest_preempt_borrowers,
+            borrower_share_ratio,
             placement,
         })
     }
@@ -409,6 +414,7 @@ impl Engine {
                 run_id: p.run_id,
                 for_run_id: p.for_run_id,
                 lost_gpu_s: p.lost_gpu_s,
+                borrower_shares: p.borrower_shares,
             })
             .collect();
         Ok((admitted, preempted))

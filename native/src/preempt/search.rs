@@ -60,6 +60,8 @@ impl Cycle<'_> {
             }
             // Cohort members that borrowed `t` as the cycle began, while the run stays within
             // its nominal quota: all their runs on `t`.
+            // Else, under `shortest_preempt_borrowers`, some of their runs of its class.
+            let mut theirs: Vec<Entry> = Vec::new();
             if let Some(root) = m.projects[r.project].root {
                 if within_nominal(m, &self.st.cap.used, r.project, t, r.amount()) {
                     for &o in &m.members[root] {
@@ -67,9 +69,12 @@ impl Cycle<'_> {
                             parts.extend(self.st.pools[m.pt(o, t)].values().map(|p| &p.ends[..]));
                         }
                     }
+                } else {
+                    theirs = self.borrower_candidates(i, t);
                 }
             }
             parts.push(&own);
+            parts.push(&theirs);
             // (the bound counts whole devices: asked of whole-GPU runs only)
             if !r.shape.is_whole() || self.could_fit_without_all(i, t, &parts) {
                 for part in parts {
