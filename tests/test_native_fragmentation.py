@@ -1,10 +1,11 @@
 """Fragmentation-aware placement on the native engine (``native/src/fgd.rs``,
 ``fragmentation.rs``, ``type_choice.rs``) is the Python core's (``core/fragmentation.py``,
-``placement._place_whole_fgd``, ``type_choice.order_types``): on random clusters whose nodes
-track host CPU and memory, under ``policy.placement: fragmentation``, with runs that ask for
-host resources (some CPU-only: ``gpus`` 0) and accept one, several or unknown GPU types, both
-engines admit, place and
-preempt alike at every cycle (``test_native_core.replay``, which also checks ``decide``).
+``placement._place_whole_fgd``, ``_place_cpu``, ``type_choice.order_types``): on random
+clusters whose nodes track host CPU and memory, under ``policy.placement: fragmentation``, with
+runs that ask for host resources (some CPU-only: ``gpus`` 0) and accept one, several or unknown
+GPU types, both engines admit, place and preempt alike at every cycle
+(``test_native_core.replay``, which also checks ``decide``). Letting a CPU-only run ignore host
+memory on the Rust side alone was checked to fail this test (and ``test_native_cpu``).
 
 The scenarios are drawn so that the rules decide often: nodes of several sizes and CPU
 amounts (the score classes and the CPU balance differ between them), runs restricted to one

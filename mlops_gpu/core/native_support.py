@@ -3,7 +3,7 @@
 ``unsupported`` (a snapshot) and ``held_unsupported`` (an active run as it is placed) give the
 one-line reason, or None; ``NativeEngine`` raises ``NotSupported`` with it, and the control
 loop's ``Mirror`` and the simulator then run the Python engine (nothing is guessed). The native
-engine serves every run it is given; it serves:
+engine queues every pending run it is given; it serves:
 - whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
   as numbers, each key's values in name order); with host CPU and memory (runs' requests per
   node, nodes' capacities), under either ``policy.placement``: ``fragmentation`` (the default)
@@ -24,10 +24,11 @@ engine serves every run it is given; it serves:
 - CPU-only runs (``gpus`` 0: host CPU and/or memory on one node of a type they accept, as
   ``_engine.ShapeSpec(cpu_only=True)``), placed by ``placement._place_cpu``'s rules (under
   ``fragmentation``: growth class and CPU balance first; then the most CPU per free GPU
-  share left, then the name), charged no quota (amount 0, on the type placed), preempting
-  and preempted as any run (they free host resources, they lose no GPU-seconds), never
-  reserved for (backfill reserves for whole-GPU runs only); compared on random clusters by
-  ``tests/test_native_core.py``;
+  share left, then the name), charged no quota (amount 0, on the type placed; still held
+  back where its project already holds more than ``QuotaBook.admits`` allows on every type),
+  preempting and preempted as any run (they free host resources, they lose no GPU-seconds),
+  never reserved for (backfill reserves for whole-GPU runs only); compared on random
+  clusters by ``tests/test_native_core.py`` and ``tests/test_native_cpu.py``;
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
   projects whose budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given)
   cross as ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
