@@ -5,6 +5,8 @@ checked against from-scratch cycles in ``tests/core/test_differential.py``); it 
 same before every cycle (reason codes, sentences and ETAs of every pending run, worked out in
 Rust and rendered from the Python core's table); on the throughput benchmark's workload it
 prints the Python core's digest; and it refuses, by name, what it does not implement.
+The scenarios draw CPU-only runs (``gpus`` 0) too: ordering the nodes for one by the least CPU
+per free GPU instead of the most, on the Rust side alone, was checked to fail the first test.
 
 The extension is ``mlops_gpu._engine``, built by ``pip install -e .`` where cargo exists.
 Without it these tests skip, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI sets it): then they
@@ -162,8 +164,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             project = draw(st.sampled_from([*(p.name for p in projects), "nobody"]))
             cpu = draw(st.sampled_from([0, 0, 1000, 4000, 8000]))
             memory = draw(st.sampled_from([0, 0, 16000, 48000]))
-            if gpus == 0 and not cpu and not memory:  # (a CPU-only run asks for some host)
-                cpu = draw(st.sampled_from([2000, 12000]))
+            if gpus == 0:  # a CPU-only run asks for some host CPU or memory, often much
+                memory = draw(st.sampled_from([memory, 48000]))
+                cpu = cpu or (0 if memory else draw(st.sampled_from([2000, 12000])))
             run = make_run(
                 f"r{i:02d}",
                 project,
