@@ -223,6 +223,7 @@ class ShapeSpec:
         mig_share: float = 1.0,
         fraction: float | None = None,
         memory_mb: int | None = None,
+        cpu_only: bool = False,
     ) -> None: ...
 
 @final

@@ -2,7 +2,8 @@
 over random submits, cancels, completions, preemptions and a node change, every tick's decision
 equals ``decide`` on the snapshot of the same moment, and the mirror ends holding exactly the
 store's live runs; with the Python engine, and with the native one where the install built it
-(which the mirror then takes), and back to Python for a run the native engine cannot take; and
+(which the mirror then takes, CPU-only runs included), and back to Python for a run the native
+engine cannot take; and
 without the Rust engine it says once what running the Python engine costs."""
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def test_mirror_decides_as_the_core_does_from_scratch(
 
 
 def test_a_run_the_native_engine_cannot_take_moves_the_mirror_to_python(
-    tmp_path: Path, native_module: Any
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = Clock()
     rt = runtime(tmp_path, clock)
@@ -131,11 +132,20 @@ def test_a_run_the_native_engine_cannot_take_moves_the_mirror_to_python(
     rt.submit(whole)
     ctl.tick()
     assert isinstance(ctl.mirror.engine, native.NativeEngine)
-    # a CPU-only run: the native engine places GPUs only
-    cpu = rt.spec(("train",), project="p", request=ResourceRequest(gpus=0, cpu_milli=500))
-    rt.submit(cpu)
+    # a CPU-only run: the native engine takes it too, and admits it
+    cpu = rt.spec(("prep",), project="p", request=ResourceRequest(gpus=0, cpu_milli=500))
+    cpu_id = rt.submit(cpu).id
     clock.now += 5
-    ctl.tick()  # that run cannot go native: the engine is rebuilt in Python
+    ctl.tick()
+    assert isinstance(ctl.mirror.engine, native.NativeEngine)
+    assert cpu_id in ctl.mirror.engine.active
+    # a run it cannot take (whatever ``native_support.held_unsupported`` still names, here
+    # made to name every run placed from now on): the engine is rebuilt in Python
+    monkeypatch.setattr(native, "held_unsupported", lambda eng, run: f"run {run.id}: refused")
+    rt.submit(rt.spec(("train",), project="q", request=ResourceRequest(gpus=1)))
+    for _ in range(2):
+        clock.now += 5
+        ctl.tick()
     assert isinstance(ctl.mirror.engine, Incremental)
     assert set(ctl.mirror.engine.pending) | set(ctl.mirror.engine.active) == {
         r.id for r in rt.store.live_runs()[0]

@@ -5,6 +5,8 @@ checked against from-scratch cycles in ``tests/core/test_differential.py``); it 
 same before every cycle (reason codes, sentences and ETAs of every pending run, worked out in
 Rust and rendered from the Python core's table); on the throughput benchmark's workload it
 prints the Python core's digest; and it refuses, by name, what it does not implement.
+The scenarios draw CPU-only runs (``gpus`` 0) too: ordering the nodes for one by the least CPU
+per free GPU instead of the most, on the Rust side alone, was checked to fail the first test.
 
 The extension is ``mlops_gpu._engine``, built by ``pip install -e .`` where cargo exists.
 Without it these tests skip, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI sets it): then they
@@ -23,7 +25,7 @@ from hypothesis import strategies as st
 
 from mlops_gpu.core.decision import Decision
 from mlops_gpu.core.engine import Incremental
-from mlops_gpu.core.native import NativeEngine, NotSupported, run_unsupported, unsupported
+from mlops_gpu.core.native import NativeEngine, NotSupported, unsupported
 from mlops_gpu.core.policy import decide
 from mlops_gpu.model import BackendCapabilities, Budget, Cohort, Phase, Quota
 from mlops_gpu.sim import Cluster
@@ -64,10 +66,12 @@ TOPOLOGY: list[dict[str, Any]] = [
 #: A node's MIG slices by profile (MIG-partitioned nodes; 7g takes a whole GPU's share).
 _SLICED = {"1g.10gb": ("s0", "s1", "s2"), "3g.40gb": ("s3",)}
 MIG: list[dict[str, tuple[str, ...]]] = [{}, {}, _SLICED, {"7g.80gb": ("s4",), "1g.10gb": ("s5",)}]
-#: A run's share of GPUs: whole (most), MIG slices (also of a profile no node has), or part of
-#: a shared device by fraction, memory or both; (gpus, nodes) where the shape fixes them.
+#: A run's share of GPUs: whole (most), MIG slices (also of a profile no node has), part of a
+#: shared device by fraction, memory or both, or none (CPU-only: ``gpus`` 0 on one node, with
+#: host CPU and/or memory); (gpus, nodes) where the shape fixes them.
 SHAPES: list[tuple[dict[str, Any], tuple[int, int] | None]] = [
     *[({}, None)] * 3,
+    *[({}, (0, 1))] * 2,
     ({"mig": "1g.10gb"}, None),
     *(({"mig": p}, (1, 1)) for p in ("3g.40gb", "7g.80gb", "2g.20gb")),
     *(({"gpu_fraction": 0.5}, (1, 1)), ({"gpu_memory_mb": 50000}, (1, 1))),
@@ -157,9 +161,14 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         if kind == "submit":
             gpus, width = draw(st.sampled_from([(1, 1), (2, 1), (3, 1), (4, 1), (8, 1), (2, 2)]))
             shape, fixed = draw(st.sampled_from(SHAPES))
-            if shape:
+            if shape or fixed:
                 gpus, width = fixed or (min(gpus, 3), 1)
             project = draw(st.sampled_from([*(p.name for p in projects), "nobody"]))
+            cpu = draw(st.sampled_from([0, 0, 1000, 4000, 8000]))
+            memory = draw(st.sampled_from([0, 0, 16000, 48000]))
+            if gpus == 0:  # a CPU-only run asks for some host CPU or memory, often much
+                memory = draw(st.sampled_from([memory, 48000]))
+                cpu = cpu or (0 if memory else draw(st.sampled_from([2000, 12000])))
             run = make_run(
                 f"r{i:02d}",
                 project,
@@ -174,8 +183,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 grace_s=draw(st.sampled_from([0.0, 1.5, 30.0])),
                 attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 5000.0, 50000.0])),
                 **draw(st.sampled_from(TOPOLOGY)),
-                cpu_milli=draw(st.sampled_from([0, 0, 1000, 4000, 8000])),
-                host_memory_mb=draw(st.sampled_from([0, 0, 16000, 48000])),
+                cpu_milli=cpu,
+                host_memory_mb=memory,
                 **shape,
             )
             events.append(("submit", run))
@@ -270,9 +279,19 @@ def test_native_engine_decides_as_the_python_engine(
 @st.composite
 def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     """A full cluster under ``order: shortest`` (or ``las``) with preemption and backfill: the
-    cascades of victims, reservations and borrowing the throughput benchmark is made of."""
+    cascades of victims, reservations and borrowing the throughput benchmark is made of; on
+    nodes that may track host CPU, with CPU-only runs contending for it too (preempting, and
+    preempted, for host CPU)."""
+    host = draw(st.booleans())
     nodes = [
-        make_node(f"n{i}", 8, TYPES[i % 2], backend="b1", labels=draw(st.sampled_from(LABELS)))
+        make_node(
+            f"n{i}",
+            8,
+            TYPES[i % 2],
+            backend="b1",
+            labels=draw(st.sampled_from(LABELS)),
+            cpu_milli=draw(st.sampled_from([16000, 32000])) if host else None,
+        )
         for i in range(draw(st.integers(2, 6)))
     ]
     projects = [
@@ -297,7 +316,11 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     for i in range(draw(st.integers(20, 70))):
         kind = draw(st.sampled_from(["submit", "submit", "cycle", "cycle", "finish", "checkpoint"]))
         if kind == "submit":
-            gpus, width = draw(st.sampled_from([(1, 1), (2, 1), (4, 1), (8, 1), (4, 2)]))
+            sizes = [(1, 1), (2, 1), (4, 1), (8, 1), (4, 2), *[(0, 1)] * (3 if host else 0)]
+            gpus, width = draw(st.sampled_from(sizes))
+            cpu = 0
+            if host:  # (a CPU-only run asks for more: it contends for host CPU)
+                cpu = draw(st.sampled_from([8000, 16000, 24000] if gpus == 0 else [0, 8000, 16000]))
             run = make_run(
                 f"r{i:02d}",
                 draw(st.sampled_from(projects)).name,
@@ -309,6 +332,7 @@ def contended(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 max_runtime_s=draw(st.sampled_from([2.0, 5.0, 50.0, 400.0, None])),
                 attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 4000.0, 40000.0])),
                 **draw(st.sampled_from(TOPOLOGY)),
+                cpu_milli=cpu,
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -562,12 +586,11 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
     prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0})
     assert "shape prior" in str(unsupported(prior))
+    # every run is taken: MIG slices, and CPU-only runs (``gpus`` 0)
     eng = NativeEngine(template, native)
-    cpu = make_run("c", "p0", gpus=0, cpu_milli=1000)
-    assert run_unsupported(make_run("m", "p0", mig="1g.10gb")) is None
-    with pytest.raises(NotSupported, match="asks for no GPU"):
-        eng.submit(cpu)
-    assert eng.pending == {}
+    eng.submit(make_run("m", "p0", mig="1g.10gb"))
+    eng.submit(make_run("c", "p0", gpus=0, cpu_milli=1000))
+    assert set(eng.pending) == {"m", "c"}
 
 
 @pytest.mark.slow

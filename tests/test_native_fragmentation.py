@@ -1,9 +1,11 @@
 """Fragmentation-aware placement on the native engine (``native/src/fgd.rs``,
 ``fragmentation.rs``, ``type_choice.rs``) is the Python core's (``core/fragmentation.py``,
-``placement._place_whole_fgd``, ``type_choice.order_types``): on random clusters whose nodes
-track host CPU and memory, under ``policy.placement: fragmentation``, with runs that ask for
-host resources and accept one, several or unknown GPU types, both engines admit, place and
-preempt alike at every cycle (``test_native_core.replay``, which also checks ``decide``).
+``placement._place_whole_fgd``, ``_place_cpu``, ``type_choice.order_types``): on random
+clusters whose nodes track host CPU and memory, under ``policy.placement: fragmentation``, with
+runs that ask for host resources (some CPU-only: ``gpus`` 0) and accept one, several or unknown
+GPU types, both engines admit, place and preempt alike at every cycle
+(``test_native_core.replay``, which also checks ``decide``). Letting a CPU-only run ignore host
+memory on the Rust side alone was checked to fail this test (and ``test_native_cpu``).
 
 The scenarios are drawn so that the rules decide often: nodes of several sizes and CPU
 amounts (the score classes and the CPU balance differ between them), runs restricted to one
@@ -82,8 +84,12 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     for i in range(draw(st.integers(10, 60))):
         kind = draw(st.sampled_from(["submit", "submit", "submit", "cycle", "cycle", "finish"]))
         if kind == "submit":
-            gpus, width = draw(st.sampled_from([(1, 1), (1, 1), (2, 1), (3, 1), (4, 1), (8, 1)]))
-            if draw(st.integers(0, 9)) == 0:
+            sizes = [(1, 1), (1, 1), (2, 1), (3, 1), (4, 1), (8, 1), (0, 1)]  # (0: CPU-only)
+            gpus, width = draw(st.sampled_from(sizes))
+            cpu = draw(st.sampled_from([0, 1000, 2000, 4000, 8000, 16000]))
+            if gpus == 0:
+                cpu = cpu or 4000
+            elif draw(st.integers(0, 9)) == 0:
                 width = 2  # a gang: placed best-fit, ordered among types by its growth
             run = make_run(
                 f"r{i:02d}",
@@ -94,7 +100,7 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 priority=draw(st.sampled_from(["low", "normal", "high"])),
                 gpu_types=draw(st.sampled_from(ACCEPTS)),
                 max_runtime_s=draw(st.sampled_from([None, 3.0, 10.0, 50.0])),
-                cpu_milli=draw(st.sampled_from([0, 1000, 2000, 4000, 8000, 16000])),
+                cpu_milli=cpu,
                 host_memory_mb=draw(st.sampled_from([0, 0, 8000, 32000])),
             )
             events.append(("submit", run))

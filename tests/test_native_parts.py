@@ -141,11 +141,16 @@ def test_the_simulator_falls_back_to_python_where_native_cannot(
 ) -> None:
     trace = synthetic(seed=3, jobs=50, days=0.1)
     cluster = Cluster(2, 8)
-    # a job asking for CPU only: the native engine does not implement CPU-only runs
+    # a job asking for CPU only: the native engine runs it, as the Python engine does
     cpu = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], gpus=0, cpu_milli=500)))
-    assert simulate(cpu, cluster, "default").engine == "python"
-    with pytest.raises(NotSupported, match=r"policy default: run \S+ asks for no GPU"):
-        simulate(cpu, cluster, "default", engine="native")
+    nat, py = simulate(cpu, cluster, "default"), simulate(cpu, cluster, "default", engine="python")
+    assert (nat.engine, py.engine) == ("native", "python") and nat.segments == py.segments
+    # a config it refuses (whatever ``native_support.unsupported`` still names): Python, or an
+    # error where the native engine is asked for
+    monkeypatch.setattr(native_mod, "unsupported", lambda template: "what it refuses")
+    assert simulate(trace, cluster, "default").engine == "python"
+    with pytest.raises(NotSupported, match="policy default: what it refuses"):
+        simulate(trace, cluster, "default", engine="native")
     monkeypatch.setattr(native_mod, "_engine", None)  # as installed without cargo
     assert simulate(trace, cluster, "default").engine == "python"
     with pytest.raises(NotSupported, match="not installed"):

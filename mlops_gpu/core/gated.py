@@ -38,7 +38,6 @@ from typing import Any, Protocol
 
 from mlops_gpu.core import eligibility as el
 from mlops_gpu.core.decision import Decision, PendingReason, ReasonCode
-from mlops_gpu.core.native import NativeEngine, NotSupported, run_unsupported
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Phase, Run
 
@@ -114,8 +113,6 @@ class Gated:
 
     # -- events -------------------------------------------------------------------------
     def submit(self, run: Run) -> None:
-        if isinstance(self.inner, NativeEngine) and (why := run_unsupported(run)):
-            raise NotSupported(why)  # now, not when the run becomes eligible
         self.pending[run.id] = run
         for rid in {d.run_id for d in run.spec.dependencies}:
             self._named[rid] += 1

@@ -7,7 +7,7 @@ GPU-seconds), in the same order; ``tests/test_native_core.py`` compares them cyc
 random workloads, and ``benchmarks/core_throughput.py --core native`` on the full benchmark.
 
 It serves what the extension implements, and says what it does not (``native_support``:
-``unsupported``, ``run_unsupported``; ``NotSupported`` is raised, nothing is guessed).
+``unsupported``, ``held_unsupported``; ``NotSupported`` is raised, nothing is guessed).
 Runs with an unknown project or class wait (as ``invalid``) and runs in backoff wait here until
 their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: the
 extension explains the same state on demand (``explain_all``: codes, parameters and ETAs from
@@ -36,12 +36,7 @@ from types import ModuleType
 from mlops_gpu.core import borrowers, native_explain
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.fairshare import budget_exceeded
-from mlops_gpu.core.native_support import (
-    NotSupported,
-    held_unsupported,
-    run_unsupported,
-    unsupported,
-)
+from mlops_gpu.core.native_support import NotSupported, held_unsupported, unsupported
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.run_copy import going, running
 from mlops_gpu.core.snapshot import Snapshot
@@ -73,7 +68,7 @@ def installed() -> ModuleType | None:
     return _engine
 
 
-__all__ = ["NativeEngine", "NotSupported", "installed", "run_unsupported", "unsupported"]
+__all__ = ["NativeEngine", "NotSupported", "installed", "unsupported"]
 
 
 class NativeEngine:
@@ -227,9 +222,6 @@ class NativeEngine:
 
     # -- events -------------------------------------------------------------------------
     def submit(self, run: Run) -> None:
-        why = run_unsupported(run)
-        if why is not None:
-            raise NotSupported(why)
         t = self.template
         self.pending[run.id] = run
         if run.project not in t.projects or run.spec.priority not in t.priority_classes:
@@ -277,10 +269,13 @@ class NativeEngine:
         )
 
     def _shape(self, run: Run) -> _engine.ShapeSpec | None:
-        """A MIG or shared request as ``_engine.ShapeSpec`` (None: whole GPUs); a profile no
-        node offers gets a number of its own that no node has (numbered as they come: two
-        such profiles are two queues, as ``queue_keys.shape_key`` keys them by name)."""
+        """A MIG, shared or CPU-only request as ``_engine.ShapeSpec`` (None: whole GPUs); a
+        profile no node offers gets a number of its own that no node has (numbered as they
+        come: two such profiles are two queues, as ``queue_keys.shape_key`` keys them by
+        name)."""
         req = run.request
+        if req.shape == "cpu":
+            return _engine.ShapeSpec(cpu_only=True)
         if req.mig is not None:
             profile = self._profile_ix.get(req.mig)
             if profile is None:
@@ -301,7 +296,7 @@ class NativeEngine:
     def add_active(self, run: Run) -> None:
         """A run that holds its placement already, e.g. loaded from the store
         (``State.add_active``)."""
-        why = run_unsupported(run) or held_unsupported(self, run)
+        why = held_unsupported(self, run)
         if why is not None:
             raise NotSupported(why)
         assert run.placement is not None

@@ -1,8 +1,9 @@
 """What the native engine (``core.native``) serves, and why it refuses the rest.
 
-``unsupported`` (a snapshot) and ``run_unsupported`` (a run) give the one-line reason, or None;
-``NativeEngine`` raises ``NotSupported`` with it, and the control loop's ``Mirror`` and the
-simulator then run the Python engine (nothing is guessed). The native engine serves:
+``unsupported`` (a snapshot) and ``held_unsupported`` (an active run as it is placed) give the
+one-line reason, or None; ``NativeEngine`` raises ``NotSupported`` with it, and the control
+loop's ``Mirror`` and the simulator then run the Python engine (nothing is guessed). The native
+engine queues every pending run it is given; it serves:
 - whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
   as numbers, each key's values in name order); with host CPU and memory (runs' requests per
   node, nodes' capacities), under either ``policy.placement``: ``fragmentation`` (the default)
@@ -19,8 +20,15 @@ simulator then run the Python engine (nothing is guessed). The native engine ser
   resources do: ``PartSpec.shared_node``), but MIG slices not where fragmentation-aware
   placement weighs the cluster's shapes (``fragmentation`` with nodes that track host
   resources or are shared); active runs holding slices or parts cross with each slot's share
-  (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster; not
-  CPU-only runs (``gpus`` 0);
+  (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster;
+- CPU-only runs (``gpus`` 0: host CPU and/or memory on one node of a type they accept, as
+  ``_engine.ShapeSpec(cpu_only=True)``), placed by ``placement._place_cpu``'s rules (under
+  ``fragmentation``: growth class and CPU balance first; then the most CPU per free GPU
+  share left, then the name), charged no quota (amount 0, on the type placed; still held
+  back where its project already holds more than ``QuotaBook.admits`` allows on every type),
+  preempting and preempted as any run (they free host resources, they lose no GPU-seconds),
+  never reserved for (backfill reserves for whole-GPU runs only); compared on random
+  clusters by ``tests/test_native_core.py`` and ``tests/test_native_cpu.py``;
 - every ``order`` (``shortest``, ``submit``, ``las``), with ``policy.shortest_preempt_borrowers``
   (``core/borrowers.py``; in Rust ``native/src/preempt/borrowers.rs``: each victim it takes
   crosses back with the two projects' shares for its message,
@@ -67,14 +75,6 @@ def unsupported(template: Snapshot) -> str | None:
             )
     if template.shape_prior:
         return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"
-    return None
-
-
-def run_unsupported(run: Run) -> str | None:
-    """Why the native engine cannot queue ``run``, or None when it can."""
-    r = run.request
-    if r.shape == "cpu":
-        return f"run {run.id} asks for no GPU (the native engine: GPU runs only)"
     return None
 
 

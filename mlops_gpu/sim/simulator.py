@@ -256,14 +256,6 @@ class Simulation:
             "cargo, Rust 1.82 or later, is on PATH)"
             if module is None
             else native.unsupported(self.template)
-            or next(
-                (
-                    w
-                    for j in self.trace.jobs
-                    if (w := native.run_unsupported(self._run_for(j, 0, 1, 0.0, 0.0)))
-                ),
-                None,
-            )
         )
         if why is None and not hasattr(native.NativeEngine, "checkpoint"):
             why = "the native engine does not take checkpoint reports"

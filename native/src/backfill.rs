@@ -135,9 +135,9 @@ pub(crate) fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
     false
 }
 
-/// `ever_fits` for a MIG or shared request (one node): a node of the type serving the shape
-/// (`placement::serves_shape`), with enough slices of the profile, or a device that holds the
-/// fraction and the memory asked for, when empty (`place_mig`/`place_shared` on an empty
+/// `ever_fits` for a MIG, shared or CPU-only request (one node): a node of the type serving
+/// the shape (`placement::serves_shape`), with enough slices of the profile, or a device that
+/// holds the fraction and the memory asked for, or the host resources alone, when empty (`place_mig`/`place_shared` on an empty
 /// cluster, as `placement.could_ever_fit` places).
 fn parts_ever_fit(m: &Model, r: &Run, t: usize) -> bool {
     m.of_type[t].iter().any(|&n| {
@@ -148,6 +148,7 @@ fn parts_ever_fit(m: &Model, r: &Run, t: usize) -> bool {
         }
         match r.shape {
             Shape::Whole => false,
+            Shape::Cpu => true, // (any node of the type with the host resources)
             Shape::Mig { profile, .. } => {
                 p.mig_placeable
                     && p.local(profile)

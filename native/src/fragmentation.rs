@@ -30,7 +30,7 @@ use crate::pyfloat;
 
 mod sig;
 
-pub use sig::{after_share, after_whole, Sig};
+pub use sig::{after_host, after_share, after_whole, Sig};
 
 /// At most this many shapes weighed (`fragmentation.TOP_K`, where the choice is argued).
 pub const TOP_K: usize = 128;

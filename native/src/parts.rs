@@ -16,7 +16,7 @@
 use crate::capacity::Capacity;
 use crate::model::Model;
 
-/// How a run takes GPUs (`ResourceRequest.shape`; CPU-only runs are not served here).
+/// How a run takes GPUs (`ResourceRequest.shape`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Shape {
     /// `gpus` whole devices on each of `nodes` nodes.
@@ -29,6 +29,9 @@ pub enum Shape {
         fraction: Option<f64>,
         memory_mb: Option<i64>,
     },
+    /// No GPU (`gpus` 0, one node): host CPU and/or memory only, on a node of one of its
+    /// types (`placement._place_cpu`); it is charged no quota.
+    Cpu,
 }
 
 impl Shape {
@@ -51,6 +54,7 @@ impl Shape {
                 fraction.unwrap_or(0.0).to_bits(),
                 memory_mb,
             ),
+            Shape::Cpu => (3, 0, 0, None),
         }
     }
 }
@@ -260,10 +264,18 @@ pub fn build(ndev: &[usize], specs: Vec<PartSpec>) -> Result<Vec<NodeParts>, Str
     Ok(out)
 }
 
-/// A run's shape, checked (the Python side validates requests; nothing here may panic later).
+/// A run's shape, checked (the Python side validates requests; nothing here may panic later):
+/// every shape but `Cpu` takes at least one GPU on at least one node, `Cpu` none on one node.
 pub fn check(shape: &Shape, gpus: usize, nodes: usize) -> Result<(), String> {
+    if (gpus == 0) != (*shape == Shape::Cpu) || nodes == 0 {
+        return Err(
+            "it asks for no node, or for no GPU without being CPU-only (or for GPUs being so)"
+                .into(),
+        );
+    }
     match *shape {
         Shape::Whole => Ok(()),
+        Shape::Cpu if nodes == 1 => Ok(()),
         Shape::Mig { share, .. } if nodes == 1 && share.is_finite() && share > 0.0 => Ok(()),
         Shape::Shared {
             fraction,
@@ -278,7 +290,7 @@ pub fn check(shape: &Shape, gpus: usize, nodes: usize) -> Result<(), String> {
         }
         _ => Err(
             "a MIG request takes slices on one node, a shared one part of one GPU (a \
-                  fraction in (0, 1] and/or a positive memory cap)"
+                  fraction in (0, 1] and/or a positive memory cap), a CPU-only one one node"
                 .into(),
         ),
     }

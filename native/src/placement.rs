@@ -3,13 +3,16 @@
 //! that fit, fewest free devices first, then by name; the backend whose choice leaves the
 //! fewest free devices (then the names) wins; each node gives its first free devices. A run
 //! with a topology key is placed by `topology`; a one-node run under fragmentation-aware
-//! placement by `fgd`.
+//! placement by `fgd`. A CPU-only run goes to one node with its host resources free
+//! (`place_cpu`).
 
 use crate::backfill::Reservation;
 use crate::capacity::{Capacity, Placement};
-use crate::fgd::place_whole_fgd;
+use crate::fgd::{place_whole_fgd, score, signature};
+use crate::fragmentation::after_host;
 use crate::model::Model;
 use crate::parts::{self, Shape};
+use crate::pyfloat;
 use crate::state::Run;
 use crate::topology::place_topology;
 
@@ -28,6 +31,7 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
             return crate::mig::place_mig(m, cap, r, t, flt, profile, share)
         }
         Shape::Shared { .. } => return crate::shared::place_shared(m, cap, r, t, flt),
+        Shape::Cpu => return place_cpu(m, cap, r, t, flt),
         Shape::Whole => {}
     }
     if r.topology.is_some() {
@@ -115,11 +119,73 @@ pub fn eligible<'a>(
 /// that places them and the profile on the node, shared ones a shared node.
 fn serves_shape(m: &Model, n: usize, r: &Run) -> bool {
     match r.shape {
-        Shape::Whole => true,
+        Shape::Whole | Shape::Cpu => true,
         Shape::Mig { profile, .. } => {
             let p = parts::of(m, n);
             p.mig_placeable && p.local(profile).is_some()
         }
         Shape::Shared { .. } => parts::of(m, n).shared,
     }
+}
+
+/// A CPU-only run (`placement._place_cpu`): one eligible node (allowed by the reservation with
+/// its free devices untouched); under fragmentation-aware placement the least class of growth
+/// of expected fragmentation, then CPU balance; then the node left with the most CPU per free
+/// GPU share (it strands the fewest GPUs; untracked CPU or no free GPU: infinitely much);
+/// then the name. It holds no device.
+pub fn place_cpu(
+    m: &Model,
+    cap: &Capacity,
+    r: &Run,
+    t: usize,
+    flt: Filter<'_>,
+) -> Option<Placement> {
+    let fgd = cap.mix.enabled;
+    // (growth class, imbalance, minus CPU per free GPU, node): Python's tuple order, where
+    // -0.0 and 0.0 are equal (so `partial_cmp`, never `total_cmp`, on the floats)
+    let mut best: Option<(i64, f64, f64, usize)> = None;
+    for n in eligible(m, cap, r, t) {
+        let free = cap.free[n].len();
+        if flt.is_some_and(|(res, ends)| !res.allows(n, free, ends)) {
+            continue;
+        }
+        let sig = signature(m, cap, n);
+        let (class, imbalance) = if fgd {
+            score(cap, &sig, &after_host(&sig, r.cpu_milli, r.host_memory_mb))
+        } else {
+            (0, 0.0)
+        };
+        let share = pyfloat::sum(sig.shares(), cap.mix.compensated);
+        let left = cap.cpu_free[n].map_or(f64::INFINITY, |c| (c - r.cpu_milli) as f64);
+        let per_gpu = if share <= 1e-9 {
+            f64::INFINITY
+        } else {
+            left / share
+        };
+        let key = (class, imbalance, -per_gpu, n);
+        if best.is_none_or(|b| cpu_key_lt(key, b)) {
+            best = Some(key);
+        }
+    }
+    let (_, _, _, n) = best?;
+    Some(Placement {
+        ty: t,
+        backend: m.nodes[n].backend,
+        gpus: 0,
+        host: r.host(),
+        slots: vec![(n, Vec::new())],
+        shares: Vec::new(),
+        accepts: r.accepts,
+    })
+}
+
+/// Python's `<` on (int, float, float, name) tuples (no NaN: a node's CPU left over its free
+/// share is never 0/0 or inf/inf).
+fn cpu_key_lt(a: (i64, f64, f64, usize), b: (i64, f64, f64, usize)) -> bool {
+    let eq = |x: f64, y: f64| x.partial_cmp(&y).expect("no NaN");
+    a.0.cmp(&b.0)
+        .then(eq(a.1, b.1))
+        .then(eq(a.2, b.2))
+        .then(a.3.cmp(&b.3))
+        .is_lt()
 }

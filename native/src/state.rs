@@ -71,12 +71,14 @@ pub struct Run {
 
 impl Run {
     /// GPUs charged before it is placed (`placement.request_amount`): its slices' share, its
-    /// fraction (a memory cap alone counts as a whole GPU until placed), or whole GPUs.
+    /// fraction (a memory cap alone counts as a whole GPU until placed), whole GPUs, or none
+    /// (a CPU-only run).
     pub fn amount(&self) -> f64 {
         match self.shape {
             Shape::Whole => (self.gpus * self.nodes) as f64,
             Shape::Mig { share, .. } => self.gpus as f64 * share,
             Shape::Shared { fraction, .. } => fraction.unwrap_or(1.0),
+            Shape::Cpu => 0.0,
         }
     }
 

@@ -1,5 +1,5 @@
 //! The typed classes for MIG slices and shared GPUs (`mlops_gpu_native::parts`): a node's
-//! parts (`PartSpec`, `MigSpec`), a run's shape (`ShapeSpec`) and the share a held slot holds
+//! parts (`PartSpec`, `MigSpec`), a run's shape (`ShapeSpec`, CPU-only runs' too) and the share a held slot holds
 //! (`SlotShare`); built with keyword arguments, like every class of this module.
 
 use mlops_gpu_native as lib;
@@ -55,8 +55,9 @@ impl PartSpec {
     }
 }
 
-/// A MIG request (`mig`: the profile's number, `mig_share`: a slice's share of a GPU) or a
-/// shared one (`fraction` and/or `memory_mb`).
+/// A MIG request (`mig`: the profile's number, `mig_share`: a slice's share of a GPU), a
+/// shared one (`fraction` and/or `memory_mb`), or a CPU-only one (`cpu_only`: no GPU, host
+/// CPU and/or memory only; with none of the others).
 #[pyclass(frozen, module = "mlops_gpu._engine")]
 #[derive(Clone)]
 pub struct ShapeSpec(pub lib::Shape);
@@ -64,14 +65,23 @@ pub struct ShapeSpec(pub lib::Shape);
 #[pymethods]
 impl ShapeSpec {
     #[new]
-    #[pyo3(signature = (*, mig=None, mig_share=1.0, fraction=None, memory_mb=None))]
+    #[pyo3(signature = (*, mig=None, mig_share=1.0, fraction=None, memory_mb=None, cpu_only=false))]
     fn new(
         mig: Option<usize>,
         mig_share: f64,
         fraction: Option<f64>,
         memory_mb: Option<i64>,
-    ) -> Self {
-        ShapeSpec(match mig {
+        cpu_only: bool,
+    ) -> PyResult<Self> {
+        Ok(ShapeSpec(match mig {
+            _ if cpu_only => {
+                if mig.is_some() || fraction.is_some() || memory_mb.is_some() {
+                    return Err(pyo3::exceptions::PyValueError::new_err(
+                        "ShapeSpec: cpu_only takes no mig, fraction or memory_mb",
+                    ));
+                }
+                lib::Shape::Cpu
+            }
             Some(profile) => lib::Shape::Mig {
                 profile,
                 share: mig_share,
@@ -80,7 +90,7 @@ impl ShapeSpec {
                 fraction,
                 memory_mb,
             },
-        })
+        }))
     }
 
     fn __repr__(&self) -> String {

@@ -66,7 +66,8 @@ impl Cycle<'_> {
         let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled && reorder {
             // any of several types: headroom, then the placement that fragments least
             let placed: Vec<_> = types.iter().map(|&t| self.place_for(i, t)).collect();
-            let order = order_types(m, &self.st.cap, &types, &placed, true);
+            let holds_gpus = self.st.runs[i].shape != Shape::Cpu;
+            let order = order_types(m, &self.st.cap, &types, &placed, holds_gpus);
             let mut placed: Vec<_> = placed.into_iter().map(Some).collect();
             types = order.iter().map(|&k| types[k]).collect();
             order.iter().map(|&k| placed[k].take()).collect()

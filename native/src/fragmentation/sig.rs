@@ -69,7 +69,6 @@ pub fn after_share(sig: &Sig, left_before: f64, share: f64, cpu: i64, mem: i64) 
 }
 
 /// `sig` once a run takes host resources only (a CPU-only run: `fragmentation.after_host`).
-#[allow(dead_code)] // (CPU-only runs are not native yet)
 pub fn after_host(sig: &Sig, cpu: i64, mem: i64) -> Sig {
     Sig {
         free: sig.free.clone(),

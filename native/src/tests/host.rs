@@ -3,7 +3,7 @@
 //! (best fit among those), takes them, and gives them back; an empty cluster judges whether
 //! it could ever fit by the nodes' totals. The Python core is the specification
 //! (`Capacity.host_fits`, `placement.eligible_nodes`); `tests/test_native_core.py` compares
-//! at large.
+//! at large. A CPU-only run (`placement._place_cpu`) holds host resources and no device.
 
 use super::{model, run};
 use crate::backfill::ever_fits;
@@ -69,4 +69,30 @@ fn memory_counts_where_tracked_and_an_empty_cluster_judges_by_totals() {
     assert_eq!(p.slots[0].0, 0);
     assert!(ever_fits(&m, &asking(4, 16000, 0), 0));
     assert!(!ever_fits(&m, &asking(4, 16001, 0), 0));
+}
+
+#[test]
+fn a_cpu_only_run_takes_host_cpu_only_where_it_strands_the_fewest_gpus() {
+    let m = hosts();
+    let mut cap = Capacity::new(&m);
+    let mut r = asking(0, 2000, 0);
+    r.shape = crate::parts::Shape::Cpu;
+    // both nodes have 4 GPUs free: the most CPU left per free GPU is n1's (14,000 / 4)
+    let p = place(&m, &cap, &r, 0, None).expect("n1");
+    assert_eq!((p.slots[0].0, p.slots[0].1.len(), p.amount()), (1, 0, 0.0));
+    // with n0's GPUs all taken (best fit: the first by name), CPU there strands no GPU
+    // (infinitely much CPU per free GPU), though n1 has more CPU
+    let whole = place(&m, &cap, &asking(4, 0, 0), 0, None).expect("n0");
+    assert_eq!(whole.slots[0].0, 0);
+    cap.take(&m, 0, &whole);
+    let p = place(&m, &cap, &r, 0, None).expect("n0");
+    assert_eq!(p.slots[0].0, 0);
+    cap.take(&m, 0, &p);
+    // (charged no GPU)
+    assert_eq!((cap.cpu_free[0], cap.used[0]), (Some(2000), 4.0));
+    // all of n1's CPU: only there; more than any node has: never
+    r.cpu_milli = 16000;
+    assert_eq!(place(&m, &cap, &r, 0, None).map(|p| p.slots[0].0), Some(1));
+    r.cpu_milli = 16001;
+    assert!(place(&m, &cap, &r, 0, None).is_none() && !ever_fits(&m, &r, 0));
 }
