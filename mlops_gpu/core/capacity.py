@@ -5,7 +5,11 @@ Invariants:
   node's own order; ``shared[node][device]`` is the (fraction, memory MB) held on a device that
   shared runs use; ``mig_free[node][profile]`` lists free MIG slices.
 - ``used[(project, gpu_type)]`` is the GPU amount (``Placement.gpu_amount``) held by the
-  project's active runs of that type.
+  project's active runs of that type: their amounts counted in whole ``UNIT``s of a GPU and
+  summed as integers (``units``), so it depends only on which runs hold what, never on the
+  order they came and went in. (Summed as floats, shares and slices such as 1/7 leave a last
+  bit that differs between an engine that booked and gave back for hours and a snapshot
+  booked at once, and fair share breaks ties on the exact value: issue 25.)
 - ``take`` and ``release`` are exact inverses, so a trial (preemption search) can undo itself.
 - ``buckets[(gpu_type, backend)][k]`` lists, sorted by name, the schedulable nodes with exactly
   ``k`` free whole devices: best fit is the first name of the first non-empty bucket >= need.
@@ -24,6 +28,12 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node, NodeSlot, Placement, ResourceRequest
 from mlops_gpu.model.cluster import mig_share
 
+#: Parts of a GPU that ``used`` counts in: a multiple of 7 (MIG slices are sevenths), of 2^16
+#: and 3^2 x 5^6 (fractions and memory shares of usual GPU sizes), so those amounts are whole
+#: units and their sums are exact; any other amount is rounded to 1/UNIT (1.6e-11 of a GPU),
+#: far below the quota checks' tolerance (1e-9). The native engine uses the same.
+UNIT = 2**16 * 3**2 * 5**6 * 7
+
 
 class Capacity:
     def __init__(self, snap: Snapshot) -> None:
@@ -35,6 +45,9 @@ class Capacity:
         self.used: dict[tuple[str, str], float] = defaultdict(float)
         #: GPU amount held per type, all projects together (``free_by_type``).
         self.type_used: dict[str, float] = defaultdict(float)
+        #: ``used`` and ``type_used`` in ``UNIT``s: what they are worked out from.
+        self.units: dict[tuple[str, str], int] = defaultdict(int)
+        self.type_units: dict[str, int] = defaultdict(int)
         self.free: dict[str, list[str]] = {n.name: list(n.devices) for n in snap.nodes}
         self.shared: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
         self.mig_free: dict[str, dict[str, list[str]]] = {
@@ -105,8 +118,7 @@ class Capacity:
                         mem + (slot.memory_mb or 0),
                     )
                     self._take_devices(node, (dev,))
-        self.used[(project, placement.gpu_type)] += placement.gpu_amount
-        self.type_used[placement.gpu_type] += placement.gpu_amount
+        self._book(project, placement.gpu_type, round(placement.gpu_amount * UNIT))
 
     def release(self, project: str, placement: Placement, accepts: tuple[str, ...] = ()) -> None:
         """Give back what ``take`` booked (with the same ``accepts``)."""
@@ -134,8 +146,17 @@ class Capacity:
                         self._free_devices(node, (dev,))
                     else:
                         self.shared[slot.node][dev] = (frac, mem)
-        self.used[(project, placement.gpu_type)] -= placement.gpu_amount
-        self.type_used[placement.gpu_type] -= placement.gpu_amount
+        self._book(project, placement.gpu_type, -round(placement.gpu_amount * UNIT))
+
+    def _book(self, project: str, gpu_type: str, units: int) -> None:
+        """Add ``units`` to the project's and the type's holdings (``used``, ``type_used``)."""
+        key = (project, gpu_type)
+        held = self.units[key] + units
+        self.units[key] = held
+        self.used[key] = held / UNIT
+        total = self.type_units[gpu_type] + units
+        self.type_units[gpu_type] = total
+        self.type_used[gpu_type] = total / UNIT
 
     def _host(self, slot: NodeSlot, sign: int, accepts: tuple[str, ...]) -> None:
         """Book (``sign`` -1) or give back (+1) a slot's host resources and mix shape."""

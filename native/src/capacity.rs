@@ -6,7 +6,9 @@
 //! - `buckets[g][k]` lists, by name, the schedulable nodes of group `g` (a (type, backend)
 //!   pair of `Model::groups`) with exactly `k` free devices: best fit is the first node of the
 //!   first non-empty bucket at or above the need;
-//! - `used[pt(p, t)]` is the GPUs project `p` holds of type `t`;
+//! - `used[pt(p, t)]` is the GPUs project `p` holds of type `t`: `used_units` over `UNIT`,
+//!   the amounts summed as integers, so it depends only on who holds what, never on the order
+//!   runs came and went in (`Capacity.used`; issue 25);
 //! - `cpu_free[node]` / `mem_free[node]`: host resources not held (None: not tracked);
 //! - `take` and `release` are exact inverses (a preemption trial undoes itself).
 
@@ -48,12 +50,23 @@ impl Placement {
     }
 }
 
+/// Parts of a GPU that `used` counts in (`capacity.UNIT`): 2^16 x 3^2 x 5^6 x 7, so sevenths
+/// (MIG slices), fractions and memory shares of usual GPU sizes are whole units.
+pub const UNIT: f64 = 64_512_000_000.0;
+
+/// A placement's GPU amount in `UNIT`s (Python's `round(amount * UNIT)`: ties to even).
+pub fn units(amount: f64) -> i64 {
+    (amount * UNIT).round_ties_even() as i64
+}
+
 #[derive(Clone)]
 pub struct Capacity {
     pub free: Vec<Vec<u16>>,
     pub buckets: Vec<Vec<Vec<usize>>>,
     pub group_of: Vec<Option<usize>>,
     pub used: Vec<f64>,
+    /// `used` in `UNIT`s: what it is worked out from.
+    pub used_units: Vec<i64>,
     /// Per node: host CPU (millicores) and memory (MB) not held by active runs (None: not
     /// tracked).
     pub cpu_free: Vec<Option<i64>>,
@@ -95,6 +108,7 @@ impl Capacity {
             buckets,
             group_of,
             used: vec![0.0; m.projects.len() * m.n_types],
+            used_units: vec![0; m.projects.len() * m.n_types],
             cpu_free: m.nodes.iter().map(|n| n.cpu_milli).collect(),
             mem_free: m.nodes.iter().map(|n| n.host_memory_mb).collect(),
             mig_free: parts::mig_free(m),
@@ -126,7 +140,7 @@ impl Capacity {
                 self.mix.add(s);
             }
         }
-        self.used[m.pt(project, p.ty)] += p.amount();
+        self.book(m.pt(project, p.ty), units(p.amount()));
     }
 
     pub fn release(&mut self, m: &Model, project: usize, p: &Placement) {
@@ -142,7 +156,12 @@ impl Capacity {
                 self.mix.remove(s);
             }
         }
-        self.used[m.pt(project, p.ty)] -= p.amount();
+        self.book(m.pt(project, p.ty), -units(p.amount()));
+    }
+
+    fn book(&mut self, k: usize, units: i64) {
+        self.used_units[k] += units;
+        self.used[k] = self.used_units[k] as f64 / UNIT;
     }
 
     /// Take the devices that are free, moving the node between buckets once.

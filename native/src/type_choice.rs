@@ -12,7 +12,7 @@
 
 use std::cmp::Ordering;
 
-use crate::capacity::{Capacity, Placement};
+use crate::capacity::{Capacity, Placement, UNIT};
 use crate::fgd::fragment_growth;
 use crate::model::Model;
 use crate::pyfloat;
@@ -20,11 +20,13 @@ use crate::pyfloat;
 /// GPUs of headroom that make a difference between types (one 8-GPU node).
 pub const HEADROOM_STEP: f64 = 8.0;
 
-/// GPUs of type `t` no active run holds (`Capacity.free_by_type`; whole GPUs, so every sum
-/// is exact).
+/// GPUs of type `t` no active run holds (`Capacity.free_by_type`: the projects' holdings
+/// summed in `UNIT`s, exactly, as `Capacity.type_used` is).
 fn free_by_type(m: &Model, cap: &Capacity, t: usize) -> f64 {
-    let used: f64 = (0..m.projects.len()).map(|p| cap.used[m.pt(p, t)]).sum();
-    m.capacity_by_type[t] - used
+    let units: i64 = (0..m.projects.len())
+        .map(|p| cap.used_units[m.pt(p, t)])
+        .sum();
+    m.capacity_by_type[t] - units as f64 / UNIT
 }
 
 /// The positions of `types` best first, for a run whose placement on `types[k]` is

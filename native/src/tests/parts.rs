@@ -197,3 +197,26 @@ fn the_shares_held_without_max_runtime_are_summed_in_the_order_they_came() {
     assert_eq!(e.no_eta, vec![NoEta::HeldUnknown(0.3 + 0.2 + 0.1)]);
     assert_ne!(0.3 + 0.2 + 0.1, 0.1 + 0.3 + 0.2);
 }
+
+#[test]
+fn used_counts_sevenths_exactly_whatever_the_order_they_came_and_went_in() {
+    // issue 25: 2g, 2g, 3g, 3g, 2g booked, then a 2g and a 3g given back
+    let (mut float, mut units) = (0.0_f64, 0_i64);
+    for k in [2.0, 2.0, 3.0, 3.0, 2.0] {
+        float += k / 7.0;
+        units += crate::capacity::units(k / 7.0);
+    }
+    for k in [2.0, 3.0] {
+        float -= k / 7.0;
+        units -= crate::capacity::units(k / 7.0);
+    }
+    assert_eq!(
+        float, 1.0000000000000002,
+        "summed as floats: a last bit off"
+    );
+    assert_eq!(units as f64 / crate::capacity::UNIT, 1.0);
+    assert_eq!(
+        crate::capacity::units(0.25) * 4,
+        crate::capacity::units(1.0)
+    );
+}
