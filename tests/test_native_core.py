@@ -89,8 +89,6 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     host = draw(st.booleans())
     placement = draw(st.sampled_from(["fragmentation", "fragmentation", "best-fit"]))
     sharing = draw(st.booleans())  # (shared devices, under either placement)
-    # (MIG slices: not where fragmentation weighs host or shared shapes)
-    weighs = (host or sharing) and placement != "best-fit"
     nodes = [
         make_node(
             f"n{i}",
@@ -101,7 +99,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             labels=draw(st.sampled_from(LABELS)),
             cpu_milli=draw(st.sampled_from([None, 8000, 16000])) if host else None,
             host_memory_mb=draw(st.sampled_from([None, 64000])) if host else None,
-            mig={} if weighs else draw(st.sampled_from(MIG)),
+            mig=draw(st.sampled_from(MIG)),
             shared=sharing and draw(st.booleans()),
             gpu_memory_mb=draw(st.sampled_from([None, 80000])),
         )
@@ -534,24 +532,13 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     assert unsupported(replace(shared, policy=replace(shared.policy, placement="best-fit"))) is None
     sliced = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)})], [])
     assert unsupported(sliced) is None
-    # MIG slices where fragmentation-aware placement weighs host (or shared) shapes: not here
-    mixed = make_snapshot(
-        [
-            make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}),
-            make_node("n1", 4, TYPES[0], cpu_milli=8000),
-        ],
-        [],
-    )
-    assert "node n0 has MIG slices" in str(unsupported(mixed))
-    beside_shared = make_snapshot(
-        [
-            make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}),
-            make_node("n1", 4, TYPES[0], shared=True),
-        ],
-        [],
-    )
-    assert "node n0 has MIG slices" in str(unsupported(beside_shared))
-    assert unsupported(replace(mixed, policy=replace(mixed.policy, placement="best-fit"))) is None
+    # MIG slices beside nodes that fragmentation-aware placement weighs (host, shared): served
+    for other in (
+        make_node("n1", 4, TYPES[0], cpu_milli=8000),
+        make_node("n1", 4, TYPES[0], shared=True),
+    ):
+        mixed = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}), other], [])
+        assert mixed.policy.placement == "fragmentation" and unsupported(mixed) is None
     # host CPU tracked, under either placement; a shape prior (the packing simulator's) is not
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
     assert host.policy.placement == "fragmentation" and unsupported(host) is None

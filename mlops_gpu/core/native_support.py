@@ -16,9 +16,12 @@ simulator then run the Python engine (nothing is guessed). The native engine ser
   fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``) under
   either placement (``fragmentation`` weighs a part by the growth of its node's expected
   fragmentation, ``after_share``; a shared node makes the cluster one to weigh, as host
-  resources do: ``PartSpec.shared_node``), but MIG slices not where fragmentation-aware
-  placement weighs the cluster's shapes (``fragmentation`` with nodes that track host
-  resources or are shared); active runs holding slices or parts cross with each slot's share
+  resources do: ``PartSpec.shared_node``); where fragmentation-aware placement weighs the
+  cluster, MIG slices are placed best fit as elsewhere, book their host CPU and memory on
+  the node (which its signature shows) and add no shape to the mix (``Capacity._host``), and
+  a MIG run's GPU types are not reordered (``Cycle._try``), as in the Python core (compared
+  by ``tests/test_native_fragmentation.py``, whose clusters have MIG nodes and runs);
+  active runs holding slices or parts cross with each slot's share
   (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster; not
   CPU-only runs (``gpus`` 0);
 - every ``order`` (``shortest``, ``submit``, ``las``), and project budgets: each cycle the
@@ -55,18 +58,6 @@ def unsupported(template: Snapshot) -> str | None:
             "policy.shortest_preempt_borrowers (the native engine does not preempt borrowers"
             " of other projects shortest-first)"
         )
-    # fragmentation-aware placement weighs every held slot's shape (the Rust engine keeps that
-    # mix where nodes track host resources or are shared, as whole GPUs and shared parts only)
-    weighs = p.placement == "fragmentation" and any(
-        n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in template.nodes
-    )
-    for n in template.nodes:
-        if n.mig and weighs:
-            return (
-                f"node {n.name} has MIG slices on a cluster with shared devices or tracking host "
-                "CPU or memory under policy.placement 'fragmentation' (the native engine weighs "
-                "whole GPUs and shared parts only there)"
-            )
     if template.shape_prior:
         return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"
     return None
