@@ -539,12 +539,17 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     ):
         mixed = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}), other], [])
         assert mixed.policy.placement == "fragmentation" and unsupported(mixed) is None
-    # host CPU tracked, under either placement; a shape prior (the packing simulator's) is not
+    # host CPU tracked, under either placement; a shape prior (the packing simulator's) of
+    # whole counts and sorted types, not others
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
     assert host.policy.placement == "fragmentation" and unsupported(host) is None
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
-    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0})
-    assert "shape prior" in str(unsupported(prior))
+    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0, (2, 1.0, 0, 0, ("a", "b")): 1.0})
+    assert unsupported(prior) is None
+    half = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 2.5})
+    assert "shape prior count 2.5" in str(unsupported(half))
+    unsorted = replace(host, shape_prior={(1, 1.0, 0, 0, ("b", "a")): 1.0})
+    assert "shape prior's GPU types" in str(unsupported(unsorted))
     eng = NativeEngine(template, native)
     cpu = make_run("c", "p0", gpus=0, cpu_milli=1000)
     assert run_unsupported(make_run("m", "p0", mig="1g.10gb")) is None

@@ -4,8 +4,9 @@
 track host CPU and memory, some with MIG slices beside their whole GPUs, under
 ``policy.placement: fragmentation``, with runs that ask for host resources and accept one,
 several or unknown GPU types, some for MIG slices (which book host resources on the node, and
-so change its signature, but add no shape to the mix), both engines admit, place and preempt
-alike at every cycle (``test_native_core.replay``, which also checks ``decide``).
+so change its signature, but add no shape to the mix), sometimes with a shape prior (the
+packing simulator's), both engines admit, place and preempt alike at every cycle
+(``test_native_core.replay``, which also checks ``decide``).
 
 The scenarios are drawn so that the rules decide often: nodes of several sizes and CPU
 amounts (the score classes and the CPU balance differ between them), runs restricted to one
@@ -43,6 +44,19 @@ ACCEPTS: list[list[str]] = [
     TYPES[::-1],
     [TYPES[0], "tpu-v5", TYPES[0]],
     [TYPES[1], "b200"],
+]
+#: The workload's expected shapes (``Snapshot.shape_prior``, as the packing simulator sets it:
+#: whole counts, accepted types sorted): none (most), or shapes like the runs' and unlike.
+PRIORS: list[dict[Any, float]] = [
+    {},
+    {},
+    {(1, 1.0, 0, 0, ()): 5.0, (2, 1.0, 8000, 0, (TYPES[0],)): 3.0, (8, 1.0, 0, 0, ()): 2.0},
+    {
+        (4, 1.0, 16000, 32000, ()): 7.0,
+        (1, 1.0, 4000, 8000, tuple(sorted(TYPES))): 1.0,
+        (1, 0.5, 0, 0, ()): 4.0,
+        (2, 1.0, 0, 0, ("b200", TYPES[1])): 2.0,
+    },
 ]
 #: A node's MIG slices (most nodes have none; a sliced node may have whole GPUs too, whose
 #: signature the slices' runs change through the host CPU and memory they book there).
@@ -101,6 +115,7 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         preempt_uncheckpointed=True,
         placement="fragmentation",
     )
+    template = replace(template, shape_prior=draw(st.sampled_from(PRIORS)))
     assert unsupported(template) is None
     events: list[tuple[Any, ...]] = []
     for i in range(draw(st.integers(10, 60))):

@@ -9,8 +9,10 @@ simulator then run the Python engine (nothing is guessed). The native engine ser
   places one-node runs by the growth of expected fragmentation and orders a run's GPU types by
   headroom and growth (``core/fragmentation.py``, ``type_choice``), as the Python core does to
   the last bit of its ``round()`` and ``sum()`` (runs' ``gpu_types`` cross as named:
-  ``accepts``; compared on random clusters by ``tests/test_native_fragmentation.py``); not
-  with a ``Snapshot.shape_prior`` (the packing simulator's, which runs the Python engine);
+  ``accepts``; compared on random clusters by ``tests/test_native_fragmentation.py``), with
+  a ``Snapshot.shape_prior`` (the packing simulator's; as ``_engine.PriorShape``) whose
+  counts are whole numbers and whose shapes' GPU types are sorted (as ``sim/packing`` makes
+  them);
 - MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
   their whole devices, profiles numbered in name order) and parts of shared devices by
   fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``) under
@@ -58,8 +60,13 @@ def unsupported(template: Snapshot) -> str | None:
             "policy.shortest_preempt_borrowers (the native engine does not preempt borrowers"
             " of other projects shortest-first)"
         )
-    if template.shape_prior:
-        return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"
+    for (*_, accepts), count in template.shape_prior.items():
+        # (whole counts: the engine's sums of counts are then exact in any order, as Python's
+        # are in its dict's; sorted accepts: the order shapes compare in is the names')
+        if count != int(count) or count < 0:
+            return f"a shape prior count {count!r} (the native engine: whole numbers)"
+        if list(accepts) != sorted(accepts):
+            return f"a shape prior's GPU types {accepts!r} (the native engine: sorted)"
     return None
 
 
