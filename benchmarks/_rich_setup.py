@@ -17,9 +17,9 @@ deterministic (its own ``random.Random(seed)``), so its ``decisions_sha256`` is 
   ``Spending``: the GPU-hours of their runs that ended within the window (a run's GPU-hours
   count when it ends), handed to every cycle.
 
-Left out, because the native engine refuses it (``core/native_support.py``): under the shipped
-default placement, ``fragmentation``, MIG slices on a cluster it weighs (one with shared devices
-or nodes tracking host CPU or memory); so this set-up runs ``placement: best-fit``.
+It runs ``placement: best-fit`` (its digests in ``benchmarks/RESULTS.md`` were taken so);
+``core_throughput.py --placement fragmentation`` runs it under the shipped default, which
+weighs its MIG, shared and host-tracking nodes alike on both engines.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ naive FIFO first-fit baseline on the same workload. The last line printed is one
     python benchmarks/core_throughput.py [--nodes 1000] [--runs 50000] [--seed 1]
                                          [--core auto|native|python] [--arrays]
                                          [--setup default|rich] [--clock wall|cpu]
+                                         [--placement best-fit|fragmentation]
 
 ``--arrays`` (job control): the runs come in job arrays of 100 (one project, type and shape
 each) limited to 8 running at once (``%8``), and 10% of runs depend (``afterok``) on a run of
@@ -18,7 +19,10 @@ the same engine schedules the same runs without job control (``plain_admissions_
 
 ``--setup rich`` (``_rich_setup``): the same nodes and runs, where a quarter of the nodes are
 MIG-partitioned or shared, runs carry topology labels and host CPU and memory, and 5 projects
-have budgets (what they spent is handed to every cycle).
+have budgets (what they spent is handed to every cycle). It runs ``placement: best-fit``
+unless ``--placement`` says otherwise (``--placement fragmentation``: the shipped default,
+which weighs its MIG, shared and host-tracking nodes); without ``--placement`` each set-up
+keeps its own (the default set-up's: the shipped default).
 
 ``--clock cpu`` times cycles and the explanation by the process's CPU time
 (``time.process_time``) instead of the wall clock: on a shared machine the neighbours' load
@@ -318,6 +322,12 @@ def main() -> int:
         help="policy.preempt_uncheckpointed on (the workload's runs never report a checkpoint: "
         "without it no run of a preemptor's class is ever a victim)",
     )
+    ap.add_argument(
+        "--placement",
+        choices=["best-fit", "fragmentation"],
+        default=None,
+        help="the policy's placement (default: the set-up's own; rich: best-fit)",
+    )
     args = ap.parse_args()
     if args.setup == "rich" and args.arrays:
         raise SystemExit("core_throughput: --setup rich is not combined with --arrays")
@@ -333,6 +343,8 @@ def main() -> int:
                 preempt_uncheckpointed=args.preempt_uncheckpointed,
             ),
         )
+    if args.placement is not None:
+        template = replace(template, policy=replace(template.policy, placement=args.placement))
     plain_runs = runs
     if args.arrays:
         runs = with_job_control(runs, args.seed)
@@ -373,6 +385,7 @@ def main() -> int:
         "clock": args.clock,
         "shortest_preempt_borrowers": template.policy.shortest_preempt_borrowers,
         "preempt_uncheckpointed": template.policy.preempt_uncheckpointed,
+        "placement": template.policy.placement,
         "nodes": len(template.nodes),
         "gpus": sum(n.capacity for n in template.nodes),
         "runs": args.runs,

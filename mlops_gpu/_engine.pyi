@@ -70,6 +70,25 @@ class Settings:
         of_type: list[list[int]],
         policy: PolicySpec,
         parts: list[PartSpec] = ...,
+        shape_prior: list[PriorShape] = ...,
+    ) -> None: ...
+
+@final
+class PriorShape:
+    """One shape of ``Snapshot.shape_prior`` and its count (a whole number): GPUs, each GPU's
+    share, host CPU and memory, the accepted types by name (sorted; empty: any) and the
+    cluster's among them."""
+
+    def __init__(
+        self,
+        *,
+        gpus: int,
+        share: float,
+        cpu_milli: int,
+        host_memory_mb: int,
+        accepts: list[str],
+        gpu_types: list[int],
+        count: float,
     ) -> None: ...
 
 @final

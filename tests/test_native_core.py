@@ -93,8 +93,6 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
     host = draw(st.booleans())
     placement = draw(st.sampled_from(["fragmentation", "fragmentation", "best-fit"]))
     sharing = draw(st.booleans())  # (shared devices, under either placement)
-    # (MIG slices: not where fragmentation weighs host or shared shapes)
-    weighs = (host or sharing) and placement != "best-fit"
     nodes = [
         make_node(
             f"n{i}",
@@ -105,7 +103,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             labels=draw(st.sampled_from(LABELS)),
             cpu_milli=draw(st.sampled_from([None, 8000, 16000])) if host else None,
             host_memory_mb=draw(st.sampled_from([None, 64000])) if host else None,
-            mig={} if weighs else draw(st.sampled_from(MIG)),
+            mig=draw(st.sampled_from(MIG)),
             shared=sharing and draw(st.booleans()),
             gpu_memory_mb=draw(st.sampled_from([None, 80000])),
         )
@@ -562,30 +560,24 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     assert unsupported(replace(shared, policy=replace(shared.policy, placement="best-fit"))) is None
     sliced = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)})], [])
     assert unsupported(sliced) is None
-    # MIG slices where fragmentation-aware placement weighs host (or shared) shapes: not here
-    mixed = make_snapshot(
-        [
-            make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}),
-            make_node("n1", 4, TYPES[0], cpu_milli=8000),
-        ],
-        [],
-    )
-    assert "node n0 has MIG slices" in str(unsupported(mixed))
-    beside_shared = make_snapshot(
-        [
-            make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}),
-            make_node("n1", 4, TYPES[0], shared=True),
-        ],
-        [],
-    )
-    assert "node n0 has MIG slices" in str(unsupported(beside_shared))
-    assert unsupported(replace(mixed, policy=replace(mixed.policy, placement="best-fit"))) is None
-    # host CPU tracked, under either placement; a shape prior (the packing simulator's) is not
+    # MIG slices beside nodes that fragmentation-aware placement weighs (host, shared): served
+    for other in (
+        make_node("n1", 4, TYPES[0], cpu_milli=8000),
+        make_node("n1", 4, TYPES[0], shared=True),
+    ):
+        mixed = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}), other], [])
+        assert mixed.policy.placement == "fragmentation" and unsupported(mixed) is None
+    # host CPU tracked, under either placement; a shape prior (the packing simulator's) of
+    # whole counts and sorted types, not others
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
     assert host.policy.placement == "fragmentation" and unsupported(host) is None
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
-    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0})
-    assert "shape prior" in str(unsupported(prior))
+    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0, (2, 1.0, 0, 0, ("a", "b")): 1.0})
+    assert unsupported(prior) is None
+    half = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 2.5})
+    assert "shape prior count 2.5" in str(unsupported(half))
+    unsorted = replace(host, shape_prior={(1, 1.0, 0, 0, ("b", "a")): 1.0})
+    assert "shape prior's GPU types" in str(unsupported(unsorted))
     # every run is taken: MIG slices, and CPU-only runs (``gpus`` 0)
     eng = NativeEngine(template, native)
     eng.submit(make_run("m", "p0", mig="1g.10gb"))

@@ -1,25 +1,31 @@
 """Fragmentation-aware placement on the native engine (``native/src/fgd.rs``,
 ``fragmentation.rs``, ``type_choice.rs``) is the Python core's (``core/fragmentation.py``,
 ``placement._place_whole_fgd``, ``_place_cpu``, ``type_choice.order_types``): on random
-clusters whose nodes track host CPU and memory, under ``policy.placement: fragmentation``, with
-runs that ask for host resources (some CPU-only: ``gpus`` 0) and accept one, several or unknown
-GPU types, both engines admit, place and preempt alike at every cycle
-(``test_native_core.replay``, which also checks ``decide``). Letting a CPU-only run ignore host
-memory on the Rust side alone was checked to fail this test (and ``test_native_cpu``).
+clusters whose nodes track host CPU and memory, some with MIG slices beside their whole GPUs,
+under ``policy.placement: fragmentation``, with runs that ask for host resources (some
+CPU-only: ``gpus`` 0) and accept one, several or unknown GPU types, some for MIG slices (which
+book host resources on the node, and so change its signature, but add no shape to the mix),
+sometimes with a shape prior (the packing simulator's), both engines admit, place and preempt
+alike at every cycle (``test_native_core.replay``, which also checks ``decide``). Letting a
+CPU-only run ignore host memory on the Rust side alone was checked to fail this test (and
+``test_native_cpu``).
 
 The scenarios are drawn so that the rules decide often: nodes of several sizes and CPU
 amounts (the score classes and the CPU balance differ between them), runs restricted to one
 type next to runs that accept both (the headroom rule), quotas that rarely bind. Changing a rule
 on the Python side alone was checked to fail this test: the CPU balance's sign in a node's
 score and in a type's, the headroom step 8 -> 2 GPUs. (The weights' quantum 1000 -> 10 did not:
-its effect on the score classes is too rare at this size.)
+its effect on the score classes is too rare at this size.) On the Rust side, adding MIG slots'
+shapes to the mix (``capacity.rs``'s ``shape``) was checked to fail this test.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from conftest import core_bench
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_native_core import replay
@@ -41,6 +47,37 @@ ACCEPTS: list[list[str]] = [
     [TYPES[0], "tpu-v5", TYPES[0]],
     [TYPES[1], "b200"],
 ]
+#: The workload's expected shapes (``Snapshot.shape_prior``, as the packing simulator sets it:
+#: whole counts, accepted types sorted): none (most), or shapes like the runs' and unlike.
+PRIORS: list[dict[Any, float]] = [
+    {},
+    {},
+    {(1, 1.0, 0, 0, ()): 5.0, (2, 1.0, 8000, 0, (TYPES[0],)): 3.0, (8, 1.0, 0, 0, ()): 2.0},
+    {
+        (4, 1.0, 16000, 32000, ()): 7.0,
+        (1, 1.0, 4000, 8000, tuple(sorted(TYPES))): 1.0,
+        (1, 0.5, 0, 0, ()): 4.0,
+        (2, 1.0, 0, 0, ("b200", TYPES[1])): 2.0,
+    },
+]
+#: A node's MIG slices (most nodes have none; a sliced node may have whole GPUs too, whose
+#: signature the slices' runs change through the host CPU and memory they book there).
+MIG: list[dict[str, tuple[str, ...]]] = [
+    {},
+    {},
+    {},
+    {"1g.10gb": ("s0", "s1", "s2"), "3g.40gb": ("s3",)},
+    {"7g.80gb": ("s4",), "1g.10gb": ("s5", "s6")},
+]
+#: A run's MIG profile and slices (None: whole GPUs, the most), also one no node offers.
+SLICES: list[tuple[str, int] | None] = [
+    *[None] * 6,
+    ("1g.10gb", 1),
+    ("1g.10gb", 2),
+    ("3g.40gb", 1),
+    ("7g.80gb", 1),
+    ("2g.20gb", 1),
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +95,12 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
             backend="b1",
             cpu_milli=draw(st.sampled_from([None, 8000, 16000, 32000, 64000])),
             host_memory_mb=draw(st.sampled_from([None, 64000, 256000])),
+            mig=draw(st.sampled_from(MIG)),
         )
         for i in range(draw(st.integers(3, 8)))
     ]
     if all(n.cpu_milli is None and n.host_memory_mb is None for n in nodes):
-        nodes[0] = make_node("n0", nodes[0].capacity, nodes[0].gpu_type, "b1", cpu_milli=16000)
+        nodes[0] = replace(nodes[0], cpu_milli=16000)
     projects = [
         make_project(f"p{i}", quotas={t: Quota(draw(st.integers(8, 40)), None) for t in TYPES})
         for i in range(draw(st.integers(1, 2)))
@@ -71,7 +109,7 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         nodes,
         projects,
         now=0.0,
-        capabilities={"b1": BackendCapabilities(multi_node=True)},
+        capabilities={"b1": BackendCapabilities(multi_node=True, mig=True)},
         order=draw(st.sampled_from(["submit", "shortest", "las"])),
         backfill=draw(st.booleans()),
         preemption=draw(st.booleans()),
@@ -79,6 +117,7 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
         preempt_uncheckpointed=True,
         placement="fragmentation",
     )
+    template = replace(template, shape_prior=draw(st.sampled_from(PRIORS)))
     assert unsupported(template) is None
     events: list[tuple[Any, ...]] = []
     for i in range(draw(st.integers(10, 60))):
@@ -91,6 +130,9 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 cpu = cpu or 4000
             elif draw(st.integers(0, 9)) == 0:
                 width = 2  # a gang: placed best-fit, ordered among types by its growth
+            sliced = draw(st.sampled_from(SLICES))
+            if sliced is not None:
+                gpus, width = sliced[1], 1  # MIG slices: placed best-fit, types not reordered
             run = make_run(
                 f"r{i:02d}",
                 draw(st.sampled_from([p.name for p in projects])),
@@ -102,6 +144,7 @@ def fragmenting(draw: st.DrawFn) -> tuple[Any, list[tuple[Any, ...]]]:
                 max_runtime_s=draw(st.sampled_from([None, 3.0, 10.0, 50.0])),
                 cpu_milli=cpu,
                 host_memory_mb=draw(st.sampled_from([0, 0, 8000, 32000])),
+                mig=None if sliced is None else sliced[0],
             )
             events.append(("submit", run))
         elif kind == "finish":
@@ -190,3 +233,23 @@ def test_a_gang_blocked_on_every_type_it_could_ever_use_is_the_anchor(
         assert decision.admissions == ()
         [why] = [p for p in eng.explain_all(3.0) if p.run_id == "s"]
         assert why.reason_code.value == "reserved", why
+
+
+@pytest.mark.slow
+def test_the_rich_benchmark_under_fragmentation_decides_alike(native: Any) -> None:
+    """``core_throughput.py --setup rich --placement fragmentation`` (MIG and shared nodes, host
+    CPU and memory, topology, budgets) at 20 nodes: both engines print the same digest. It
+    found what the random comparison did not: a plan held by a borrowing anchor's reservation
+    that exempts the run must still try every candidate gone (``fits_without``) as Python
+    does, whose takes and gives back move the quota usage's floats (by MIG slices' sevenths);
+    skipping it left one project's usage 4e-16 apart, and a fair-share tie then went the
+    other way."""
+    args = ("--setup", "rich", "--placement", "fragmentation", "--runs", "600")
+    python, ours = core_bench("--core", "python", *args), core_bench("--core", "native", *args)
+    assert (python["core"], ours["core"], ours["placement"]) == (
+        "python",
+        "native",
+        "fragmentation",
+    )
+    assert python["cycles"] == ours["cycles"] and python["preemptions"] == ours["preemptions"] > 0
+    assert python["decisions_sha256"] == ours["decisions_sha256"]

@@ -189,6 +189,18 @@ class NativeEngine:
                     borrower_share_ratio=float(p.borrower_share_ratio),
                 ),
                 parts=self._parts(template),
+                shape_prior=[
+                    e.PriorShape(
+                        gpus=gpus,
+                        share=share,
+                        cpu_milli=cpu,
+                        host_memory_mb=mem,
+                        accepts=list(accepts),
+                        gpu_types=[i for i, t in enumerate(self.types) if t in accepts],
+                        count=count,
+                    )
+                    for (gpus, share, cpu, mem, accepts), count in template.shape_prior.items()
+                ],
             )
         )
 

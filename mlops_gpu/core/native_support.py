@@ -10,16 +10,21 @@ engine queues every pending run it is given; it serves:
   places one-node runs by the growth of expected fragmentation and orders a run's GPU types by
   headroom and growth (``core/fragmentation.py``, ``type_choice``), as the Python core does to
   the last bit of its ``round()`` and ``sum()`` (runs' ``gpu_types`` cross as named:
-  ``accepts``; compared on random clusters by ``tests/test_native_fragmentation.py``); not
-  with a ``Snapshot.shape_prior`` (the packing simulator's, which runs the Python engine);
+  ``accepts``; compared on random clusters by ``tests/test_native_fragmentation.py``), with
+  a ``Snapshot.shape_prior`` (the packing simulator's; as ``_engine.PriorShape``) whose
+  counts are whole numbers and whose shapes' GPU types are sorted (as ``sim/packing`` makes
+  them);
 - MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
   their whole devices, profiles numbered in name order) and parts of shared devices by
   fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``) under
   either placement (``fragmentation`` weighs a part by the growth of its node's expected
   fragmentation, ``after_share``; a shared node makes the cluster one to weigh, as host
-  resources do: ``PartSpec.shared_node``), but MIG slices not where fragmentation-aware
-  placement weighs the cluster's shapes (``fragmentation`` with nodes that track host
-  resources or are shared); active runs holding slices or parts cross with each slot's share
+  resources do: ``PartSpec.shared_node``); where fragmentation-aware placement weighs the
+  cluster, MIG slices are placed best fit as elsewhere, book their host CPU and memory on
+  the node (which its signature shows) and add no shape to the mix (``Capacity._host``), and
+  a MIG run's GPU types are not reordered (``Cycle._try``), as in the Python core (compared
+  by ``tests/test_native_fragmentation.py``, whose clusters have MIG nodes and runs);
+  active runs holding slices or parts cross with each slot's share
   (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster;
 - CPU-only runs (``gpus`` 0: host CPU and/or memory on one node of a type they accept, as
   ``_engine.ShapeSpec(cpu_only=True)``), placed by ``placement._place_cpu``'s rules (under
@@ -61,20 +66,13 @@ def unsupported(template: Snapshot) -> str | None:
     p = template.policy
     if p.order not in ("shortest", "submit", "las"):
         return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
-    # fragmentation-aware placement weighs every held slot's shape (the Rust engine keeps that
-    # mix where nodes track host resources or are shared, as whole GPUs and shared parts only)
-    weighs = p.placement == "fragmentation" and any(
-        n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in template.nodes
-    )
-    for n in template.nodes:
-        if n.mig and weighs:
-            return (
-                f"node {n.name} has MIG slices on a cluster with shared devices or tracking host "
-                "CPU or memory under policy.placement 'fragmentation' (the native engine weighs "
-                "whole GPUs and shared parts only there)"
-            )
-    if template.shape_prior:
-        return "a shape prior (Snapshot.shape_prior: the native engine weighs active runs only)"
+    for (*_, accepts), count in template.shape_prior.items():
+        # (whole counts: the engine's sums of counts are then exact in any order, as Python's
+        # are in its dict's; sorted accepts: the order shapes compare in is the names')
+        if count != int(count) or count < 0:
+            return f"a shape prior count {count!r} (the native engine: whole numbers)"
+        if list(accepts) != sorted(accepts):
+            return f"a shape prior's GPU types {accepts!r} (the native engine: sorted)"
     return None
 
 

@@ -13,8 +13,8 @@ use crate::explain;
 use crate::model::{Model, Node, Order, Policy, Project, Term};
 use crate::parts;
 pub use crate::spec::{
-    Admitted, Held, NodeSpec, PolicySpec, Preempted, ProjectSpec, QuotaSpec, RunSpec, Settings,
-    Slot,
+    Admitted, Held, NodeSpec, PolicySpec, Preempted, PriorShape, ProjectSpec, QuotaSpec, RunSpec,
+    Settings, Slot,
 };
 use crate::state::{Run, State};
 
@@ -142,6 +142,11 @@ impl Engine {
         let mut st = State::new(&m);
         st.cap.mix.enabled = fgd;
         st.cap.mix.compensated = s.compensated_sum;
+        if fgd {
+            for ps in &s.shape_prior {
+                st.cap.mix.add_prior(ps)?;
+            }
+        }
         Ok(Engine {
             m,
             st,

@@ -19,8 +19,9 @@
 //!   duplicates kept, as `slot_shape` keeps them), numbered in the order they were first seen:
 //!   a number is an identity, never an order (orders compare the names).
 //!
-//! There is no `shape_prior` here (`Snapshot.shape_prior` is only set by the packing
-//! simulator, which runs the Python engine; `core/native.py` refuses a template with one).
+//! The prior (`Snapshot.shape_prior`, the packing simulator's) adds fixed counts to the
+//! active runs' (`add_prior`): whole numbers, so that every sum of counts is exact in any
+//! order (`core/native_support.py` refuses others), as `Mix.weights` sums them.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -77,7 +78,7 @@ struct Derived {
     restricted: Option<Vec<f64>>,
 }
 
-/// `fragmentation.Mix`, without a prior.
+/// `fragmentation.Mix`.
 pub struct Mix {
     /// Whether fragmentation-aware placement is on (`policy.placement: fragmentation` on a
     /// cluster where it can matter); the mix is kept only then.
@@ -86,6 +87,8 @@ pub struct Mix {
     pub compensated: bool,
     n_types: usize,
     counts: HashMap<Shape, i64>,
+    /// The prior's shapes and counts, in its order (`Mix.prior`).
+    prior: Vec<(Shape, f64)>,
     sets: Vec<AcceptSet>,
     ids: HashMap<Vec<String>, u32>,
     /// (a `Mutex`, not a `RefCell`, only so that the engine is `Sync` for PyO3: one thread
@@ -101,6 +104,7 @@ impl Clone for Mix {
             compensated: self.compensated,
             n_types: self.n_types,
             counts: self.counts.clone(),
+            prior: self.prior.clone(),
             sets: self.sets.clone(),
             ids: self.ids.clone(),
             derived: Mutex::new(self.derived().clone()),
@@ -115,6 +119,7 @@ impl Mix {
             compensated: false,
             n_types,
             counts: HashMap::new(),
+            prior: Vec::new(),
             sets: vec![AcceptSet {
                 names: Vec::new(),
                 distinct: 0,
@@ -161,6 +166,34 @@ impl Mix {
             .then_with(|| self.set(a.accepts).names.cmp(&self.set(b.accepts).names))
     }
 
+    /// Add one shape of the prior (`Mix(prior)`); its count must be a whole number.
+    pub fn add_prior(&mut self, p: &crate::spec::PriorShape) -> Result<(), String> {
+        if !(p.count.fract() == 0.0 && p.count >= 0.0 && p.count < 9.0e15) {
+            return Err(format!(
+                "shape_prior: a count must be a whole number, got {}",
+                p.count
+            ));
+        }
+        let accepts = if p.accepts.is_empty() {
+            0
+        } else {
+            self.intern(p.accepts.clone(), &p.gpu_types)
+        };
+        let shape = Shape {
+            gpus: p.gpus,
+            share_bits: p.share.to_bits(),
+            cpu: p.cpu_milli,
+            mem: p.host_memory_mb,
+            accepts,
+        };
+        match self.prior.iter_mut().find(|x| x.0 == shape) {
+            Some(x) => x.1 = p.count, // (a mapping: the last count of a shape)
+            None => self.prior.push((shape, p.count)),
+        }
+        self.derived.get_mut().expect("not poisoned").stale = true;
+        Ok(())
+    }
+
     pub fn add(&mut self, shape: Shape) {
         *self.counts.entry(shape).or_insert(0) += 1;
         self.changed(shape);
@@ -197,25 +230,36 @@ impl Mix {
         if !self.derived().stale {
             return;
         }
-        let mut ranked: Vec<(Shape, i64)> = self.counts.iter().map(|(s, &n)| (*s, n)).collect();
-        // counts are integers: every sum of them is exact, in any order
-        let all: i64 = ranked.iter().map(|x| x.1).sum();
-        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| self.cmp_shapes(&a.0, &b.0)));
+        // the prior's counts plus the active runs' (`Mix.weights`)
+        let mut ranked: Vec<(Shape, f64)> = self.prior.clone();
+        let at: HashMap<Shape, usize> = ranked.iter().enumerate().map(|(k, x)| (x.0, k)).collect();
+        for (s, &n) in &self.counts {
+            match at.get(s) {
+                Some(&k) => ranked[k].1 += n as f64,
+                None => ranked.push((*s, n as f64)),
+            }
+        }
+        // counts are whole numbers: every sum of them is exact, in any order
+        let all: f64 = ranked.iter().map(|x| x.1).sum();
+        ranked.sort_by(|a, b| {
+            b.1.total_cmp(&a.1)
+                .then_with(|| self.cmp_shapes(&a.0, &b.0))
+        });
         ranked.truncate(TOP_K);
-        let need = COVERAGE * all as f64;
+        let need = COVERAGE * all;
         let mut cum = 0.0;
-        let mut top: Vec<(Shape, i64)> = Vec::new();
+        let mut top: Vec<(Shape, f64)> = Vec::new();
         for (s, n) in ranked {
             if cum >= need {
                 break;
             }
             top.push((s, n));
-            cum += n as f64;
+            cum += n;
         }
-        let total = top.iter().map(|x| x.1).sum::<i64>() as f64;
+        let total: f64 = top.iter().map(|x| x.1).sum();
         let w: Vec<(Shape, f64)> = top
             .into_iter()
-            .map(|(s, n)| (s, pyfloat::round0(n as f64 / total * QUANTUM) / QUANTUM))
+            .map(|(s, n)| (s, pyfloat::round0(n / total * QUANTUM) / QUANTUM))
             .filter(|&(_, p)| p > 0.0)
             .collect();
         let mut d = self.derived();
@@ -324,112 +368,4 @@ impl Mix {
 }
 
 #[cfg(test)]
-mod tests {
-    //! Values printed by `mlops_gpu.core.fragmentation` (CPython 3.11) for the same mix.
-    use super::*;
-    use crate::fgd::growth_class;
-
-    fn shape(
-        m: &mut Mix,
-        gpus: usize,
-        cpu: i64,
-        mem: i64,
-        names: &[&str],
-        types: &[usize],
-    ) -> Shape {
-        let accepts = if names.is_empty() {
-            0
-        } else {
-            m.intern(names.iter().map(|s| s.to_string()).collect(), types)
-        };
-        Shape {
-            gpus,
-            share_bits: 1.0f64.to_bits(),
-            cpu,
-            mem,
-            accepts,
-        }
-    }
-
-    fn sig(whole: usize, cpu: Option<i64>, mem: Option<i64>, ty: usize) -> Sig {
-        Sig {
-            free: vec![1.0f64.to_bits(); whole],
-            cpu,
-            mem,
-            ty,
-        }
-    }
-
-    /// Types a (0) and b (1) in the cluster; "zz" is not.
-    fn mix() -> (Mix, [Shape; 4]) {
-        let mut m = Mix::new(2);
-        let one = shape(&mut m, 1, 4000, 16000, &[], &[]);
-        let two = shape(&mut m, 2, 8000, 0, &["b", "a"], &[0, 1]);
-        let four = shape(&mut m, 4, 0, 0, &["zz", "b", "b"], &[1]);
-        let eight = shape(&mut m, 8, 1000, 0, &[], &[]);
-        // added in an order unlike the ranking: the weights must not depend on it
-        for s in [eight, two, one, four, one, two, one] {
-            m.add(s);
-        }
-        (m, [one, two, four, eight])
-    }
-
-    #[test]
-    fn weights_rank_by_count_then_shape_and_round_to_the_quantum() {
-        let (m, [one, two, four, eight]) = mix();
-        m.refresh();
-        let w = m.derived().weights.clone();
-        assert_eq!(
-            w,
-            vec![(one, 0.429), (two, 0.286), (four, 0.143), (eight, 0.143)]
-        );
-        assert_eq!(m.cpu_per_gpu(), Some(1526.3157894736844));
-        assert_eq!(m.restricted(), vec![2.0, 4.0]);
-    }
-
-    #[test]
-    fn node_fragment_and_growth_as_python() {
-        let (m, [one, two, four, eight]) = mix();
-        let a = sig(5, Some(12000), Some(64000), 0);
-        assert_eq!(m.node_fragment(&a), 1.43);
-        let after = after_whole(&a, 2, 8000, 0);
-        assert_eq!(m.node_fragment(&after), 1.7159999999999997);
-        assert_eq!(m.imbalance(&after), 0.25);
-        let growth = m.node_fragment(&after) - m.node_fragment(&a);
-        assert_eq!(growth, 0.2859999999999998);
-        assert_eq!(growth_class(pyfloat::round_to(growth, 9)), -42);
-        let b = sig(3, None, Some(4000), 1);
-        assert_eq!(m.node_fragment(&b), 2.1449999999999996);
-        assert_eq!(m.imbalance(&b), 0.0);
-        let frags: Vec<(f64, f64)> = [one, eight, two, four]
-            .iter()
-            .map(|s| (m.shape_fragment(&a, s), m.shape_fragment(&b, s)))
-            .collect();
-        assert_eq!(frags, vec![(0.0, 3.0), (5.0, 3.0), (0.0, 0.0), (5.0, 3.0)]);
-    }
-
-    #[test]
-    fn growth_classes_as_python() {
-        let got: Vec<i64> = [0.0, 0.04, 0.05, -0.04, 1.0, -3.0, 0.5]
-            .iter()
-            .map(|&g| growth_class(g))
-            .collect();
-        assert_eq!(got, vec![-50, -49, -48, -50, -26, -95, -37]);
-    }
-
-    #[test]
-    fn add_and_remove_are_inverses() {
-        let (mut m, [one, two, _, _]) = mix();
-        let before = m.node_fragment(&sig(4, Some(9000), None, 1));
-        let extra = shape(&mut m, 3, 0, 0, &["a"], &[0]);
-        m.add(extra);
-        m.add(two);
-        assert_ne!(m.restricted(), vec![2.0, 4.0]);
-        m.remove(extra);
-        m.remove(two);
-        assert_eq!(m.restricted(), vec![2.0, 4.0]);
-        assert_eq!(m.node_fragment(&sig(4, Some(9000), None, 1)), before);
-        m.remove(one);
-        assert_ne!(m.node_fragment(&sig(4, Some(9000), None, 1)), before);
-    }
-}
+mod tests;

@@ -36,8 +36,8 @@ mod type_choice;
 
 pub use budget::BudgetSpent;
 pub use engine::{
-    Admitted, Engine, Held, NodeSpec, PolicySpec, Preempted, ProjectSpec, QuotaSpec, RunSpec,
-    Settings, Slot,
+    Admitted, Engine, Held, NodeSpec, PolicySpec, Preempted, PriorShape, ProjectSpec, QuotaSpec,
+    RunSpec, Settings, Slot,
 };
 pub use eta::NoEta;
 pub use explain::{Borrower, Explanation, Pending, QuotaProblem, Reason};

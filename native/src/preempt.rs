@@ -242,15 +242,27 @@ impl Cycle<'_> {
     /// for backfill (a borrowing anchor holds nothing from another project's run within its
     /// own nominal quota), unless it is the anchor or of a higher class (priority wins).
     fn hold(&self, i: usize, t: usize) -> Filter<'_> {
-        let res = self.reservation.as_ref().filter(|res| res.run != i)?;
-        if self.level_of_run(i) > self.level_of_run(res.run) {
-            return None; // (the levels its budgets serve them at)
+        if !self.held_off(i) {
+            return None;
         }
+        let res = self.reservation.as_ref()?;
         let r = &self.st.runs[i];
         if res.exempts(self.m, self.st, r, t) {
             return None;
         }
         Some((res, r.max_runtime.map(|mr| self.now + mr)))
+    }
+
+    /// Whether a reservation holds run `i`'s plans at all (`Cycle._preempt_hold` is not None):
+    /// there is one, `i` is not its anchor nor of a higher level. (A run it exempts on a type
+    /// is held by a filter that lets everything through there, but held: `plan_for_type`
+    /// then still asks `fits_without`, whose trial takes and gives back as Python's does,
+    /// so that the quota usage's floats move alike.)
+    fn held_off(&self, i: usize) -> bool {
+        self.reservation.as_ref().is_some_and(|res| {
+            // (the levels its budgets serve them at)
+            res.run != i && self.level_of_run(i) <= self.level_of_run(res.run)
+        })
     }
 
     /// Quota admits `amount` of `t` for run `i`, and the reservation's hold lets it take it.

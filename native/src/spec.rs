@@ -77,6 +77,24 @@ pub struct Settings {
     pub parts: Vec<PartSpec>,
     /// Whether Python's `sum()` of floats is compensated (CPython 3.12 and later: `pyfloat`).
     pub compensated_sum: bool,
+    /// The workload's expected shapes (`Snapshot.shape_prior`), in its order; empty: none.
+    pub shape_prior: Vec<PriorShape>,
+}
+
+/// One shape of a prior (`fragmentation.Shape` and its count): what fragmentation-aware
+/// placement weighs beside the active runs' shapes.
+#[derive(Clone, Debug)]
+pub struct PriorShape {
+    pub gpus: usize,
+    /// The share of each GPU (1.0: whole), as the shape has it.
+    pub share: f64,
+    pub cpu_milli: i64,
+    pub host_memory_mb: i64,
+    /// The GPU types it accepts by name, sorted (empty: any), and those of the cluster.
+    pub accepts: Vec<String>,
+    pub gpu_types: Vec<usize>,
+    /// How many runs of the shape it counts: a whole number (sums of them are exact).
+    pub count: f64,
 }
 
 /// A run as the engine queues it (`mlops_gpu.model.Run`).

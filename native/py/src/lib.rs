@@ -149,6 +149,40 @@ impl PolicySpec {
     }
 }
 
+/// One shape of a prior and its count (`fragmentation.Shape`; `Snapshot.shape_prior`).
+#[pyclass(frozen, module = "mlops_gpu._engine")]
+#[derive(Clone)]
+struct PriorShape(lib::PriorShape);
+
+#[pymethods]
+impl PriorShape {
+    #[new]
+    #[pyo3(signature = (*, gpus, share, cpu_milli, host_memory_mb, accepts, gpu_types, count))]
+    fn new(
+        gpus: usize,
+        share: f64,
+        cpu_milli: i64,
+        host_memory_mb: i64,
+        accepts: Vec<String>,
+        gpu_types: Vec<usize>,
+        count: f64,
+    ) -> Self {
+        PriorShape(lib::PriorShape {
+            gpus,
+            share,
+            cpu_milli,
+            host_memory_mb,
+            accepts,
+            gpu_types,
+            count,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
 /// What an engine is built around.
 #[pyclass(frozen, module = "mlops_gpu._engine")]
 #[derive(Clone)]
@@ -159,7 +193,7 @@ impl Settings {
     #[new]
     #[pyo3(signature = (
         *, n_types, nodes, multi_node, projects, members, capacity_by_type, of_type, policy,
-        parts=Vec::new()
+        parts=Vec::new(), shape_prior=Vec::new()
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -173,6 +207,7 @@ impl Settings {
         of_type: Vec<Vec<usize>>,
         policy: PolicySpec,
         parts: Vec<parts::PartSpec>,
+        shape_prior: Vec<PriorShape>,
     ) -> Self {
         Settings(lib::Settings {
             n_types,
@@ -186,6 +221,7 @@ impl Settings {
             parts: parts.into_iter().map(|p| p.0).collect(),
             // this interpreter's sum() of floats, which the fragmentation scores must match
             compensated_sum: py.version_info() >= (3, 12),
+            shape_prior: shape_prior.into_iter().map(|p| p.0).collect(),
         })
     }
 
@@ -428,6 +464,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ProjectSpec>()?;
     m.add_class::<PolicySpec>()?;
     m.add_class::<Settings>()?;
+    m.add_class::<PriorShape>()?;
     m.add_class::<RunSpec>()?;
     m.add_class::<Held>()?;
     m.add_class::<Admitted>()?;

@@ -103,7 +103,7 @@ impl Cycle<'_> {
                 )
                 .then(ra.id.cmp(&rb.id))
         });
-        if self.hold(i, t).is_some() && !self.fits_without(i, t, &cands) {
+        if self.held_off(i) && !self.fits_without(i, t, &cands) {
             return None; // held off what it needs: fitting only gets easier as victims go
         }
         let runs = &self.st.runs;
