@@ -45,7 +45,7 @@ from mlops_gpu.core.native_support import (
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.run_copy import going, running
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import NodeSlot, Placement, Run
+from mlops_gpu.model import Node, NodeSlot, Placement, Run
 from mlops_gpu.model.cluster import mig_share
 
 MODULE = "mlops_gpu._engine"
@@ -88,6 +88,23 @@ class NativeEngine:
         why = unsupported(template)
         if why is not None:
             raise NotSupported(why)
+        self._build(template)
+
+    def set_nodes(self, nodes: tuple[Node, ...], now: float) -> None:
+        """Capacity changed (nodes came, went, drained): rebuild the extension around ``nodes``
+        at ``now`` with the same runs, as ``Incremental.set_nodes`` does: the active runs
+        holding their placements (loaded first, as ``Mirror`` reloads an engine), the pending
+        ones queued again (or back in backoff), and the kept anchor."""
+        anchor, active, pending = self.kept_anchor(), self.active, self.pending
+        self._build(replace(self.template, nodes=nodes, now=now))
+        for run in sorted(active.values(), key=_seq):
+            self.add_active(run)
+        for run in sorted(pending.values(), key=_seq):
+            self.submit(run)
+        self._engine.set_anchor(anchor)
+
+    def _build(self, template: Snapshot) -> None:
+        """The extension and the name indices for ``template``, holding no runs yet."""
         self.template = template
         self.pending: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
@@ -492,3 +509,7 @@ class NativeEngine:
         (nothing is applied; ``native_explain``)."""
         self._due(now)
         return native_explain.explain_all(self, now, usage_history, spent)
+
+
+def _seq(run: Run) -> int:
+    return run.seq
