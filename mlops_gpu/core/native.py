@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import ModuleType
 
-from mlops_gpu.core import native_explain
+from mlops_gpu.core import native_explain, native_nodes
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.native_support import (
@@ -45,7 +45,7 @@ from mlops_gpu.core.native_support import (
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.run_copy import going, running
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import Node, NodeSlot, Placement, Run
+from mlops_gpu.model import NodeSlot, Placement, Run
 from mlops_gpu.model.cluster import mig_share
 
 MODULE = "mlops_gpu._engine"
@@ -79,6 +79,8 @@ __all__ = ["NativeEngine", "NotSupported", "installed", "run_unsupported", "unsu
 class NativeEngine:
     """``engine.Incremental`` with the cycle in Rust (see the module docstring)."""
 
+    set_nodes = native_nodes.set_nodes  # capacity changed: rebuilt around the nodes, same runs
+
     def __init__(self, template: Snapshot, module: ModuleType | None = None) -> None:
         """``module``: the extension, as ``installed()`` returns it (the default)."""
         if _engine is None:
@@ -88,23 +90,6 @@ class NativeEngine:
         why = unsupported(template)
         if why is not None:
             raise NotSupported(why)
-        self._build(template)
-
-    def set_nodes(self, nodes: tuple[Node, ...], now: float) -> None:
-        """Capacity changed (nodes came, went, drained): rebuild the extension around ``nodes``
-        at ``now`` with the same runs, as ``Incremental.set_nodes`` does: the active runs
-        holding their placements (loaded first, as ``Mirror`` reloads an engine), the pending
-        ones queued again (or back in backoff), and the kept anchor."""
-        anchor, active, pending = self.kept_anchor(), self.active, self.pending
-        self._build(replace(self.template, nodes=nodes, now=now))
-        for run in sorted(active.values(), key=_seq):
-            self.add_active(run)
-        for run in sorted(pending.values(), key=_seq):
-            self.submit(run)
-        self._engine.set_anchor(anchor)
-
-    def _build(self, template: Snapshot) -> None:
-        """The extension and the name indices for ``template``, holding no runs yet."""
         self.template = template
         self.pending: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
@@ -509,7 +494,3 @@ class NativeEngine:
         (nothing is applied; ``native_explain``)."""
         self._due(now)
         return native_explain.explain_all(self, now, usage_history, spent)
-
-
-def _seq(run: Run) -> int:
-    return run.seq
