@@ -1,6 +1,6 @@
 """Elastic capacity on the Philly week of BENCHMARKS.md: the jobs submitted 2017-10-09 to
 2017-10-16 on a pool of up to 64 nodes x 8 GPUs (boot 300 s, a price per node-hour), through the
-real scheduling core (``mlops_gpu.sim.autoscale``, policy ``default``, Python engine), under three
+real scheduling core (``mlops_gpu.sim.autoscale``, policy ``default``, ``--engine``), under three
 scalers in the same run: always-on (64 nodes up throughout), the reactive baseline (boot for the
 pending demand as soon as anything waits, power down after 10 min idle: cluster-autoscaler's
 behaviour) and ours (``core.autoscale``). Node-hours run from the first submission to the last
@@ -10,8 +10,11 @@ Prints a short table and the issue's targets to stderr, then one JSON object as 
 ``{"rows": [{"policy", "node_hours", "cost_usd", "avg_jct_s", "p99_wait_s", "scale_ups"}], ...}``.
 
     python benchmarks/autoscale_week.py [--hours N] [--price 20] [--idle-s 600] [--workers 3]
+        [--engine auto|python|native]
 
 ``--hours``: only the first N hours of submissions (quick runs); the full week by default.
+``--engine``: the core's engine (the same decisions either way; native where installed by
+default). Each row carries its engine, its replay's wall time and its process's CPU time.
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ DATA = Path(__file__).resolve().parent.parent / "mlops_gpu" / "sim" / "data"
 ORDER = ("always-on", "reactive", "ours")
 
 
-def _row(args: tuple[Trace, Pool, str]) -> dict[str, Any]:
-    trace, pool, scaler = args
-    r = simulate_pool(trace, pool, scaler)
+def _row(args: tuple[Trace, Pool, str, str]) -> dict[str, Any]:
+    trace, pool, scaler, engine = args
+    cpu = time.process_time()
+    r = simulate_pool(trace, pool, scaler, engine=engine)
+    cpu = time.process_time() - cpu
     m = summarize(r)
     return {
         "policy": scaler,
@@ -49,6 +54,8 @@ def _row(args: tuple[Trace, Pool, str]) -> dict[str, Any]:
         "scale_downs": int(r.extra["scale_downs"]),
         "unfinished": m["unfinished"],
         "wall_s": round(r.wall_s, 1),
+        "cpu_s": round(cpu, 1),
+        "engine": r.engine,
     }
 
 
@@ -78,6 +85,9 @@ def main() -> int:
     ap.add_argument("--price", type=float, default=20.0, help="USD per node-hour")
     ap.add_argument("--idle-s", type=float, default=600.0, help="ours: the pool's idle_s")
     ap.add_argument("--workers", type=int, default=3, help="replays run in parallel")
+    ap.add_argument(
+        "--engine", choices=("auto", "python", "native"), default="auto", help="the core's engine"
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     days = 7.0 if args.hours is None else args.hours / 24
@@ -92,16 +102,17 @@ def main() -> int:
     )
     assert set(ORDER) == set(SCALERS)
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as ex:
-        rows = list(ex.map(_row, [(trace, pool, s) for s in ORDER]))
+        rows = list(ex.map(_row, [(trace, pool, s, args.engine) for s in ORDER]))
     print(
         f"{'policy':10}{'node-h':>9}{'cost $':>10}{'avg JCT s':>11}{'p99 wait s':>12}"
-        f"{'ups':>6}{'downs':>7}{'wall s':>8}",
+        f"{'ups':>6}{'downs':>7}{'wall s':>8}{'cpu s':>8}  engine",
         file=sys.stderr,
     )
     for r in rows:
         print(
             f"{r['policy']:10}{r['node_hours']:>9.0f}{r['cost_usd']:>10.0f}{r['avg_jct_s']:>11.0f}"
-            f"{r['p99_wait_s']:>12.0f}{r['scale_ups']:>6}{r['scale_downs']:>7}{r['wall_s']:>8.1f}",
+            f"{r['p99_wait_s']:>12.0f}{r['scale_ups']:>6}{r['scale_downs']:>7}{r['wall_s']:>8.1f}"
+            f"{r['cpu_s']:>8.1f}  {r['engine']}",
             file=sys.stderr,
         )
     for text, ok in checks({r["policy"]: r for r in rows}):

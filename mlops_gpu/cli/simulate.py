@@ -106,7 +106,7 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
     is_flag=True,
     help="Replay on an elastic pool instead (the config's pool, or --pool): our scaler, a "
     "reactive baseline (cluster-autoscaler-like) and always-on, side by side, with node-hours "
-    "and cost. Uses the Python engine.",
+    "and cost (on --engine).",
 )
 @click.option(
     "--pool",
@@ -157,7 +157,7 @@ def simulate(
     except TraceError as e:
         raise UserError(str(e)) from None
     if autoscale:
-        _autoscale(trace, pool, chosen[0], as_json)
+        _autoscale(trace, pool, chosen[0], as_json, engine)
         return
     if trace.nodes:  # the trace brings its own cluster
         cluster = Cluster(len(trace.nodes), 0, node_list=trace.nodes)
@@ -192,7 +192,7 @@ def simulate(
     _table(out)
 
 
-def _autoscale(trace: Any, pool: Any, policy: str, as_json: bool) -> None:
+def _autoscale(trace: Any, pool: Any, policy: str, as_json: bool, engine: str) -> None:
     from mlops_gpu.cli.simulate_pool import table
     from mlops_gpu.sim.autoscale import compare_scalers
 
@@ -203,10 +203,10 @@ def _autoscale(trace: Any, pool: Any, policy: str, as_json: bool) -> None:
     )
 
     def finished(r: Any) -> None:
-        click.echo(f"  {r.policy}: done in {r.wall_s:.1f}s", err=True)
+        click.echo(f"  {r.policy}: done in {r.wall_s:.1f}s ({r.engine} engine)", err=True)
 
     try:
-        out = compare_scalers(trace, pool, policy, done=finished)
+        out = compare_scalers(trace, pool, policy, done=finished, engine=engine)
     except ValueError as e:
         from mlops_gpu.cli.common import UserError
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import ModuleType
 
-from mlops_gpu.core import borrowers, native_explain
+from mlops_gpu.core import borrowers, native_explain, native_nodes
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.native_support import NotSupported, held_unsupported, unsupported
@@ -73,6 +73,8 @@ __all__ = ["NativeEngine", "NotSupported", "installed", "unsupported"]
 
 class NativeEngine:
     """``engine.Incremental`` with the cycle in Rust (see the module docstring)."""
+
+    set_nodes = native_nodes.set_nodes  # capacity changed: rebuilt around the nodes, same runs
 
     def __init__(self, template: Snapshot, module: ModuleType | None = None) -> None:
         """``module``: the extension, as ``installed()`` returns it (the default)."""

@@ -12,9 +12,10 @@ Scalers:
 Invariants: a node is billed from the moment it starts booting until it is powered down (the
 last open interval closes at the last event time), so ``node_hours`` counts booting time; a
 node with a run on it is never powered down; at most ``max_nodes`` nodes exist; the core sees
-only up nodes as schedulable (``Incremental.set_nodes``, so the Python engine runs these
-replays). ``extra`` of the result gains ``node_hours``, ``cost_usd``, ``scale_ups`` and
-``scale_downs``.
+only up nodes as schedulable (``set_nodes`` of either engine, ``Incremental`` or
+``NativeEngine``: the same decisions, so the same rows; ``engine`` chooses as ``Simulation``
+does, native where installed). ``extra`` of the result gains ``node_hours``, ``cost_usd``,
+``scale_ups`` and ``scale_downs``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from dataclasses import replace
 from typing import Any
 
 from mlops_gpu.core.autoscale import Busy, Demand, ScaleDecision, ScaleInputs, decide_scale
-from mlops_gpu.core.engine import Incremental
 from mlops_gpu.model import NodeState, Pool, PoolNode
 from mlops_gpu.sim.simulator import Cluster, SimResult, Simulation
 from mlops_gpu.sim.trace import Trace
@@ -79,13 +79,14 @@ def reactive_scale(inputs: ScaleInputs, idle_s: float = REACTIVE_IDLE_S) -> Scal
 class AutoscaleSimulation(Simulation):
     """A replay on ``pool`` (its ``max_nodes`` x ``gpus_per_node`` GPUs) under ``scaler``."""
 
-    def __init__(self, trace: Trace, pool: Pool, policy: str, scaler: str) -> None:
+    def __init__(
+        self, trace: Trace, pool: Pool, policy: str, scaler: str, engine: str = "auto"
+    ) -> None:
         if scaler not in SCALERS:
             raise ValueError(f"scaler: expected one of {', '.join(SCALERS)}, got {scaler!r}")
         cluster = Cluster(pool.max_nodes, pool.gpus_per_node, gpu_type=pool.gpu_type)
-        super().__init__(trace, cluster, policy, engine="python")
-        # the simulator's engine is job control (``Gated``) in front of the Python engine
-        assert isinstance(self.engine.inner, Incremental)
+        # (the simulator's engine is job control, ``Gated``, in front of the chosen engine)
+        super().__init__(trace, cluster, policy, engine=engine)
         self.pool, self.scaler = pool, scaler
         self.models = {n.name: n for n in cluster.model_nodes()}
         first = 0.0 if not trace.jobs else trace.jobs[0].submit_s
@@ -110,9 +111,7 @@ class AutoscaleSimulation(Simulation):
             m if self.state[n] is NodeState.UP else replace(m, schedulable=False)
             for n, m in self.models.items()
         )
-        inner = self.engine.inner
-        assert isinstance(inner, Incremental)
-        inner.set_nodes(nodes, now)
+        self.engine.inner.set_nodes(nodes, now)
 
     def _next_event(self) -> float:
         return min(self.ready[0][0] if self.ready else math.inf, self.check_at)
@@ -231,9 +230,11 @@ def simulate_pool(
     scaler: str,
     policy: str = "default",
     progress: Callable[[int, int], None] | None = None,
+    engine: str = "auto",
 ) -> SimResult:
-    """Replay ``trace`` on ``pool`` under ``policy`` with ``scaler`` (``SCALERS``)."""
-    return AutoscaleSimulation(trace, pool, policy, scaler).run(progress)
+    """Replay ``trace`` on ``pool`` under ``policy`` with ``scaler`` (``SCALERS``) on
+    ``engine`` (``simulator.ENGINES``)."""
+    return AutoscaleSimulation(trace, pool, policy, scaler, engine).run(progress)
 
 
 def compare_scalers(
@@ -242,6 +243,7 @@ def compare_scalers(
     policy: str = "default",
     scalers: tuple[str, ...] = SCALERS,
     done: Callable[[SimResult], None] | None = None,
+    engine: str = "auto",
 ) -> dict[str, Any]:
     """Each scaler's replay of ``trace`` on ``pool``: the object ``simulate --autoscale --json``
     prints, one row per scaler (``summarize``'s keys plus ``node_hours``, ``cost_usd``,
@@ -250,12 +252,13 @@ def compare_scalers(
 
     rows = []
     for s in scalers:
-        r = simulate_pool(trace, pool, s, policy)
+        r = simulate_pool(trace, pool, s, policy, engine=engine)
         if done is not None:
             done(r)
         row = summarize(r)
         row.update(
             scaler=s,
+            engine=r.engine,
             node_hours=r.extra["node_hours"],
             cost_usd=r.extra["cost_usd"],
             scale_ups=int(r.extra["scale_ups"]),

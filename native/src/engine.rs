@@ -319,6 +319,20 @@ impl Engine {
         r.queued.then(|| r.id.clone())
     }
 
+    /// The run that keeps the reservation next cycle, as `anchor` named it before the engine
+    /// was rebuilt around other nodes (`Incremental.set_nodes` keeps `State.anchor` the same
+    /// way); None clears it. A run that is not queued here is an error.
+    pub fn set_anchor(&mut self, id: Option<&str>) -> Result<(), String> {
+        self.st.anchor = match id {
+            None => None,
+            Some(id) => match self.st.by_id.get(id) {
+                Some(&i) if self.st.runs[i].queued => Some(i),
+                _ => return Err(format!("anchor: run {id} is not queued")),
+            },
+        };
+        Ok(())
+    }
+
     /// A run as the engine keeps it, checked.
     fn run(&mut self, r: RunSpec) -> Result<Run, String> {
         let id = r.id;

@@ -86,3 +86,17 @@ def test_every_scaler_finishes_every_job_within_max_nodes() -> None:
         assert row["node_hours"] > 0 and row["cost_usd"] == pytest.approx(10 * row["node_hours"])
     on = next(r for r in out["results"] if r["scaler"] == "always-on")
     assert all(r["node_hours"] <= on["node_hours"] + 1e-6 for r in out["results"])
+
+
+def test_each_scaler_replays_alike_on_either_engine(native_module: object) -> None:
+    """The native engine rebuilt around the up nodes (``NativeEngine.set_nodes``) decides as
+    the Python one: the same rows, bills and per-job starts for every scaler."""
+    trace = synthetic(seed=5, days=0.05, gpus_per_node=8)
+    trace = Trace(trace.name, trace.jobs[:150], trace.weights)
+    for scaler in SCALERS:
+        py = simulate_pool(trace, pool(max_nodes=4), scaler, engine="python")
+        nat = simulate_pool(trace, pool(max_nodes=4), scaler, engine="native")
+        assert (py.engine, nat.engine) == ("python", "native")
+        assert starts(nat) == starts(py), scaler
+        assert nat.extra == py.extra, scaler
+    assert simulate_pool(TWO, pool(), "ours").engine == "native"  # auto: installed

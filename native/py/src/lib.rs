@@ -406,6 +406,13 @@ impl Engine {
         self.0.anchor()
     }
 
+    /// Name the run that keeps the reservation next cycle (None: no run), e.g. after a
+    /// rebuild around other nodes.
+    #[pyo3(signature = (id=None))]
+    fn set_anchor(&mut self, id: Option<&str>) -> PyResult<()> {
+        self.0.set_anchor(id).map_err(err)
+    }
+
     /// Why each queued run waits, as a cycle at `now` would leave it (nothing applied).
     #[pyo3(signature = (now, history=None, spent=None))]
     fn explain(
