@@ -190,7 +190,7 @@ class NativeEngine:
                     shortest_preempt_borrowers=p.shortest_preempt_borrowers,
                     borrower_share_ratio=float(p.borrower_share_ratio),
                 ),
-                parts=self._parts(template),
+                parts=native_nodes.part_specs(self, template),
                 shape_prior=[
                     e.PriorShape(
                         gpus=gpus,
@@ -205,34 +205,6 @@ class NativeEngine:
                 ],
             )
         )
-
-    def _parts(self, template: Snapshot) -> list[_engine.PartSpec]:
-        """The nodes with MIG slices or shared devices, as ``_engine.PartSpec``s."""
-        out = []
-        for i, n in enumerate(self._nodes):
-            if not n.mig and not n.shared:
-                continue
-            caps = template.caps(n.backend)
-            by_name = sorted(range(n.capacity), key=n.devices.__getitem__)
-            rank = [0] * n.capacity
-            for k, d in enumerate(by_name):
-                rank[d] = k
-            mig = [
-                _engine.MigSpec(profile=self._profile_ix[p], slices=len(ids))
-                for p, ids in n.mig.items()
-            ]
-            out.append(
-                _engine.PartSpec(
-                    node=i,
-                    mig=mig,
-                    mig_placeable=caps.mig,
-                    shared=n.shared and caps.shared_gpus,
-                    shared_node=n.shared,
-                    gpu_memory_mb=n.gpu_memory_mb,
-                    name_rank=rank,
-                )
-            )
-        return out
 
     # -- events -------------------------------------------------------------------------
     def submit(self, run: Run) -> None:

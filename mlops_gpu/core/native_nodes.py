@@ -1,5 +1,7 @@
-"""``NativeEngine.set_nodes``: capacity changed (nodes booted, powered down, drained), so the
-Rust engine is rebuilt around the new nodes, as ``Incremental.set_nodes`` rebuilds its state.
+"""The native engine's nodes: ``part_specs`` (the nodes with MIG slices or shared devices, as
+the extension takes them) and ``NativeEngine.set_nodes`` (capacity changed: nodes booted,
+powered down or drained), which rebuilds the Rust engine around the new nodes, as
+``Incremental.set_nodes`` rebuilds its state.
 
 Invariant: after ``set_nodes(engine, nodes, now)`` the engine holds the same active runs (with
 their placements, loaded first and in sequence order, as ``controller.mirror`` reloads an
@@ -13,9 +15,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node
 
 if TYPE_CHECKING:
+    from mlops_gpu import _engine
     from mlops_gpu.core.native import NativeEngine
 
 
@@ -29,3 +33,35 @@ def set_nodes(engine: NativeEngine, nodes: tuple[Node, ...], now: float) -> None
     for run in sorted(pending.values(), key=lambda r: r.seq):
         engine.submit(run)
     engine._engine.set_anchor(anchor)
+
+
+def part_specs(engine: NativeEngine, template: Snapshot) -> list[_engine.PartSpec]:
+    """The nodes with MIG slices or shared devices, as ``_engine.PartSpec``s (called only
+    where the extension is installed: ``NativeEngine`` refuses to start without it)."""
+    from mlops_gpu import _engine  # (here: the module imports where the extension is missing)
+
+    out = []
+    for i, n in enumerate(engine._nodes):
+        if not n.mig and not n.shared:
+            continue
+        caps = template.caps(n.backend)
+        by_name = sorted(range(n.capacity), key=n.devices.__getitem__)
+        rank = [0] * n.capacity
+        for k, d in enumerate(by_name):
+            rank[d] = k
+        mig = [
+            _engine.MigSpec(profile=engine._profile_ix[p], slices=len(ids))
+            for p, ids in n.mig.items()
+        ]
+        out.append(
+            _engine.PartSpec(
+                node=i,
+                mig=mig,
+                mig_placeable=caps.mig,
+                shared=n.shared and caps.shared_gpus,
+                shared_node=n.shared,
+                gpu_memory_mb=n.gpu_memory_mb,
+                name_rank=rank,
+            )
+        )
+    return out
