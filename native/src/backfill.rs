@@ -1,4 +1,4 @@
-//! EASY backfill (`mlops_gpu.core.backfill` and `parking.anchor`). The anchor: among the
+//! EASY backfill (`mlops_gpu.core.backfill` and `mlops_gpu.core.anchor`). The anchor: among the
 //! queued runs that fit an empty cluster and whose quota could ever admit them, those blocked
 //! as the cycle begins (quota and a node set take them on no type now) and the anchor the last
 //! cycle kept (`State.anchor`, even when it fits now), the one of the highest class that has
@@ -180,7 +180,7 @@ pub(crate) fn host_could_fit(node: &Node, r: &Run) -> bool {
         || (node.cpu_milli.is_none_or(|c| cpu <= c) && node.host_memory_mb.is_none_or(|x| mem <= x))
 }
 
-/// The types the run could ever be admitted on (`parking._types`); none for MIG and shared
+/// The types the run could ever be admitted on (`anchor._types`); none for MIG and shared
 /// requests (only whole-GPU runs are reserved for).
 fn types_of(m: &Model, r: &Run) -> Vec<usize> {
     if !r.shape.is_whole() {
@@ -193,7 +193,7 @@ fn types_of(m: &Model, r: &Run) -> Vec<usize> {
         .collect()
 }
 
-/// The run the reservation is for, with its types (`parking.anchor`).
+/// The run the reservation is for, with its types (`anchor.anchor`).
 pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
     let (m, st) = (c.m, &*c.st);
     // (the level a spent budget serves a run at, not its class; None: it waits)
@@ -224,7 +224,7 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
                 continue;
             }
             // Blocked: on none of the types it could ever be admitted on (`types_of`) do both
-            // quota admit it and a node set take it now (`parking._blocked`). (Judged on those
+            // quota admit it and a node set take it now (`anchor._blocked`). (Judged on those
             // types only: a node set that takes it now on a type an empty cluster could not
             // host it on, for want of host CPU or memory, does not make it open.)
             // (`ever_fits` asked last, and only of a run with host requests: it walks the
@@ -254,7 +254,7 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
     best
 }
 
-/// The anchor kept after cycle `c` when it had none or admitted it (`parking.overtaken`): of
+/// The anchor kept after cycle `c` when it had none or admitted it (`anchor.overtaken`): of
 /// the queued runs that could ever be admitted and that `c` overtook (it admitted a later run
 /// of their class, not them), the one of the highest class that has waited longest.
 pub fn overtaken(c: &Cycle) -> Option<usize> {

@@ -91,7 +91,7 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
     })
 }
 
-/// Whether a node set could take the run on `t` now (`parking.node_sets`).
+/// Whether a node set could take the run on `t` now (`anchor.node_sets`).
 pub fn node_sets(m: &Model, cap: &Capacity, r: &Run, t: usize) -> bool {
     (0..m.groups.len())
         .any(|g| group_serves(m, g, t, r) && cap.count_at_least(g, r.gpus) >= r.nodes)
