@@ -11,6 +11,8 @@ naive FIFO first-fit baseline on the same workload. The last line printed is one
                                          [--core auto|native|python] [--arrays]
                                          [--setup default|rich] [--clock wall|cpu]
                                          [--placement best-fit|fragmentation]
+                                         [--shortest-preempt-borrowers]
+                                         [--preempt-uncheckpointed]
 
 ``--arrays`` (job control): the runs come in job arrays of 100 (one project, type and shape
 each) limited to 8 running at once (``%8``), and 10% of runs depend (``afterok``) on a run of

@@ -241,9 +241,9 @@ def test_the_rich_benchmark_under_fragmentation_decides_alike(native: Any) -> No
     CPU and memory, topology, budgets) at 20 nodes: both engines print the same digest. It
     found what the random comparison did not: a plan held by a borrowing anchor's reservation
     that exempts the run must still try every candidate gone (``fits_without``) as Python
-    does, whose takes and gives back move the quota usage's floats (by MIG slices' sevenths);
-    skipping it left one project's usage 4e-16 apart, and a fair-share tie then went the
-    other way."""
+    does (while holdings were float sums, its takes and gives back moved them by MIG slices'
+    sevenths: skipping it left one project's usage 4e-16 apart, and a fair-share tie went the
+    other way; holdings are now whole units in both engines, ``capacity.UNIT``)."""
     args = ("--setup", "rich", "--placement", "fragmentation", "--runs", "600")
     python, ours = core_bench("--core", "python", *args), core_bench("--core", "native", *args)
     assert (python["core"], ours["core"], ours["placement"]) == (

@@ -1,10 +1,11 @@
 """The native engine: ``engine.Incremental``'s decisions, made by a Rust extension.
 
 ``NativeEngine`` has ``Incremental``'s interface (``submit``, ``finish``, ``checkpoint``,
-``cycle``, ``explain_all``, ``pending``, ``active``) and makes the same admissions, placements
-and preemptions (each with its preemptor admitted in the same decision and the victim's lost
-GPU-seconds), in the same order; ``tests/test_native_core.py`` compares them cycle by cycle on
-random workloads, and ``benchmarks/core_throughput.py --core native`` on the full benchmark.
+``cycle``, ``explain_all``, ``pending``, ``active``, ``set_nodes``) and makes the same
+admissions, placements and preemptions (each with its preemptor admitted in the same decision
+and the victim's lost GPU-seconds), in the same order; ``tests/test_native_core.py`` compares
+them cycle by cycle on random workloads, and ``benchmarks/core_throughput.py --core native``
+on the full benchmark.
 
 It serves what the extension implements, and says what it does not (``native_support``:
 ``unsupported``, ``held_unsupported``; ``NotSupported`` is raised, nothing is guessed).

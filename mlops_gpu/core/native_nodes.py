@@ -4,10 +4,10 @@ powered down or drained), which rebuilds the Rust engine around the new nodes, a
 ``Incremental.set_nodes`` rebuilds its state.
 
 Invariant: after ``set_nodes(engine, nodes, now)`` the engine holds the same active runs (with
-their placements, loaded first and in sequence order, as ``controller.mirror`` reloads an
-engine), the same pending runs (queued again, or back in backoff until their ``not_before``)
-and the same kept anchor (the run that keeps the reservation next cycle), so that its next
-cycle decides as ``Incremental``'s does after its own ``set_nodes``.
+their placements, loaded first, in the engine's own order), the same pending runs (queued
+again, or back in backoff until their ``not_before``) and the same kept anchor (the run that
+keeps the reservation next cycle), so that its next cycle decides as ``Incremental``'s does
+after its own ``set_nodes``; a run it cannot load leaves the engine as it was.
 """
 
 from __future__ import annotations
@@ -25,14 +25,17 @@ if TYPE_CHECKING:
 
 def set_nodes(engine: NativeEngine, nodes: tuple[Node, ...], now: float) -> None:
     """Rebuild ``engine`` around ``nodes`` at ``now`` (the module docstring)."""
-    anchor, active, pending = engine.kept_anchor(), engine.active, engine.pending
-    # (a fresh extension and name indices: node numbers follow the new nodes' names)
-    type(engine).__init__(engine, replace(engine.template, nodes=nodes, now=now))
-    for run in sorted(active.values(), key=lambda r: r.seq):
-        engine.add_active(run)
-    for run in sorted(pending.values(), key=lambda r: r.seq):
-        engine.submit(run)
-    engine._engine.set_anchor(anchor)
+    # (a fresh extension and name indices: node numbers follow the new nodes' names; built
+    # aside and swapped in only once loaded, so a run it cannot load leaves ``engine`` whole)
+    fresh = type(engine)(replace(engine.template, nodes=nodes, now=now))
+    # in the engine's own order (admission, submission), as ``Incremental.set_nodes`` rebuilds
+    # its state from its snapshot: the order holdings of shared devices are summed in
+    for run in engine.active.values():
+        fresh.add_active(run)
+    for run in engine.pending.values():
+        fresh.submit(run)
+    fresh._engine.set_anchor(engine.kept_anchor())
+    engine.__dict__.update(fresh.__dict__)
 
 
 def part_specs(engine: NativeEngine, template: Snapshot) -> list[_engine.PartSpec]:

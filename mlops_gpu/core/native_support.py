@@ -48,6 +48,7 @@ core (``tests/test_native_core.py`` and ``tests/test_native_fragmentation.py`` c
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from mlops_gpu.core.snapshot import Snapshot
@@ -66,10 +67,12 @@ def unsupported(template: Snapshot) -> str | None:
     p = template.policy
     if p.order not in ("shortest", "submit", "las"):
         return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
+    if not p.borrower_share_ratio >= 1:  # (the config refuses it; a Snapshot built in code may not)
+        return f"policy.borrower_share_ratio {p.borrower_share_ratio!r} (the native engine: >= 1)"
     for (*_, accepts), count in template.shape_prior.items():
         # (whole counts: the engine's sums of counts are then exact in any order, as Python's
         # are in its dict's; sorted accepts: the order shapes compare in is the names')
-        if count != int(count) or count < 0:
+        if not math.isfinite(count) or count < 0 or count >= 9e15 or count != int(count):
             return f"a shape prior count {count!r} (the native engine: whole numbers)"
         if list(accepts) != sorted(accepts):
             return f"a shape prior's GPU types {accepts!r} (the native engine: sorted)"

@@ -4,8 +4,9 @@
 //!
 //! The same decisions as `mlops_gpu.core.engine.Incremental` for the requests and policies it
 //! serves (whole GPUs; MIG slices and shared devices: `parts`, `mig`, `shared`; host CPU
-//! and memory: `capacity`, under fragmentation-aware
-//! placement `fgd`, `fragmentation`, `type_choice`; budgets: `budget`; topology: `topology`);
+//! and memory: `capacity`; CPU-only runs: `placement::place_cpu`; under fragmentation-aware
+//! placement, with or without a shape prior: `fgd`, `fragmentation`, `type_choice`; budgets:
+//! `budget`; topology: `topology`; borrowers preempted shortest-first: `preempt::borrowers`);
 //! `mlops_gpu/core/native.py` checks that, turns names into indices and
 //! builds the `Decision`. Pure: the clock comes in each call. `engine` is the whole public
 //! API (`Engine`, `Settings`, `RunSpec`, ...).

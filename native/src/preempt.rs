@@ -256,8 +256,9 @@ impl Cycle<'_> {
     /// Whether a reservation holds run `i`'s plans at all (`Cycle._preempt_hold` is not None):
     /// there is one, `i` is not its anchor nor of a higher level. (A run it exempts on a type
     /// is held by a filter that lets everything through there, but held: `plan_for_type`
-    /// then still asks `fits_without`, whose trial takes and gives back as Python's does,
-    /// so that the quota usage's floats move alike.)
+    /// then still asks `fits_without`, as Python's does. Found while holdings were float sums,
+    /// when that trial's takes and gives back moved them; since they are counted in whole
+    /// units (`capacity::UNIT`) the trial changes no holding, and this keeps the structure.)
     fn held_off(&self, i: usize) -> bool {
         self.reservation.as_ref().is_some_and(|res| {
             // (the levels its budgets serve them at)
