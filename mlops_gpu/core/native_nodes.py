@@ -19,7 +19,7 @@ from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Node
 
 if TYPE_CHECKING:
-    from mlops_gpu import _engine
+    import mlops_gpu._engine as _engine
     from mlops_gpu.core.native import NativeEngine
 
 
@@ -41,7 +41,7 @@ def set_nodes(engine: NativeEngine, nodes: tuple[Node, ...], now: float) -> None
 def part_specs(engine: NativeEngine, template: Snapshot) -> list[_engine.PartSpec]:
     """The nodes with MIG slices or shared devices, as ``_engine.PartSpec``s (called only
     where the extension is installed: ``NativeEngine`` refuses to start without it)."""
-    from mlops_gpu import _engine  # (here: the module imports where the extension is missing)
+    import mlops_gpu._engine as _engine  # (here: this module imports where it is missing)
 
     out = []
     for i, n in enumerate(engine._nodes):
