@@ -8,10 +8,11 @@ shipped policy) against ``fgd`` (FGD, ``mlops_gpu.sim.fgd``), ``first-fit``, ``b
 Prints a table and the issue's acceptance checks to stderr, then one JSON object as the last
 line: ``{"bench", "results": [{"file", "policy", "allocated_at_80", "allocated_at_90",
 "allocated_at_100", "unplaced_gpus_at_80", ..._90, ..._100, "unallocated_at_100", "failed_pods",
-"failed_cpu_pods", "fragmented_gpus", "pods_drawn", "wall_s"}, ...], "checks": [{"check",
-"ok"}, ...], "wall_s"}``; each ``default`` row also carries ``best_baseline_at_100``,
-``unallocated_gpus_at_100``, ``best_baseline_unallocated_gpus_at_100`` and
-``unallocated_ratio_to_best`` (ours over the best baseline's unallocated GPUs at 100%), and
+"failed_cpu_pods", "fragmented_gpus", "pods_drawn", "placements", "wall_s"}, ...], "checks":
+[{"check", "ok"}, ...], "wall_s"}`` (``placements``: a digest of every booking in order, equal
+where two replays placed every pod alike); each ``default`` row also carries
+``best_baseline_at_100``, ``unallocated_gpus_at_100``, ``best_baseline_unallocated_gpus_at_100``
+and ``unallocated_ratio_to_best`` (ours over the best baseline's unallocated GPUs at 100%), and
 ``engine``: the core's (``--engine``: ``auto``, the native engine where it is installed, else
 the Python one; both give the same rows).
 

@@ -29,6 +29,7 @@ checks every placement, the core's included).
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections import Counter
@@ -73,6 +74,9 @@ class Cluster:
         self.mem = [n.host_memory_mb or 0 for n in self.nodes]
         self.capacity = sum(n.capacity for n in self.nodes)
         self.booked: list[int] = []  # the node of every booking, in order (for placer caches)
+        # every booking (pod, node, devices, share) in order: two replays that placed alike
+        # have the same ``digest`` (as the rows' ``placements``)
+        self._log = hashlib.sha256()
 
     def fits(self, i: int, pod: Pod) -> bool:
         n = self.nodes[i]
@@ -97,6 +101,11 @@ class Cluster:
         self.cpu[i] -= pod.cpu_milli
         self.mem[i] -= pod.memory_mib
         self.booked.append(i)
+        self._log.update(f"{pod.name} {i} {devs} {share:.6f};".encode())
+
+    def digest(self) -> str:
+        """The first 16 hex digits of the bookings' hash, in order."""
+        return self._log.hexdigest()[:16]
 
     def allocated(self) -> float:
         return self.capacity - sum(sum(f) for f in self.free)
@@ -269,6 +278,7 @@ class PackingResult:
     fragmented_gpus: float
     pods_drawn: int
     wall_s: float
+    placements: str = ""  # ``Cluster.digest``: equal where every pod was placed alike
     engine: str | None = None  # the core's (``default``): "native" or "python"
 
     def row(self) -> dict[str, object]:
@@ -282,6 +292,7 @@ class PackingResult:
         out["failed_cpu_pods"] = self.failed_cpu_pods
         out["fragmented_gpus"] = round(self.fragmented_gpus, 1)
         out["pods_drawn"] = self.pods_drawn
+        out["placements"] = self.placements
         out["wall_s"] = round(self.wall_s, 2)
         if self.engine is not None:
             out["engine"] = self.engine
@@ -333,4 +344,6 @@ def replay(
             at[marks.pop(0)] = c.allocated() / c.capacity
     frag = c.fragmented(file_mix(pods))
     wall = time.perf_counter() - t0
-    return PackingResult(file, policy, at, short, failed, failed_cpu, frag, drawn, wall, used)
+    return PackingResult(
+        file, policy, at, short, failed, failed_cpu, frag, drawn, wall, c.digest(), used
+    )
