@@ -8,15 +8,14 @@ preempt and explain alike. (The random scenarios of ``test_native_core`` and
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from mlops_gpu.core import Decision, ReasonCode, Snapshot, decide
-from mlops_gpu.core.native import NativeEngine
+from mlops_gpu.core import ReasonCode
 from mlops_gpu.model import NodeSlot, Phase, Placement, Run
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
+from tests.core.cases import native_decides
 
 A100 = "a100-80gb"
 
@@ -24,24 +23,6 @@ A100 = "a100-80gb"
 @pytest.fixture(scope="module")
 def native(native_module: Any) -> Any:
     return native_module
-
-
-def both(native: Any, snap: Snapshot) -> Decision:
-    """``decide(snap)``, after checking that the native engine, loaded with the snapshot's
-    active and pending runs, explains (before the cycle) and decides the same."""
-    template = replace(snap, pending=(), active=())
-    nat = NativeEngine(template, native)
-    for a in snap.active:
-        nat.add_active(a)
-    for p in snap.pending:
-        nat.submit(p)
-    want = decide(snap)
-    explained = nat.explain_all(snap.now)
-    assert {p.run_id: p for p in explained} == {p.run_id: p for p in want.pending}
-    got = nat.cycle(snap.now)
-    assert got.admissions == want.admissions
-    assert got.preemptions == want.preemptions
-    return want
 
 
 def holding(
@@ -79,7 +60,7 @@ def test_a_cpu_only_run_goes_where_it_strands_no_gpu(native: Any, placement: str
         [busy],
         placement=placement,
     )
-    d = both(native, snap)
+    d = native_decides(native, snap)
     (adm,) = d.admissions
     assert adm.placement.node_names == ("full",) and adm.placement.gpu_amount == 0
 
@@ -98,7 +79,7 @@ def test_a_cpu_only_run_preempts_for_host_cpu_and_waits_for_memory(native: Any) 
         ],
         [low],
     )
-    d = both(native, snap)
+    d = native_decides(native, snap)
     assert [a.run_id for a in d.admissions] == ["high"]
     [p] = d.preemptions
     assert (p.run_id, p.for_run, p.lost_gpu_s) == ("low", "high", 0.0)
@@ -117,7 +98,7 @@ def test_a_cpu_only_run_short_of_cpu_is_explained_alike(native: Any) -> None:
         [make_run("c", gpus=0, cpu_milli=4000, priority="high")],
         [keeper],
     )
-    d = both(native, snap)
+    d = native_decides(native, snap)
     assert not d.admissions and not d.preemptions
     [why] = d.pending
     assert why.reason_code is ReasonCode.NO_CAPACITY and "4000m CPU" in why.reason

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import ModuleType
 
 from mlops_gpu.core import Decision, ReasonCode, Snapshot, decide
+from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run
 from mlops_gpu.testing.builders import placed, placed_gang
@@ -49,6 +51,24 @@ def check(case: Case) -> Decision:
         assert adm.placement.slots[0].devices == devs
     assert decide(case.snap) == d  # same snapshot, same decision
     return d
+
+
+def native_decides(native: ModuleType, snap: Snapshot) -> Decision:
+    """``decide(snap)``, after checking that the native engine, loaded with the snapshot's
+    active and pending runs, explains every pending run alike (codes, sentences, ETAs; before
+    the cycle) and admits, places and preempts the same."""
+    nat = NativeEngine(replace(snap, pending=(), active=()), native)
+    for a in snap.active:
+        nat.add_active(a)
+    for p in snap.pending:
+        nat.submit(p)
+    want = decide(snap)
+    explained = nat.explain_all(snap.now)
+    assert {p.run_id: p for p in explained} == {p.run_id: p for p in want.pending}
+    got = nat.cycle(snap.now)
+    assert got.admissions == want.admissions
+    assert got.preemptions == want.preemptions
+    return want
 
 
 def busy(

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from mlops_gpu.config import ConfigError, load_config
 from mlops_gpu.core import ReasonCode as RC
 from mlops_gpu.core import Snapshot, decide
-from mlops_gpu.core.native import NativeEngine, unsupported
+from mlops_gpu.core.native import unsupported
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.model import Phase, PolicySettings, Quota
 from mlops_gpu.testing import config_yaml, make_node, make_project, make_run, make_snapshot
 from mlops_gpu.testing.builders import placed
-from tests.core.cases import A100, Case, busy, check
+from tests.core.cases import A100, Case, busy, check, native_decides
 
 ORG = "org"
 ON = {"shortest_preempt_borrowers": True}
@@ -175,18 +175,8 @@ def test_the_native_engine_decides_each_case_alike(native_module: ModuleType, ca
     """The Rust engine serves the setting (``native/src/preempt/borrowers.rs``): on each case
     it admits, places and preempts as ``decide`` (the victims' messages with the shares too),
     and explains every pending run alike (codes, sentences, ETAs)."""
-    snap = case.snap
-    assert unsupported(snap) is None
-    eng = NativeEngine(snap, native_module)
-    for r in snap.active:
-        eng.add_active(r)
-    for r in snap.pending:
-        eng.submit(r)
-    want = decide(snap)
-    explained = eng.explain_all(snap.now)
-    assert {p.run_id: p for p in explained} == {p.run_id: p for p in want.pending}
-    got = eng.cycle(snap.now)
-    assert (got.admissions, got.preemptions) == (want.admissions, want.preemptions)
+    assert unsupported(case.snap) is None
+    native_decides(native_module, case.snap)
 
 
 @st.composite
