@@ -8,12 +8,16 @@ shipped policy) against ``fgd`` (FGD, ``mlops_gpu.sim.fgd``), ``first-fit``, ``b
 Prints a table and the issue's acceptance checks to stderr, then one JSON object as the last
 line: ``{"bench", "results": [{"file", "policy", "allocated_at_80", "allocated_at_90",
 "allocated_at_100", "unplaced_gpus_at_80", ..._90, ..._100, "unallocated_at_100", "failed_pods",
-"failed_cpu_pods", "fragmented_gpus", "pods_drawn", "wall_s"}, ...], "checks": [{"check",
-"ok"}, ...], "wall_s"}``; each ``default`` row also carries ``best_baseline_at_100``,
-``unallocated_gpus_at_100``, ``best_baseline_unallocated_gpus_at_100`` and
-``unallocated_ratio_to_best`` (ours over the best baseline's unallocated GPUs at 100%).
+"failed_cpu_pods", "fragmented_gpus", "pods_drawn", "placements", "wall_s"}, ...], "checks":
+[{"check", "ok"}, ...], "wall_s"}`` (``placements``: a digest of every booking in order, equal
+where two replays placed every pod alike); each ``default`` row also carries
+``best_baseline_at_100``, ``unallocated_gpus_at_100``, ``best_baseline_unallocated_gpus_at_100``
+and ``unallocated_ratio_to_best`` (ours over the best baseline's unallocated GPUs at 100%), and
+``engine``: the core's (``--engine``: ``auto``, the native engine where it is installed, else
+the Python one; both give the same rows).
 
     python benchmarks/openb_packing.py [--file default|gpuspec33]... [--policy NAME]...
+        [--engine auto|python|native]
 """
 
 from __future__ import annotations
@@ -26,12 +30,12 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from mlops_gpu.sim.openb import POD_FILES, load_nodes, load_pods
-from mlops_gpu.sim.packing import PLACERS, replay
+from mlops_gpu.sim.packing import ENGINES, PLACERS, replay
 
 
-def one(file: str, policy: str) -> dict[str, Any]:
+def one(file: str, policy: str, engine: str = "auto") -> dict[str, Any]:
     pods = load_pods(POD_FILES[file])
-    return replay(pods.file, load_nodes(), pods.pods, policy).row()
+    return replay(pods.file, load_nodes(), pods.pods, policy, engine=engine).row()
 
 
 #: The issue's criterion: at 100% arrived demand ``default`` allocates at least as much as
@@ -98,17 +102,24 @@ def main() -> None:
     ap.add_argument("--file", action="append", choices=sorted(POD_FILES), help="pod file(s)")
     ap.add_argument("--policy", action="append", choices=PLACERS, help="placer(s)")
     ap.add_argument("--workers", type=int, default=2, help="replays run in parallel")
+    ap.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help="the core's engine for 'default' (auto: native where installed)",
+    )
     args = ap.parse_args()
     files = args.file or sorted(POD_FILES)
     policies = args.policy or list(PLACERS)
     t0 = time.perf_counter()
     jobs = [(f, p) for f in files for p in policies]
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        futures = {job: pool.submit(one, *job) for job in jobs}
+        futures = {job: pool.submit(one, *job, args.engine) for job in jobs}
         rows = []
         for job in jobs:
             rows.append(futures[job].result())
-            print(f"  {job[0]} {job[1]}: done in {rows[-1]['wall_s']:.1f}s", file=sys.stderr)
+            on = f" ({rows[-1]['engine']} engine)" if "engine" in rows[-1] else ""
+            print(f"  {job[0]} {job[1]}: done in {rows[-1]['wall_s']:.1f}s{on}", file=sys.stderr)
     summarise(rows, sum(n.capacity for n in load_nodes()))
     cols = ["allocated_at_80", "allocated_at_90", "allocated_at_100", "unallocated_at_100"]
     cols += ["failed_pods", "fragmented_gpus"]

@@ -4,8 +4,8 @@ replay goes on, drawing the file again from the top when it runs out, until the 
 has arrived reaches the cluster's GPU capacity. CPU and memory are modelled with the GPUs, and
 the CPU-only pods take part (as CPU-only runs: they hold CPU and memory that GPU pods need).
 
-Placers: ``default`` (the real scheduling core, ``core.engine.Incremental``, with the shipped
-policy's placement; preemption is off since nothing here could gain from it) and the baselines
+Placers: ``default`` (the real scheduling core with the shipped policy's placement; preemption
+is off since nothing here could gain from it) and the baselines
 ``fgd`` (FGD as its authors' simulator runs it: ``sim.fgd``), ``first-fit``, ``best-fit``
 (least GPU share left on the node after placing, then least CPU; the tightest device for a
 share) and ``random`` (seeded). Every placement, the core's included, is booked on one
@@ -16,12 +16,20 @@ by how often it occurs), the free GPU share that shape could not use there
 (``core.fragmentation.shape_fragment``: all of it where the node's GPU model is not one the
 shape accepts); the sum over nodes, in GPUs.
 
+The core runs on the native engine (``core.native.NativeEngine``, Rust) where it is installed
+and takes the snapshot (``engine="auto"``), else on the Python engine (``"python"``);
+``"native"`` insists on it. Only the engines' public interface is used (``submit``,
+``cycle``, ``remove_pending``), and both decide alike (``tests/sim/test_openb.py`` compares
+them on a small replay), so the rows are the same on either; ``PackingResult.engine`` says
+which ran.
+
 Invariant: no node ever holds more GPU share, CPU or memory than it has (``Cluster.book``
 checks every placement, the core's included).
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections import Counter
@@ -29,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from mlops_gpu.core import native
 from mlops_gpu.core.engine import Incremental
 from mlops_gpu.core.fragmentation import Shape, shape_fragment
 from mlops_gpu.core.snapshot import Snapshot
@@ -50,6 +59,7 @@ from mlops_gpu.sim.openb import Pod
 Choice = tuple[int, tuple[int, ...], float]
 MARKS = (0.8, 0.9, 1.0)
 PLACERS = ("default", "fgd", "first-fit", "best-fit", "random")
+ENGINES = ("auto", "python", "native")  # the core's (``CorePlacer``), as ``simulate --engine``
 _EPS = 1e-9
 
 
@@ -64,6 +74,9 @@ class Cluster:
         self.mem = [n.host_memory_mb or 0 for n in self.nodes]
         self.capacity = sum(n.capacity for n in self.nodes)
         self.booked: list[int] = []  # the node of every booking, in order (for placer caches)
+        # every booking (pod, node, devices, share) in order: two replays that placed alike
+        # have the same ``digest`` (as the rows' ``placements``)
+        self._log = hashlib.sha256()
 
     def fits(self, i: int, pod: Pod) -> bool:
         n = self.nodes[i]
@@ -88,6 +101,11 @@ class Cluster:
         self.cpu[i] -= pod.cpu_milli
         self.mem[i] -= pod.memory_mib
         self.booked.append(i)
+        self._log.update(f"{pod.name} {i} {devs} {share:.6f};".encode())
+
+    def digest(self) -> str:
+        """The first 16 hex digits of the bookings' hash, in order."""
+        return self._log.hexdigest()[:16]
 
     def allocated(self) -> float:
         return self.capacity - sum(sum(f) for f in self.free)
@@ -188,12 +206,32 @@ BASELINES = {"first-fit": first_fit, "best-fit": best_fit, "random": random_fit}
 
 
 # -- the core -------------------------------------------------------------------------------
+def core_engine(template: Snapshot, choice: str = "auto") -> Incremental | native.NativeEngine:
+    """The core's engine for ``template``: native where installed and supported (``auto``),
+    Python (``python``), or native or a ``NotSupported`` saying why not (``native``)."""
+    if choice not in ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
+    module = None if choice == "python" else native.installed()
+    why = native.NOT_INSTALLED if module is None else native.unsupported(template)
+    if why is None:
+        return native.NativeEngine(template, module)
+    if choice == "native":
+        raise native.NotSupported(f"openb packing: {why}")
+    return Incremental(template)
+
+
 class CorePlacer:
-    """Pods through the real core: one cycle per pod on the incremental engine."""
+    """Pods through the real core: one cycle per pod, each pod that the cycle does not admit
+    withdrawn (it fails; it does not wait)."""
 
     PROJECT = "openb"
 
-    def __init__(self, nodes: Sequence[Node], prior: Mapping[Shape, float] | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        prior: Mapping[Shape, float] | None = None,
+        engine: str = "auto",
+    ) -> None:
         caps: Counter[str] = Counter()
         for n in nodes:
             caps[n.gpu_type] += n.capacity
@@ -210,7 +248,8 @@ class CorePlacer:
             capabilities={n.backend: BackendCapabilities(shared_gpus=True) for n in nodes},
             shape_prior=MappingProxyType(dict(prior or {})),
         )
-        self.engine = Incremental(snap)
+        self.engine = core_engine(snap, engine)
+        self.engine_name = "native" if isinstance(self.engine, native.NativeEngine) else "python"
         self.seq = 0
 
     def __call__(self, c: Cluster, pod: Pod, rng: random.Random) -> Choice | None:
@@ -220,7 +259,7 @@ class CorePlacer:
         self.engine.submit(Run(run_id, self.seq, spec, Phase.PENDING, 1, float(self.seq)))
         d = self.engine.cycle(float(self.seq))
         if not d.admissions:
-            self.engine.state.remove_pending(run_id)
+            self.engine.remove_pending(run_id)
             return None
         (slot,) = d.admissions[0].placement.slots
         node = c.nodes[c.index[slot.node]]
@@ -239,6 +278,8 @@ class PackingResult:
     fragmented_gpus: float
     pods_drawn: int
     wall_s: float
+    placements: str = ""  # ``Cluster.digest``: equal where every pod was placed alike
+    engine: str | None = None  # the core's (``default``): "native" or "python"
 
     def row(self) -> dict[str, object]:
         out: dict[str, object] = {"file": self.file, "policy": self.policy}
@@ -251,14 +292,23 @@ class PackingResult:
         out["failed_cpu_pods"] = self.failed_cpu_pods
         out["fragmented_gpus"] = round(self.fragmented_gpus, 1)
         out["pods_drawn"] = self.pods_drawn
+        out["placements"] = self.placements
         out["wall_s"] = round(self.wall_s, 2)
+        if self.engine is not None:
+            out["engine"] = self.engine
         return out
 
 
 def replay(
-    file: str, nodes: Sequence[Node], pods: Sequence[Pod], policy: str, seed: int = 1
+    file: str,
+    nodes: Sequence[Node],
+    pods: Sequence[Pod],
+    policy: str,
+    seed: int = 1,
+    engine: str = "auto",
 ) -> PackingResult:
-    """Replay ``pods`` (file order) on ``nodes`` under ``policy`` (``PLACERS``)."""
+    """Replay ``pods`` (file order) on ``nodes`` under ``policy`` (``PLACERS``); ``default``
+    runs the core on ``engine`` (``ENGINES``)."""
     if policy not in PLACERS:
         raise ValueError(f"unknown placer {policy!r}; expected one of {', '.join(PLACERS)}")
     if not any(p.num_gpu for p in pods):
@@ -266,8 +316,10 @@ def replay(
     t0 = time.perf_counter()
     c = Cluster(nodes)
     place: Callable[[Cluster, Pod, random.Random], Choice | None]
+    used: str | None = None
     if policy == "default":
-        place = CorePlacer(nodes, file_shapes(pods))  # the workload's shapes, as fgd has them
+        core = CorePlacer(nodes, file_shapes(pods), engine)  # the workload's shapes, as fgd's
+        place, used = core, core.engine_name
     elif policy == "fgd":
         place = FgdPlacer(pods)  # its typical shapes: the file's pods, once
     else:
@@ -292,4 +344,6 @@ def replay(
             at[marks.pop(0)] = c.allocated() / c.capacity
     frag = c.fragmented(file_mix(pods))
     wall = time.perf_counter() - t0
-    return PackingResult(file, policy, at, short, failed, failed_cpu, frag, drawn, wall)
+    return PackingResult(
+        file, policy, at, short, failed, failed_cpu, frag, drawn, wall, c.digest(), used
+    )

@@ -8,9 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from mlops_gpu.core.native import NotSupported
 from mlops_gpu.model import Node
 from mlops_gpu.sim.openb import NODES_FILE, POD_FILES, Pod, load_nodes, load_openb, load_pods
-from mlops_gpu.sim.packing import Cluster, CorePlacer, best_fit, file_mix, first_fit, replay
+from mlops_gpu.sim.packing import (
+    ENGINES,
+    Cluster,
+    CorePlacer,
+    best_fit,
+    file_mix,
+    file_shapes,
+    first_fit,
+    replay,
+)
 from mlops_gpu.sim.trace import TraceError
 
 POD_HEADER = (
@@ -131,3 +141,52 @@ def test_the_core_places_shares_whole_gpus_and_cpu_only_runs_validly() -> None:
     assert got[0] == "b" and got[4] is None  # 'big' needs 4 whole GPUs: b holds 2 already
     assert got[1] == got[2]  # the two shares fill one device rather than split two
     assert sum(1 for g in got if g is not None) == 4
+
+
+def _openb_sample(nodes: int, pods: int) -> tuple[list[Node], list[Pod]]:
+    """Every k-th node of the vendored cluster (its GPU models and host sizes mixed) and the
+    first pods of the GPU-model-restricted file (shares, whole GPUs, CPU-only pods)."""
+    every = load_nodes()
+    return every[:: len(every) // nodes][:nodes], list(
+        load_pods(POD_FILES["gpuspec33"]).pods[:pods]
+    )
+
+
+def test_the_core_places_alike_on_the_native_and_the_python_engine(native_module: object) -> None:
+    """Pod by pod on one cluster, both engines make the same choice (node, devices) or both
+    fail the pod, with the file's shape prior (``file_shapes``) weighing the placements; a
+    difference names the pod."""
+    nodes, pods = _openb_sample(40, 600)
+    prior = file_shapes(pods)
+    py, nat = CorePlacer(nodes, prior, "python"), CorePlacer(nodes, prior, "native")
+    assert (py.engine_name, nat.engine_name) == ("python", "native")
+    c, rng = Cluster(nodes), random.Random(1)
+    placed = failed = 0
+    for i, p in enumerate(pods):
+        want, got = py(c, p, rng), nat(c, p, rng)
+        assert got == want, f"pod {i} ({p.name}): python {want}, native {got}"
+        if want is None:
+            failed += 1
+        else:
+            c.book(want, p)
+            placed += 1
+    assert placed > 100 and failed > 0  # the cluster filled up: the choices got hard
+
+
+def test_replay_rows_are_the_same_on_either_engine(native_module: object) -> None:
+    nodes, pods = _openb_sample(12, 200)
+    rows = {e: replay("sample", nodes, pods, "default", engine=e).row() for e in ENGINES}
+    assert [rows[e].pop("engine") for e in ENGINES] == ["native", "python", "native"]
+    for r in rows.values():
+        r.pop("wall_s")
+    assert rows["python"] == rows["native"] == rows["auto"]
+    assert "engine" not in replay("sample", nodes, pods, "first-fit").row()
+
+
+def test_without_the_native_engine_the_python_engine_packs(without_native: None) -> None:
+    nodes, pods = _openb_sample(4, 40)
+    assert replay("sample", nodes, pods, "default").engine == "python"  # auto falls back
+    with pytest.raises(NotSupported, match="openb packing: the Rust engine"):
+        CorePlacer(nodes, file_shapes(pods), "native")
+    with pytest.raises(ValueError, match="engine: expected one of auto, python, native"):
+        CorePlacer(nodes, None, "rust")
