@@ -6,8 +6,9 @@ its node lacks, host resources that are not the request's): both engines book th
 (``native_support.held_unsupported``, gone), and the control loop then ran the whole cluster
 on the Python engine.
 
-Booking a gone node's share of a part on the Rust side only by its slots (``charged`` left
-out in ``native_support.held``) was checked to fail ``part_on_a_gone_node``.
+On the Rust side, ``Placement::amount`` ignoring ``charged`` (a loaded run charged by its
+slots on the cluster alone) was checked to fail the gone-type and gone-part cases here; in
+Python, charging a gone part by its device count fails ``part_on_a_gone_node``.
 """
 
 from __future__ import annotations
@@ -183,3 +184,23 @@ def test_as_held_keeps_a_cycles_placement_and_refuses_none(native: Any) -> None:
         as_held(make_run("r", "p0", phase=Phase.RUNNING), nodes)
     with pytest.raises(ValueError, match="without a placement"):
         NativeEngine(template, native).add_active(make_run("r", "p0", phase=Phase.RUNNING))
+
+
+def test_a_run_on_a_type_the_cluster_lacks_holds_no_quota_anyone_waits_for(native: Any) -> None:
+    """Its project at its quota on a type the cluster has: the run on a gone type is not
+    among the holders a waiting run's reason and ETA read (``State.held`` files it under its
+    own type), on either engine."""
+    nodes = [make_node("n0", 4, A, backend="b1")]
+    template = make_snapshot(nodes, [make_project("p1", quotas={A: Quota(2, 0)})], now=0.0)
+    loaded = (
+        _held("g", "p1", "v100", _slot("gone", "0"), max_runtime_s=5.0),
+        _held("u", "p1", "v100", _slot("gone", "1"), max_runtime_s=None),
+        _held("h", "p1", A, _slot("n0", "0", "1"), max_runtime_s=50.0),
+    )
+    events: list[tuple[Any, ...]] = [
+        ("submit", make_run("w", "p1", 1, seq=5, max_runtime_s=10.0)),
+        ("cycle", None),
+        ("submit", make_run("v", "p1", 2, seq=6)),
+        ("cycle", None),
+    ]
+    replay(native, template, events, loaded=loaded)

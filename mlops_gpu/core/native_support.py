@@ -49,7 +49,8 @@ engine queues every pending run it is given; it serves:
   ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
 
 Invariant: everything not refused here (a shape prior) is decided by the Rust engine exactly
-as by the Python core (``tests/test_native_core.py`` and ``tests/test_native_fragmentation.py`` compare them).
+as by the Python core (``tests/test_native_core.py``, ``tests/test_native_fragmentation.py``
+and ``tests/test_native_held.py`` compare them).
 """
 
 from __future__ import annotations
