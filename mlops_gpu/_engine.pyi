@@ -133,6 +133,7 @@ class Held:
         started_at: float | None,
         going: bool,
         shares: list[SlotShare] | None = None,
+        charged: float | None = None,
     ) -> None: ...
 
 @final

@@ -122,34 +122,55 @@ def test_mirror_decides_as_the_core_does_from_scratch(
     assert set(engine.active) == {r.id for r in live if r.placement is not None}
 
 
-def test_a_run_the_native_engine_cannot_take_moves_the_mirror_to_python(
+def test_a_run_on_a_node_that_left_keeps_the_native_engine_serving(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An active run whose node left the inventory (a k8s node deleted, a Slurm node dropped
+    from the config): the native engine takes it as the Python core does (``core.held``: its
+    quota stays held, no node's devices), and keeps deciding as ``decide`` from scratch."""
     clock = Clock()
     rt = runtime(tmp_path, clock)
+    checked: list[Decision] = []
+    real = Mirror.cycle
+
+    def checking(self: Mirror, now: float, history: Any, spent: Any) -> Decision:
+        snap = replace(
+            template(rt, now),
+            pending=tuple(self.pending()),
+            active=tuple(self.active()),
+            usage_history=history,
+            spent=spent,
+            anchor=self.kept_anchor(),
+        )
+        want = decide(snap, explain=False)
+        got = real(self, now, history, spent)
+        assert (got.admissions, got.preemptions) == (want.admissions, want.preemptions)
+        checked.append(got)
+        return got
+
+    monkeypatch.setattr(Mirror, "cycle", checking)
     ctl = Controller(rt, clock=clock)
-    whole = rt.spec(("train",), project="p", request=ResourceRequest(gpus=1))
-    rt.submit(whole)
+    long = {"FAKE_DURATION_S": "10000"}
+    for project in "pq":
+        rt.submit(rt.spec(("train",), project=project, request=ResourceRequest(gpus=4), env=long))
     ctl.tick()
-    assert isinstance(ctl.mirror.engine, native.NativeEngine)
-    # a CPU-only run: the native engine takes it too, and admits it
-    cpu = rt.spec(("prep",), project="p", request=ResourceRequest(gpus=0, cpu_milli=500))
-    cpu_id = rt.submit(cpu).id
-    clock.now += 5
-    ctl.tick()
-    assert isinstance(ctl.mirror.engine, native.NativeEngine)
-    assert cpu_id in ctl.mirror.engine.active
-    # a run it cannot take (whatever ``native_support.held_unsupported`` still names, here
-    # made to name every run placed from now on): the engine is rebuilt in Python
-    monkeypatch.setattr(native, "held_unsupported", lambda eng, run: f"run {run.id}: refused")
-    rt.submit(rt.spec(("train",), project="q", request=ResourceRequest(gpus=1)))
-    for _ in range(2):
+    held = {r.id: r for r in rt.store.live_runs()[0] if r.placement is not None}
+    assert len(held) == 2
+    fake = rt.backends["fake"]
+    assert isinstance(fake, FakeBackend)
+    gone = next(iter(held.values()))
+    assert gone.placement is not None
+    fake.nodes = tuple(n for n in fake.nodes if n.name != gone.placement.slots[0].node)
+    for project in "pq":  # runs that want what the gone run held
+        rt.submit(rt.spec(("train",), project=project, request=ResourceRequest(gpus=2)))
+    for _ in range(3):
         clock.now += 5
         ctl.tick()
-    assert isinstance(ctl.mirror.engine, Incremental)
-    assert set(ctl.mirror.engine.pending) | set(ctl.mirror.engine.active) == {
-        r.id for r in rt.store.live_runs()[0]
-    }
+        engine = ctl.mirror.engine
+        assert isinstance(engine, native.NativeEngine)
+        assert set(held) <= set(engine.active)
+    assert engine.used[(gone.project, gone.placement.gpu_type)] >= 4.0  # still its quota
+    assert checked
 
 
 def test_without_the_rust_engine_the_scheduler_says_once_what_python_costs(

@@ -114,9 +114,9 @@ def test_a_loaded_cluster_of_slices_and_shares_decides_alike(native: Any) -> Non
     assert nat.used == ref.used
 
 
-def test_shares_the_cluster_no_longer_has_are_refused_by_name(native: Any) -> None:
-    """A run holding part of a GPU and a slot on a node that left the inventory: the native
-    engine cannot book the share it held there, and says so."""
+def test_shares_the_cluster_no_longer_has_count_in_quota_alike(native: Any) -> None:
+    """A run holding part of a GPU on a node that left the inventory: no node's share is
+    booked, its quota is (``core.held``), on both engines."""
     t = TYPES[0]
     template = make_snapshot(
         [make_node("s0", 2, t, backend="b1", shared=True)],
@@ -132,8 +132,10 @@ def test_shares_the_cluster_no_longer_has_are_refused_by_name(native: Any) -> No
     assert run.placement is not None
     gone = replace(run.placement.slots[0], node="gone")
     moved = replace(run, placement=replace(run.placement, slots=(gone,)))
-    with pytest.raises(NotSupported, match="node gone, which the cluster no longer has"):
-        NativeEngine(template, native).add_active(moved)
+    py, nat = Incremental(template), NativeEngine(template, native)
+    py.add_active(moved)
+    nat.add_active(moved)
+    assert nat.used == py.used == {("p0", t): 0.5}
 
 
 def test_the_simulator_falls_back_to_python_where_native_cannot(

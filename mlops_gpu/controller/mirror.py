@@ -7,10 +7,10 @@ the store through its change feed, so that a tick costs what changed, not the qu
   after ``reset``, loads every live run (``Store.live_runs``) into a fresh engine.
 - ``cycle`` runs one cycle of the incremental engine (``core.engine.Incremental``), whose
   decisions equal ``decide`` on the same snapshot (the core's differential test); or of the
-  native one (``core.native``, the same decisions) where it is installed and can take the
-  config and every live run. A run or config it cannot take (``NotSupported``) rebuilds the
-  engine in Python, which stays until the config changes. Where the Rust engine is not
-  installed at all (no cargo at install), the first engine built logs
+  native one (``core.native``, the same decisions) wherever it is installed: it takes every
+  config and every live run (one placed on a node, type or project the config no longer has
+  is booked as ``core.held.as_held`` says, by either engine). Where the Rust engine is not
+  installed (no cargo at install), the first engine built logs
   ``native.PYTHON_ENGINE_WARNING`` once per process. The engine
   applies its own decision; the store writes that follow come back through the feed and replace
   the engine's copies, so a write that did not happen (an admission refused because the run was
@@ -59,8 +59,6 @@ class Mirror:
         #: the engine behind the job control gate (``engine``: the engine itself)
         self.gate: Gated | None = None
         self._template: Snapshot | None = None
-        #: the native engine could not take the config or a run: Python until the config changes
-        self._python_only = False
 
     @property
     def engine(self) -> Incremental | native.NativeEngine | None:
@@ -70,7 +68,6 @@ class Mirror:
     def reset(self) -> None:
         """Forget everything: the next refresh reloads the live runs from the store."""
         self.rev, self.gate, self._template, self.runs = None, None, None, {}
-        self._python_only = False
 
     def refresh(self, template: Snapshot) -> None:
         """Catch up with the store; ``template`` (no runs) gives nodes, projects and policy."""
@@ -94,8 +91,8 @@ class Mirror:
         gated.ended_many((r.id, r.phase) for r in changed if r.phase in TERMINAL_PHASES)
         self._resolve(changed)
         for run in sorted(changed, key=_seq):  # a dependency before its dependents
-            if run.phase not in TERMINAL_PHASES and not self._learn(run):
-                return  # rebuilt in Python around every run noted
+            if run.phase not in TERMINAL_PHASES:
+                _load(gated, run)
 
     def pending(self) -> list[Run]:
         return sorted((r for r in self.runs.values() if r.phase is Phase.PENDING), key=_seq)
@@ -140,17 +137,6 @@ class Mirror:
         elif run_id in engine.active:
             engine.finish(run_id)
 
-    def _learn(self, run: Run) -> bool:
-        """Load ``run`` into the engine; False when that rebuilt the engine instead."""
-        assert self.gate is not None and self._template is not None
-        try:
-            _load(self.gate, run)
-            return True
-        except native.NotSupported:  # the runs noted so far, this one included, in Python
-            self._python_only = True
-            self._rebuild(self._template)
-            return False
-
     def _resolve(self, runs: list[Run]) -> None:
         """Tell the engine how the dependencies of ``runs`` that are not live ended."""
         engine = self.gate
@@ -171,28 +157,19 @@ class Mirror:
         return t is None or _static(t) != _static(template)
 
     def _rebuild(self, template: Snapshot) -> None:
-        if self._template is not None and _static(self._template) != _static(template):
-            self._python_only = False  # a new config: the native engine may take it
         self._template = template
         held = [
             r for r in self.runs.values() if r.phase in ACTIVE_PHASES and r.placement is not None
         ]
         waiting = [r for r in self.runs.values() if r.phase is Phase.PENDING]
         runs = sorted(held, key=_seq) + sorted(waiting, key=_seq)
-        module = None if self._python_only else native.installed()
-        if module is None and not self._python_only:
+        module = native.installed()
+        if module is None:
             _warn_python_engine()
-        if module is not None:
-            try:
-                self.gate = self._gated(native.NativeEngine(template, module))
-                for r in runs:
-                    _load(self.gate, r)
-                return
-            except native.NotSupported:
-                self._python_only = True
-        self.gate = self._gated(Incremental(template))
+        inner = Incremental(template) if module is None else native.NativeEngine(template, module)
+        self.gate = gate = self._gated(inner)
         for r in runs:
-            _load(self.gate, r)
+            _load(gate, r)
 
     def _gated(self, inner: Incremental | native.NativeEngine) -> Gated:
         engine = Gated(inner)

@@ -8,7 +8,8 @@ them cycle by cycle on random workloads, and ``benchmarks/core_throughput.py --c
 on the full benchmark.
 
 It serves what the extension implements, and says what it does not (``native_support``:
-``unsupported``, ``held_unsupported``; ``NotSupported`` is raised, nothing is guessed).
+``unsupported``; ``NotSupported`` is raised, nothing is guessed); it takes every active run,
+booked as ``core.held.as_held`` says (a node, GPU type or project gone from the config).
 Runs with an unknown project or class wait (as ``invalid``) and runs in backoff wait here until
 their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: the
 extension explains the same state on demand (``explain_all``: codes, parameters and ETAs from
@@ -34,10 +35,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import ModuleType
 
-from mlops_gpu.core import borrowers, native_explain, native_nodes
+from mlops_gpu.core import borrowers, native_explain, native_nodes, native_support
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.fairshare import budget_exceeded
-from mlops_gpu.core.native_support import NotSupported, held_unsupported, unsupported
+from mlops_gpu.core.held import as_held
+from mlops_gpu.core.native_support import NotSupported, unsupported
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.run_copy import going, running
 from mlops_gpu.core.snapshot import Snapshot
@@ -91,6 +93,7 @@ class NativeEngine:
         self.active: dict[str, Run] = {}
         self._backoff: list[tuple[float, int, str]] = []
         self._queued: set[str] = set()  # the pending runs in the extension's queues
+        self._outside: set[str] = set()  # active runs the extension does not hold (``held``)
         self._now = template.now
         self.types = sorted({n.gpu_type for n in template.nodes})
         self._type_ix = {t: i for i, t in enumerate(self.types)}
@@ -99,6 +102,7 @@ class NativeEngine:
         nodes = sorted(template.nodes, key=lambda n: n.name)
         self._node_ix = {n.name: i for i, n in enumerate(nodes)}
         self._nodes = nodes
+        self._by_name = {n.name: n for n in nodes}
         self._node_names = [n.name for n in nodes]
         # MIG profiles numbered in name order; each node's device numbers: its whole devices,
         # then its MIG slices, profile after profile (``_engine.PartSpec``)
@@ -145,6 +149,10 @@ class NativeEngine:
                     quotas=quotas,
                 )
             )
+        # one more, no quota, no cohort: the project of active runs the config no longer names
+        # (``held.as_held``: what they hold there is nobody's to read)
+        none = e.QuotaSpec(nominal=0.0, borrowing_limit=None, lending_limit=None)
+        projects.append(e.ProjectSpec(weight=1.0, root=None, quotas=[none] * len(self.types)))
         capacity = [0.0] * len(self.types)
         of_type: list[list[int]] = [[] for _ in self.types]
         for n in template.nodes:  # the snapshot's node order (``eligible_nodes``)
@@ -191,7 +199,7 @@ class NativeEngine:
                     shortest_preempt_borrowers=p.shortest_preempt_borrowers,
                     borrower_share_ratio=float(p.borrower_share_ratio),
                 ),
-                parts=native_nodes.part_specs(self, template),
+                parts=native_nodes.part_specs(self, template, e),
                 shape_prior=[
                     e.PriorShape(
                         gpus=gpus,
@@ -232,7 +240,7 @@ class NativeEngine:
         return _engine.RunSpec(
             id=run.id,
             seq=run.seq,
-            project=self._project_ix[run.project],
+            project=self._project_ix.get(run.project, len(self.projects)),
             priority=self.template.priority_of(run),
             gpus=req.gpus,
             nodes=req.nodes,
@@ -281,38 +289,22 @@ class NativeEngine:
         return run  # (one in backoff is skipped when its time comes: it is no longer pending)
 
     def add_active(self, run: Run) -> None:
-        """A run that holds its placement already, e.g. loaded from the store
-        (``State.add_active``)."""
-        why = held_unsupported(self, run)
-        if why is not None:
-            raise NotSupported(why)
-        assert run.placement is not None
-        p = run.placement
-        # slots on nodes the cluster no longer has count in the GPUs held, as in ``Capacity``
-        on = [(n, s) for s in p.slots if (n := self._node_ix.get(s.node)) is not None]
-        slots = [(n, [self._dev_names[n].index(d) for d in s.devices]) for n, s in on]
-        whole = all(s.fraction == 1.0 and s.memory_mb is None for _, s in on)
-        shares = None
-        if not whole:  # (``held_unsupported``: then every slot is on the cluster)
-            shares = [_engine.SlotShare(fraction=s.fraction, memory_mb=s.memory_mb) for _, s in on]
-        self._engine.add_active(
-            self._spec(run),
-            _engine.Held(
-                backend=self._backend_ix[p.backend],
-                gpu_type=self._type_ix[p.gpu_type],
-                slots=slots,
-                gpus=p.total_gpus,
-                admitted_at=run.admitted_at,
-                started_at=run.started_at,
-                going=run.preempt_requested,
-                shares=shares,
-            ),
-        )
+        """A run that holds its placement already, e.g. loaded from the store, booked as
+        ``held.as_held`` leaves it (``State.add_active``)."""
+        run = as_held(run, self._by_name)
+        crossing = native_support.held(self, run, _engine)
+        if crossing is None:
+            self._outside.add(run.id)
+        else:
+            self._engine.add_active(*crossing)
         self.active[run.id] = run
 
     def finish(self, run_id: str) -> Run:
         run = self.active.pop(run_id)
-        self._engine.finish(run_id)
+        if run_id in self._outside:
+            self._outside.discard(run_id)
+        else:
+            self._engine.finish(run_id)
         return run
 
     def checkpoint(self, run_id: str, at: float) -> None:
@@ -321,7 +313,8 @@ class NativeEngine:
         if run is None:
             return
         self.active[run_id] = replace(run, last_checkpoint_at=at)
-        self._engine.checkpoint(run_id, at)
+        if run_id not in self._outside:
+            self._engine.checkpoint(run_id, at)
 
     @property
     def used(self) -> dict[tuple[str, str], float]:
@@ -352,7 +345,7 @@ class NativeEngine:
         hist = self.template.usage_history if usage_history is None else usage_history
         if not hist:
             return None
-        out = [0.0] * (len(self.projects) * len(self.types))
+        out = [0.0] * ((len(self.projects) + 1) * len(self.types))  # (+1: ``held``'s)
         for (project, t), gpu_s in hist.items():
             p, ti = self._project_ix.get(project), self._type_ix.get(t)
             if p is not None and ti is not None:

@@ -13,6 +13,7 @@ after its own ``set_nodes``; a run it cannot load leaves the engine as it was.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from mlops_gpu.core.snapshot import Snapshot
@@ -38,11 +39,10 @@ def set_nodes(engine: NativeEngine, nodes: tuple[Node, ...], now: float) -> None
     engine.__dict__.update(fresh.__dict__)
 
 
-def part_specs(engine: NativeEngine, template: Snapshot) -> list[_engine.PartSpec]:
-    """The nodes with MIG slices or shared devices, as ``_engine.PartSpec``s (called only
-    where the extension is installed: ``NativeEngine`` refuses to start without it)."""
-    import mlops_gpu._engine as _engine  # (here: this module imports where it is missing)
-
+def part_specs(engine: NativeEngine, template: Snapshot, e: ModuleType) -> list[_engine.PartSpec]:
+    """The nodes with MIG slices or shared devices, as the extension (``e``)'s
+    ``PartSpec``s (called only where it is installed: ``NativeEngine`` refuses to start
+    without it)."""
     out = []
     for i, n in enumerate(engine._nodes):
         if not n.mig and not n.shared:
@@ -53,11 +53,10 @@ def part_specs(engine: NativeEngine, template: Snapshot) -> list[_engine.PartSpe
         for k, d in enumerate(by_name):
             rank[d] = k
         mig = [
-            _engine.MigSpec(profile=engine._profile_ix[p], slices=len(ids))
-            for p, ids in n.mig.items()
+            e.MigSpec(profile=engine._profile_ix[p], slices=len(ids)) for p, ids in n.mig.items()
         ]
         out.append(
-            _engine.PartSpec(
+            e.PartSpec(
                 node=i,
                 mig=mig,
                 mig_placeable=caps.mig,

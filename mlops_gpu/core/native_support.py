@@ -1,8 +1,13 @@
-"""What the native engine (``core.native``) serves, and why it refuses the rest.
+"""What the native engine (``core.native``) serves, and how an active run crosses into it.
 
-``unsupported`` (a snapshot) and ``held_unsupported`` (an active run as it is placed) give the
-one-line reason, or None; ``NativeEngine`` raises ``NotSupported`` with it, and the control
-loop's ``Mirror`` and the simulator then run the Python engine (nothing is guessed). The native
+``unsupported`` (a snapshot) gives the one-line reason the native engine cannot take a config,
+or None: only a ``Snapshot.shape_prior`` whose counts are not whole or whose shapes' GPU types
+are not sorted (only the packing simulator makes priors, whole and sorted);
+``NativeEngine`` raises ``NotSupported`` with it (and where the extension is not installed),
+and the simulator then runs the Python engine. ``held`` gives an active run, booked as
+``core.held.as_held`` leaves it, as the extension's ``add_active`` takes it: every active
+run is taken (one on a node, GPU type, backend or project the cluster no longer has too, as
+``core.held`` says, checked by ``tests/test_native_held.py``). The native
 engine queues every pending run it is given; it serves:
 - whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
   as numbers, each key's values in name order); with host CPU and memory (runs' requests per
@@ -25,7 +30,8 @@ engine queues every pending run it is given; it serves:
   a MIG run's GPU types are not reordered (``Cycle._try``), as in the Python core (compared
   by ``tests/test_native_fragmentation.py``, whose clusters have MIG nodes and runs);
   active runs holding slices or parts cross with each slot's share
-  (``_engine.SlotShare``), and every slot of such a run must be on a node of the cluster;
+  (``_engine.SlotShare``), and what they are charged where a slot's node is gone
+  (``_engine.Held.charged``);
 - CPU-only runs (``gpus`` 0: host CPU and/or memory on one node of a type they accept, as
   ``_engine.ShapeSpec(cpu_only=True)``), placed by ``placement._place_cpu``'s rules (under
   ``fragmentation``: growth class and CPU balance first; then the most CPU per free GPU
@@ -42,19 +48,23 @@ engine queues every pending run it is given; it serves:
   ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
   ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
 
-Invariant: everything not refused here is decided by the Rust engine exactly as by the Python
-core (``tests/test_native_core.py`` and ``tests/test_native_fragmentation.py`` compare them).
+Invariant: everything not refused here (a shape prior) is decided by the Rust engine exactly
+as by the Python core (``tests/test_native_core.py``, ``tests/test_native_fragmentation.py``
+and ``tests/test_native_held.py`` compare them).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
+    from mlops_gpu import _engine
     from mlops_gpu.core.native import NativeEngine
 
 
@@ -65,8 +75,6 @@ class NotSupported(ValueError):
 def unsupported(template: Snapshot) -> str | None:
     """Why the native engine cannot schedule for ``template``, or None when it can."""
     p = template.policy
-    if p.order not in ("shortest", "submit", "las"):
-        return f"policy.order {p.order!r} (the native engine orders by shortest, submit or las)"
     if not p.borrower_share_ratio >= 1:  # (the config refuses it; a Snapshot built in code may not)
         return f"policy.borrower_share_ratio {p.borrower_share_ratio!r} (the native engine: >= 1)"
     for (*_, accepts), count in template.shape_prior.items():
@@ -79,30 +87,40 @@ def unsupported(template: Snapshot) -> str | None:
     return None
 
 
-def held_unsupported(eng: NativeEngine, run: Run) -> str | None:
-    """Why ``eng`` cannot load the active ``run`` as it is placed, or None when it can."""
+def held(eng: NativeEngine, run: Run, e: ModuleType) -> tuple[_engine.RunSpec, _engine.Held] | None:
+    """The active ``run``, as ``held.as_held`` leaves it, as the extension (``e``)'s
+    ``add_active`` takes it; None where the cluster has no GPU type at all to book it on (then
+    it holds nothing any decision reads, in either engine)."""
     p = run.placement
-    if p is None:
-        return f"run {run.id} is active without a placement"
-    if p.backend not in eng._backend_ix or p.gpu_type not in eng._type_ix:
-        return f"run {run.id} is placed on backend {p.backend}, type {p.gpu_type}: not here"
-    if run.project not in eng._project_ix:
-        return f"run {run.id} holds GPUs for unknown project {run.project}"
-    part = any(s.fraction != 1.0 or s.memory_mb is not None for s in p.slots)
-    for s in p.slots:
-        if len(set(s.devices)) != len(s.devices):
-            return f"run {run.id} holds a device twice on node {s.node}"
-        if part and s.node not in eng._node_ix:
-            return (
-                f"run {run.id} holds part of a GPU and GPUs on node {s.node}, which the "
-                "cluster no longer has"
-            )
-        if (s.cpu_milli, s.host_memory_mb) != (
-            run.request.cpu_milli,
-            run.request.host_memory_mb,
-        ):
-            return f"run {run.id} holds host CPU or memory on node {s.node} it did not ask for"
-        node = eng._node_ix.get(s.node)
-        if node is not None and not set(s.devices) <= set(eng._dev_names[node]):
-            return f"run {run.id} holds devices that node {s.node} does not have"
-    return None
+    assert p is not None  # (``as_held`` refuses a run without one)
+    if not eng.types:
+        return None
+    ty = eng._type_ix.get(p.gpu_type)
+    on = [(n, s) for s in p.slots if (n := eng._node_ix.get(s.node)) is not None]
+    slots = [(n, [eng._dev_names[n].index(d) for d in s.devices]) for n, s in on]
+    shares = None
+    if not all(s.fraction == 1.0 and s.memory_mb is None for _, s in on):
+        shares = [e.SlotShare(fraction=s.fraction, memory_mb=s.memory_mb) for _, s in on]
+    charged = None
+    if ty is None:  # a type no run can ask for: its quota there is nobody's to read
+        charged = 0.0
+    elif len(on) != len(p.slots):  # slots on nodes the cluster lacks count in its quota
+        charged = p.gpu_amount
+    req, spec = run.request, run.spec
+    if on:  # (its slots' host resources: ``as_held`` made them agree)
+        s = on[0][1]
+        req = replace(req, cpu_milli=s.cpu_milli, host_memory_mb=s.host_memory_mb)
+    # (no victim on a type the cluster lacks: victims are sought by the types a run can use)
+    spec = replace(spec, request=req, preemptible=spec.preemptible and ty is not None)
+    return eng._spec(replace(run, spec=spec)), e.Held(
+        # (the extension reads no held run's backend: nodes carry theirs)
+        backend=eng._backend_ix.get(p.backend, 0),
+        gpu_type=0 if ty is None else ty,
+        slots=slots,
+        gpus=p.total_gpus,
+        admitted_at=run.admitted_at,
+        started_at=run.started_at,
+        going=run.preempt_requested,
+        shares=shares,
+        charged=charged,
+    )

@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from mlops_gpu.core.backfill import start_of
 from mlops_gpu.core.capacity import Capacity
+from mlops_gpu.core.held import as_held
 from mlops_gpu.core.placement import could_ever_fit
 from mlops_gpu.core.queue_keys import (
     Age,
@@ -190,7 +191,11 @@ class State(Timelines):
             del self.ages[key]
 
     def add_active(self, run: Run, taken: bool = False) -> None:
-        """A run now holds its placement (``taken``: the cycle booked it already)."""
+        """A run now holds its placement (``taken``: the cycle booked it already; otherwise
+        it is booked as ``held.as_held`` leaves it, which is what ``active`` then keeps)."""
+        self._hold(run if taken else as_held(run, self.cap.nodes), taken)
+
+    def _hold(self, run: Run, taken: bool) -> None:
         assert run.placement is not None, f"active run {run.id} has no placement"
         self.active[run.id] = run
         if run.preempt_requested:  # being preempted: it holds nothing (see the invariants)
@@ -266,7 +271,7 @@ class State(Timelines):
         active = replace(
             run, phase=Phase.RUNNING, placement=placement, admitted_at=now, started_at=now
         )
-        self.add_active(active, taken)
+        self._hold(active, taken)  # (a cycle's placement: as ``as_held`` leaves it)
         return active
 
     def mark_going(self, run_id: str, released: bool = False) -> None:

@@ -32,11 +32,18 @@ pub struct Placement {
     pub shares: Vec<SlotShare>,
     /// Its run's accepted GPU types (`Mix::intern`), for the shape it adds to `Capacity::mix`.
     pub accepts: u32,
+    /// What it is charged where that is not its slots' amount: a run loaded from the store
+    /// with slots on nodes the cluster no longer has, or placed on a GPU type the cluster no
+    /// longer has (0: its quota there is nobody's to read), as `Capacity.take` books it.
+    pub charged: Option<f64>,
 }
 
 impl Placement {
     /// GPUs charged (`Placement.gpu_amount`: whole GPUs count 1, shares and slices their part).
     pub fn amount(&self) -> f64 {
+        if let Some(a) = self.charged {
+            return a;
+        }
         if self.shares.is_empty() {
             return self.gpus as f64;
         }

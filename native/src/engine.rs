@@ -170,7 +170,8 @@ impl Engine {
         };
         let counted: usize = held.slots.iter().map(|(_, d)| d.len()).sum();
         let shares_bad = !held.shares.is_empty()
-            && (held.shares.len() != held.slots.len() || counted != held.gpus);
+            && (held.shares.len() != held.slots.len()
+                || (held.charged.is_none() && counted != held.gpus));
         if held.gpu_type >= m.n_types
             || held.backend >= m.multi_node.len()
             || held.slots.iter().any(bad)
@@ -192,6 +193,7 @@ impl Engine {
             host: run.host(),
             shares: held.shares,
             accepts: run.accepts,
+            charged: held.charged,
         };
         self.st.hold(&self.m, run, p, held.going)
     }

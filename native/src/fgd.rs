@@ -100,6 +100,7 @@ pub fn place_whole_fgd(
         slots: vec![(n, cap.free[n][..r.gpus].to_vec())],
         shares: Vec::new(),
         accepts: r.accepts,
+        charged: None,
     })
 }
 

@@ -49,5 +49,6 @@ pub fn place_mig(
             fraction: share,
             memory_mb: None,
         }],
+        charged: None,
     })
 }

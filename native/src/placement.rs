@@ -88,6 +88,7 @@ pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> O
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))
             .collect(),
+        charged: None,
     })
 }
 
@@ -176,6 +177,7 @@ pub fn place_cpu(
         slots: vec![(n, Vec::new())],
         shares: Vec::new(),
         accepts: r.accepts,
+        charged: None,
     })
 }
 

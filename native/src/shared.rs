@@ -112,5 +112,6 @@ pub fn place_shared(
             fraction: frac,
             memory_mb,
         }],
+        charged: None,
     })
 }

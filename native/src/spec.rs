@@ -152,6 +152,8 @@ pub struct Held {
     /// Per slot, the share of each device it holds (empty: whole devices; then every slot's
     /// node must be the cluster's).
     pub shares: Vec<SlotShare>,
+    /// What it is charged where that is not its slots' amount (`capacity::Placement::charged`).
+    pub charged: Option<f64>,
 }
 
 /// A run a cycle admitted, and where.

@@ -320,7 +320,11 @@ impl State {
             self.runs[i].placement.as_ref().expect("just set"),
         );
         self.timeline(m, i, true);
-        self.held_by(m, i, true);
+        // charged nothing (placed on a GPU type the cluster no longer has): it holds no
+        // quota whose end anyone waits for, as `State.held` files it under a type no run asks
+        if self.runs[i].placement.as_ref().expect("just set").charged != Some(0.0) {
+            self.held_by(m, i, true);
+        }
         if self.runs[i].preemptible {
             self.pool(m, i, true);
         }

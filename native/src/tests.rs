@@ -119,6 +119,7 @@ fn busy(
         host: (0, 0),
         shares: Vec::new(),
         accepts: 0,
+        charged: None,
     };
     st.hold(m, v, p, false).expect("hold");
     st.enqueue(run("r", 1, NORMAL, 4, Some(100.0)))
@@ -238,6 +239,7 @@ fn a_run_loaded_as_being_preempted_holds_nothing() {
         host: (0, 0),
         shares: Vec::new(),
         accepts: 0,
+        charged: None,
     };
     st.hold(&m, v, p, true).expect("hold");
     assert_eq!(st.cap.used, vec![0.0]);
@@ -276,6 +278,7 @@ fn holders(m: &Model, n: usize, max_runtime: Option<f64>) -> State {
             host: (0, 0),
             shares: Vec::new(),
             accepts: 0,
+            charged: None,
         };
         st.hold(m, h, p, false).expect("hold");
     }

@@ -74,6 +74,7 @@ pub fn place_topology(
             .into_iter()
             .map(|n| (n, cap.free[n][..r.gpus].to_vec()))
             .collect(),
+        charged: None,
     })
 }
 

@@ -309,7 +309,8 @@ struct Held(lib::Held);
 impl Held {
     #[new]
     #[pyo3(signature = (
-        *, backend, gpu_type, slots, gpus, admitted_at, started_at, going, shares=None
+        *, backend, gpu_type, slots, gpus, admitted_at, started_at, going, shares=None,
+        charged=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -321,6 +322,7 @@ impl Held {
         started_at: Option<f64>,
         going: bool,
         shares: Option<Vec<parts::SlotShare>>,
+        charged: Option<f64>,
     ) -> Self {
         Held(lib::Held {
             backend,
@@ -335,6 +337,7 @@ impl Held {
                 .into_iter()
                 .map(|s| s.0)
                 .collect(),
+            charged,
         })
     }
 

@@ -50,6 +50,7 @@ fn world(on: bool) -> (Model, State) {
             host: (0, 0),
             shares: Vec::new(),
             accepts: 0,
+            charged: None,
         };
         st.hold(&m, r, p, false).expect("hold");
     }

@@ -54,6 +54,7 @@ fn hold(m: &Model, st: &mut State, id: &str, project: usize, class: i64, dev: u1
         host: (0, 0),
         shares: Vec::new(),
         accepts: 0,
+        charged: None,
     };
     st.hold(m, r, p, false).expect("hold");
 }

@@ -88,6 +88,7 @@ fn a_single_node_run_preferring_a_rack_takes_the_best_fit_a_required_one_a_racke
         host: (0, 0),
         shares: Vec::new(),
         accepts: 0,
+        charged: None,
     };
     cap.take(&m, 0, &holder);
     assert_eq!(
