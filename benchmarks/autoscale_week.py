@@ -10,7 +10,7 @@ Prints a short table and the issue's targets to stderr, then one JSON object as 
 ``{"rows": [{"policy", "node_hours", "cost_usd", "avg_jct_s", "p99_wait_s", "scale_ups"}], ...}``.
 
     python benchmarks/autoscale_week.py [--hours N] [--price 20] [--idle-s 600] [--workers 3]
-        [--engine auto|python|native]
+        [--engine auto|reference|native]
 
 ``--hours``: only the first N hours of submissions (quick runs); the full week by default.
 ``--engine``: the core's engine (the same decisions either way; native where installed by
@@ -86,7 +86,10 @@ def main() -> int:
     ap.add_argument("--idle-s", type=float, default=600.0, help="ours: the pool's idle_s")
     ap.add_argument("--workers", type=int, default=3, help="replays run in parallel")
     ap.add_argument(
-        "--engine", choices=("auto", "python", "native"), default="auto", help="the core's engine"
+        "--engine",
+        choices=("auto", "reference", "native", "python"),
+        default="auto",
+        help="the core's engine (python: the reference's former name)",
     )
     args = ap.parse_args()
     t0 = time.perf_counter()

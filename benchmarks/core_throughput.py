@@ -30,7 +30,8 @@ keeps its own (the default set-up's: the shipped default).
 (``time.process_time``) instead of the wall clock: on a shared machine the neighbours' load
 then does not count.
 
-The engine is the incremental one (``--engine from-scratch``: a snapshot per cycle). Its
+The Python core is the reference, a snapshot per cycle (``core.engine.FromScratch``;
+``--engine incremental`` and ``from-scratch``, kept for old command lines, both run it). The
 core: ``native`` is the engine in Rust (``mlops_gpu.core.native`` over ``mlops_gpu._engine``,
 built by ``pip install`` where cargo exists), ``python`` the Python core; ``auto``, the
 default, is native where it is installed and says so on stderr where it is not.
@@ -429,11 +430,8 @@ def main() -> int:
 
 
 def make_engine(name: str, template: Snapshot) -> object:
-    if name == "from-scratch":
-        return FromScratch(template)
-    from mlops_gpu.core.engine import Incremental
-
-    return Incremental(template)
+    """The Python core's engine (``name``: either ``--engine``; both are the reference now)."""
+    return FromScratch(template)
 
 
 if __name__ == "__main__":

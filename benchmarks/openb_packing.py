@@ -14,10 +14,10 @@ where two replays placed every pod alike); each ``default`` row also carries
 ``best_baseline_at_100``, ``unallocated_gpus_at_100``, ``best_baseline_unallocated_gpus_at_100``
 and ``unallocated_ratio_to_best`` (ours over the best baseline's unallocated GPUs at 100%), and
 ``engine``: the core's (``--engine``: ``auto``, the native engine where it is installed, else
-the Python one; both give the same rows).
+the Python reference, ``reference``; both give the same rows).
 
     python benchmarks/openb_packing.py [--file default|gpuspec33]... [--policy NAME]...
-        [--engine auto|python|native]
+        [--engine auto|reference|native]
 """
 
 from __future__ import annotations

@@ -7,11 +7,12 @@ line: the object ``mlops-gpu simulate --json`` prints, with ``gap_closed`` and t
 (``sim.eta``) per policy and ``wall_s`` for the whole benchmark.
 
     python benchmarks/philly_week.py [--workers 2] [--days 7] [--policy NAME]...
-                                     [--engine auto|python|native]
+                                     [--engine auto|reference|native]
 
 ``--engine``: the core's engine for every replay (the decisions are the same): ``native`` (Rust,
 ``mlops_gpu._engine``, built by the install where cargo exists) where it runs the policy,
-``python``, or ``auto`` (default: native where installed and it runs the policy, else python).
+``reference`` (the Python reference; ``python``, its former name, is accepted), or ``auto``
+(default: native where installed and it runs the policy, else the reference).
 """
 
 from __future__ import annotations
@@ -97,10 +98,10 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="policies replayed in parallel")
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--policy", action="append", dest="policies")
-    ap.add_argument("--engine", choices=["auto", "python", "native"], default="auto")
+    ap.add_argument("--engine", choices=["auto", "reference", "native", "python"], default="auto")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    if args.engine != "python" and native.installed() is None:
+    if args.engine not in ("reference", "python") and native.installed() is None:
         if args.engine == "native":
             raise SystemExit(f"philly week: {native.PYTHON_ENGINE_WARNING}")
         print(f"philly week: {native.PYTHON_ENGINE_WARNING}", file=sys.stderr)

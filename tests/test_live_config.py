@@ -200,7 +200,7 @@ def test_invalid_run_becomes_schedulable_when_the_config_names_its_project(
     ctl, watch = Controller(rt), ConfigWatch(rt.cfg)
     rep = ctl.tick()
     assert type(ctl.mirror.engine).__name__ == ("NativeEngine" if engine == "native" else
-                                                "Incremental")  # fmt: skip
+                                                "FromScratch")  # fmt: skip
     got = rt.store.get(run.id)
     assert rep.invalid == 1 and got is not None and got.reason_code == "invalid"
     _write(cfg, {"p": (4, 0), "vision": (1, 0)})  # (another size: the stat shows it)
@@ -209,7 +209,7 @@ def test_invalid_run_becomes_schedulable_when_the_config_names_its_project(
     apply(ctl, new)
     rep = ctl.tick()
     assert type(ctl.mirror.engine).__name__ == ("NativeEngine" if engine == "native" else
-                                                "Incremental")  # fmt: skip
+                                                "FromScratch")  # fmt: skip
     got = rt.store.get(run.id)
     assert rep.admitted == 1 and got is not None and got.phase is not Phase.PENDING
     ctl.release()

@@ -1,9 +1,9 @@
-"""The controller's ``Mirror`` (change feed + incremental core) against the from-scratch core:
+"""The controller's ``Mirror`` (change feed + the engine it keeps) against ``decide``:
 over random submits, cancels, completions, preemptions and a node change, every tick's decision
 equals ``decide`` on the snapshot of the same moment, and the mirror ends holding exactly the
-store's live runs; with the Python engine, and with the native one where the install built it
-(which the mirror then takes, CPU-only runs included), and back to Python for a run the native
-engine cannot take; and
+store's live runs; with the Python reference engine, and with the native one where the install
+built it (which the mirror then takes, CPU-only runs included), and back to Python for a run
+the native engine cannot take; and
 without the Rust engine it says once what running the Python engine costs."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.controller.loop import template
 from mlops_gpu.controller.mirror import Mirror
 from mlops_gpu.core import Decision, decide, native
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.model import ResourceRequest
 from mlops_gpu.testing import config_yaml
 
@@ -106,7 +106,7 @@ def test_mirror_decides_as_the_core_does_from_scratch(
             fake.nodes = fake.nodes[:1]
         clock.now += rng.uniform(1, 20)
         ctl.tick()
-        kind = Incremental if engine == "python" else native.NativeEngine
+        kind = FromScratch if engine == "python" else native.NativeEngine
         assert isinstance(ctl.mirror.engine, kind)
     assert any(d.admissions for d in checked) and any(d.preemptions for d in checked)
     ctl.mirror.refresh(template(rt, clock()))  # the last tick's own writes
@@ -192,7 +192,7 @@ def test_without_the_rust_engine_the_scheduler_says_once_what_python_costs(
             clock.now += 5
             ctl.mirror.reset()  # a rebuild of the engine
             ctl.tick()
-            assert isinstance(ctl.mirror.engine, Incremental)
+            assert isinstance(ctl.mirror.engine, FromScratch)
     said = [r.getMessage() for r in caplog.records if "Rust engine" in r.getMessage()]
     assert said == [native.PYTHON_ENGINE_WARNING]
     assert "about 80 admissions/s instead of about 6,000" in said[0] and "cargo" in said[0]

@@ -1,7 +1,7 @@
 """The native engine (``mlops_gpu.core.native``, Rust in ``native/``) is the same policy: over
 random clusters, quotas, cohort trees, policies and event sequences it admits, places and
-preempts exactly as the Python incremental engine, cycle by cycle (the Python engine is itself
-checked against from-scratch cycles in ``tests/core/test_differential.py``); it explains the
+preempts exactly as the Python reference engine (``FromScratch``: ``decide`` on a snapshot per
+cycle), cycle by cycle; it explains the
 same before every cycle (reason codes, sentences and ETAs of every pending run, worked out in
 Rust and rendered from the Python core's table); on the throughput benchmark's workload it
 prints the Python core's digest; and it refuses, by name, what it does not implement.
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlops_gpu.core.decision import Decision
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.native import NativeEngine, unsupported
 from mlops_gpu.core.policy import decide
 from mlops_gpu.model import BackendCapabilities, Budget, Cohort, Phase, Quota
@@ -209,7 +209,7 @@ def replay(
     the decisions those of a from-scratch cycle (``decide``) on the same snapshot, each victim's
     preemptor admitted in the same decision. Returns how many cycles admitted or preempted
     something."""
-    ref = Incremental(template)
+    ref = FromScratch(template)
     nat = NativeEngine(native_template or template, module)
     for run in loaded:  # active runs that hold their placement already (from a store)
         ref.add_active(run)
@@ -386,7 +386,7 @@ def test_a_preemptor_starts_with_its_victim_which_then_holds_nothing(native: Any
     template = make_snapshot(
         nodes, [make_project("p0", quotas={TYPES[0]: Quota(16, None)})], now=0.0
     )
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     both = (ref, nat)
     endless = make_run("endless", "p0", gpus=8, seq=0)
     long = make_run("long", "p0", gpus=8, seq=1, max_runtime_s=100_000.0)
@@ -432,7 +432,7 @@ def _reclaim(native: Any) -> tuple[Any, Decision]:
         ],
         now=0.0,
     )
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     for eng in (ref, nat):
         eng.submit(make_run("v", "b", gpus=8, seq=0))
         eng.cycle(1.0)
@@ -458,7 +458,7 @@ def test_explanations_are_the_python_cores(native: Any) -> None:
     nodes = [make_node("n0", 4, TYPES[0], backend="b1")]
     projects = [make_project("p0", cohort="org", quotas={TYPES[0]: Quota(4, 0)})]
     template = make_snapshot(nodes, projects, now=0.0)
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     for i in range(4):
         run = make_run(f"r{i}", "p0", gpus=2 + i % 2, seq=i, max_runtime_s=100.0 * (i + 1))
         ref.submit(run)
@@ -471,7 +471,7 @@ def test_explanations_are_the_python_cores(native: Any) -> None:
 def _explained_alike(native: Any, template: Any, steps: list[tuple[str, Any]]) -> dict[str, Any]:
     """Both engines through ``steps`` (("submit", run) or ("cycle", now)), then each explains
     at the last time: the same reasons, sentences and ETAs (by run). Returns the native ones."""
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     now = 0.0
     for kind, arg in steps:
         for eng in (ref, nat):
@@ -602,9 +602,9 @@ TIMING = {"decisions_per_s", "wall_s"}
 def test_the_simulator_replays_alike_on_either_engine(native: Any, policy: str) -> None:
     trace = synthetic(seed=3, jobs=400, days=0.5)
     cluster = Cluster(6, 8)
-    py = simulate(trace, cluster, policy, engine="python")
+    py = simulate(trace, cluster, policy, engine="reference")
     nat = simulate(trace, cluster, policy, engine="native")
-    assert (py.engine, nat.engine) == ("python", "native")
+    assert (py.engine, nat.engine) == ("reference", "native")
     assert nat.segments == py.segments and len(py.segments) >= 400
     assert nat.quota_violations == py.quota_violations
     want = {k: v for k, v in summarize(py).items() if k not in TIMING}

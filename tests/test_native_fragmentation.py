@@ -170,7 +170,7 @@ def test_a_run_goes_where_it_fragments_least(native: Any) -> None:
     would take n1 (4 GPUs, the fewest left); on n1, n2 or n0 the growth of expected
     fragmentation is 0 (class -50) and on n0 it leaves 8 cores for 4 GPUs, the mix's own CPU
     per GPU (imbalance 0), so n0 wins. Both engines say so."""
-    from mlops_gpu.core.engine import Incremental
+    from mlops_gpu.core.engine import FromScratch
     from mlops_gpu.core.native import NativeEngine
 
     nodes = [
@@ -179,7 +179,7 @@ def test_a_run_goes_where_it_fragments_least(native: Any) -> None:
         make_node("n2", 4, "a", "b1", cpu_milli=8000),
     ]
     template = make_snapshot(nodes, [make_project("p0", gpu_type="a", nominal=16)], now=0.0)
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     first = make_run("h", "p0", gpus=2, cpu_milli=4000, gpu_types=["a"], seq=0)
     then = make_run("r", "p0", gpus=2, cpu_milli=4000, seq=1)
     placed = []
@@ -205,7 +205,7 @@ def test_a_gang_blocked_on_every_type_it_could_ever_use_is_the_anchor(
     2 GPUs free each does not make g open (``anchor._blocked`` judges the types it could
     ever be admitted on; the Rust port judged every accepted type and found no anchor). So s
     (a 2-node gang of type a only, no max_runtime) waits for the reservation on both engines."""
-    from mlops_gpu.core.engine import Incremental
+    from mlops_gpu.core.engine import FromScratch
     from mlops_gpu.core.native import NativeEngine
 
     nodes = [
@@ -219,7 +219,7 @@ def test_a_gang_blocked_on_every_type_it_could_ever_use_is_the_anchor(
         nodes, [make_project("p0", quotas=quotas)], now=0.0, placement=placement
     )
     assert unsupported(template) is None
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     first = make_run("x", "p0", gpus=1, gpu_types=["a"], seq=0)
     gang = make_run("g", "p0", gpus=2, nodes=2, cpu_milli=16000, seq=1, submitted_at=2.0)
     small = make_run("s", "p0", gpus=1, nodes=2, gpu_types=["a"], seq=2, submitted_at=2.0)

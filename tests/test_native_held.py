@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from test_native_core import replay
 
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.held import as_held
 from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.model import Phase, Placement, Quota, Run
@@ -152,7 +152,7 @@ def test_a_run_holding_what_the_cluster_lacks_is_booked_alike(
 def test_what_a_loaded_run_holds_is_the_same_on_both_engines(native: Any) -> None:
     """Quota held, per (project, type), after loading every case at once (distinct ids)."""
     template = _template()
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     for name, runs in sorted(CASES.items()):
         for r in runs:
             run = replace(r, id=f"{name}.{r.id}")

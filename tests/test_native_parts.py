@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_native_core import TYPES, replay, scenarios
 
 from mlops_gpu.core import native as native_mod
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.native import NativeEngine, NotSupported
 from mlops_gpu.model import BackendCapabilities, Quota, Run
 from mlops_gpu.sim import Cluster
@@ -35,7 +35,7 @@ def native(native_module: Any) -> Any:
 def _active_after(template: Any, events: list[tuple[Any, ...]]) -> tuple[Run, ...]:
     """The active runs (some being preempted) after the submits and cycles of ``events`` on
     the Python engine alone: what a store holds when a scheduler starts."""
-    ref, now = Incremental(template), 0.0
+    ref, now = FromScratch(template), 0.0
     for ev in events:
         now += 1.0
         if ev[0] == "submit":
@@ -79,7 +79,7 @@ def test_a_loaded_cluster_of_slices_and_shares_decides_alike(native: Any) -> Non
         placement="best-fit",
         min_runtime_before_preemption_s=0.0,
     )
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     held = {"a": ("m0", "1g.10gb"), "b": ("s0", 0.5), "c": ("s0", 60000)}
     for eng in (ref, nat):
         eng.submit(make_run("a", "p0", gpus=2, mig="1g.10gb", seq=0, priority="low"))
@@ -91,7 +91,7 @@ def test_a_loaded_cluster_of_slices_and_shares_decides_alike(native: Any) -> Non
     assert {r.id: r.placement.slots[0].node for r in active} == {  # type: ignore[union-attr]
         k: v[0] for k, v in held.items()
     }
-    ref, nat = Incremental(template), NativeEngine(template, native)
+    ref, nat = FromScratch(template), NativeEngine(template, native)
     for eng in (ref, nat):
         for run in active:
             eng.add_active(run)
@@ -125,36 +125,37 @@ def test_shares_the_cluster_no_longer_has_count_in_quota_alike(native: Any) -> N
         capabilities={"b1": BackendCapabilities(shared_gpus=True)},
         placement="best-fit",
     )
-    ref = Incremental(template)
+    ref = FromScratch(template)
     ref.submit(make_run("a", "p0", gpu_fraction=0.5, seq=0))
     ref.cycle(1.0)
     run = ref.active["a"]
     assert run.placement is not None
     gone = replace(run.placement.slots[0], node="gone")
     moved = replace(run, placement=replace(run.placement, slots=(gone,)))
-    py, nat = Incremental(template), NativeEngine(template, native)
+    py, nat = FromScratch(template), NativeEngine(template, native)
     py.add_active(moved)
     nat.add_active(moved)
     assert nat.used == py.used == {("p0", t): 0.5}
 
 
-def test_the_simulator_falls_back_to_python_where_native_cannot(
+def test_the_simulator_falls_back_to_the_reference_where_native_cannot(
     native: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = synthetic(seed=3, jobs=50, days=0.1)
     cluster = Cluster(2, 8)
     # a job asking for CPU only: the native engine runs it, as the Python engine does
     cpu = replace(trace, jobs=(*trace.jobs[:-1], replace(trace.jobs[-1], gpus=0, cpu_milli=500)))
-    nat, py = simulate(cpu, cluster, "default"), simulate(cpu, cluster, "default", engine="python")
-    assert (nat.engine, py.engine) == ("native", "python") and nat.segments == py.segments
+    nat = simulate(cpu, cluster, "default")
+    py = simulate(cpu, cluster, "default", engine="reference")
+    assert (nat.engine, py.engine) == ("native", "reference") and nat.segments == py.segments
     # a config it refuses (whatever ``native_support.unsupported`` still names): Python, or an
     # error where the native engine is asked for
     monkeypatch.setattr(native_mod, "unsupported", lambda template: "what it refuses")
-    assert simulate(trace, cluster, "default").engine == "python"
+    assert simulate(trace, cluster, "default").engine == "reference"
     with pytest.raises(NotSupported, match="policy default: what it refuses"):
         simulate(trace, cluster, "default", engine="native")
     monkeypatch.setattr(native_mod, "_engine", None)  # as installed without cargo
-    assert simulate(trace, cluster, "default").engine == "python"
+    assert simulate(trace, cluster, "default").engine == "reference"
     with pytest.raises(NotSupported, match="not installed"):
         simulate(trace, cluster, "default", engine="native")
 
@@ -204,7 +205,7 @@ def test_a_placed_memory_cap_over_quota_is_judged_by_its_share(native: Any) -> N
     half = make_run("h", "p1", gpu_fraction=0.5, seq=0)
     cap = make_run("m", "p0", gpu_memory_mb=50000, seq=1)
     replay(native, template, [("submit", half), ("cycle", None), ("submit", cap), ("cycle", None)])
-    for eng in (Incremental(template), NativeEngine(template, native)):
+    for eng in (FromScratch(template), NativeEngine(template, native)):
         eng.submit(half)
         eng.cycle(1.0)
         eng.submit(cap)

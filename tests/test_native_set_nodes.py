@@ -1,8 +1,9 @@
 """``NativeEngine.set_nodes`` (what the autoscale simulator calls when nodes boot, power down or
-drain) rebuilds the Rust engine around the new nodes as ``Incremental.set_nodes`` rebuilds its
-state: over random event sequences with capacity changes between cycles (nodes made
-unschedulable and back), both engines admit, place and preempt alike, cycle by cycle, and keep
-the same pending and active runs and the same anchor (the run that keeps the reservation).
+drain) rebuilds the Rust engine around the new nodes, and the reference
+(``FromScratch.set_nodes``) decides on them from its next snapshot: over random event sequences
+with capacity changes between cycles (nodes made unschedulable and back), both engines admit,
+place and preempt alike, cycle by cycle, and keep the same pending and active runs and the same
+anchor (the run that keeps the reservation).
 
 Skips without the extension (``mlops_gpu._engine``) unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set.
 """
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.model import Phase
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -62,7 +63,7 @@ def _replay(module: Any, backfill: bool, evs: list[tuple[Any, ...]]) -> tuple[in
     """Both engines through ``evs``; returns (cycles that decided something, anchors kept
     across a rebuild)."""
     template = _template(backfill)
-    ref, nat = Incremental(template), NativeEngine(template, module)
+    ref, nat = FromScratch(template), NativeEngine(template, module)
     now, busy, anchored = 0.0, 0, 0
     for ev in evs:
         now += 10.0

@@ -1,8 +1,7 @@
 """Shares and slices of GPUs held across many cycles, on both engines (issue 25): a project's
 holding (``Capacity.used``) is the exact sum of what its runs hold, whatever the order they
 came and went in, so fair share, which breaks a tie between projects by name, sees a tie where
-there is one, in the incremental Python engine, the native engine and a from-scratch
-``decide`` alike.
+there is one, in the Python reference engine, the native engine and ``decide`` alike.
 
 Summed as floats, sevenths (MIG slices) came out a last bit apart depending on that order:
 the throughput benchmark's ``--setup rich`` at 40 nodes first differed at its 51st cycle.
@@ -18,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_native_core import TYPES, replay
 
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.model import Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -37,8 +36,9 @@ def test_fair_share_ties_on_sevenths_are_exact_on_both_engines(native: Any) -> N
     admitting 2g, 2g, 3g, 3g, 2g one cycle each and two of them ending), p1 one whole GPU, so
     their shares tie exactly and the tie goes by name: p0's run takes the one free GPU. Summed
     as floats in the order runs came and went, p0's holding was 1.0000000000000002 in the
-    incremental engine (and 1.0 from scratch), and p1 went first: ``Capacity.used`` counts in
-    ``UNIT``s since. Both engines and ``decide`` at every cycle (``replay``)."""
+    incremental engine of the time (and 1.0 from scratch), and p1 went first:
+    ``Capacity.used`` counts in ``UNIT``s since. Both engines and ``decide`` at every cycle
+    (``replay``)."""
     t = TYPES[0]
     nodes = [make_node("m", 0, t, backend="b1", mig=SLICES), make_node("w", 2, t, backend="b1")]
     projects = [make_project(p, quotas={t: Quota(8, None)}) for p in ("p0", "p1")]
@@ -55,7 +55,7 @@ def test_fair_share_ties_on_sevenths_are_exact_on_both_engines(native: Any) -> N
         ("cycle", None),
     ]
     assert replay(native, template, events) == 7
-    ref = Incremental(template)
+    ref = FromScratch(template)
     nat = NativeEngine(template, native)
     for eng in (ref, nat):
         for ev in events[:-3]:

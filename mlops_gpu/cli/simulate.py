@@ -94,12 +94,12 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
 )
 @click.option(
     "--engine",
-    type=click.Choice(["auto", "python", "native"]),
+    type=click.Choice(["auto", "reference", "native", "python"]),
     default="auto",
     show_default=True,
-    help="The core's engine: native (Rust, the same decisions; built by the install where "
-    "cargo exists) where installed and able to run the policy and trace, else python; "
-    "'native' insists.",
+    help="The core's engine: native (Rust; built by the install where cargo exists) where "
+    "installed and able to run the policy and trace, else the Python reference (the same "
+    "decisions, much slower; 'python' is its former name); 'native' insists.",
 )
 @click.option(
     "--autoscale",

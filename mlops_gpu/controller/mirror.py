@@ -1,17 +1,17 @@
-"""``Mirror``: the controller's copy of the live runs and the incremental core kept in step with
-the store through its change feed, so that a tick costs what changed, not the queue's length.
+"""``Mirror``: the controller's copy of the live runs and the engine kept in step with the store
+through its change feed, so that reading the store costs what changed, not the queue's length.
 
 - ``refresh`` reads the runs changed since the last revision seen (``Store.changed_since``) and
   moves each in the engine: out of wherever it was (pending or active), in where the store now
   has it (pending; active with a placement; nowhere once terminal). The first refresh, and any
   after ``reset``, loads every live run (``Store.live_runs``) into a fresh engine.
-- ``cycle`` runs one cycle of the incremental engine (``core.engine.Incremental``), whose
-  decisions equal ``decide`` on the same snapshot (the core's differential test); or of the
-  native one (``core.native``, the same decisions) wherever it is installed: it takes every
-  config and every live run (one placed on a node, type or project the config no longer has
-  is booked as ``core.held.as_held`` says, by either engine). Where the Rust engine is not
-  installed (no cargo at install), the first engine built logs
-  ``native.PYTHON_ENGINE_WARNING`` once per process. The engine
+- ``cycle`` runs one cycle of the native engine (``core.native``, the policy in Rust) wherever
+  it is installed: it takes every config and every live run (one placed on a node, type or
+  project the config no longer has is booked as ``core.held.as_held`` says, by either
+  engine). Where the Rust engine is not installed (no cargo at install), the Python reference
+  (``core.engine.FromScratch``: ``decide`` on a snapshot per cycle, the same decisions, much
+  slower) decides, and the first engine built logs ``native.PYTHON_ENGINE_WARNING`` once per
+  process. The engine
   applies its own decision; the store writes that follow come back through the feed and replace
   the engine's copies, so a write that did not happen (an admission refused because the run was
   cancelled meanwhile) is undone by the cancel's own change.
@@ -33,7 +33,7 @@ from collections.abc import Mapping
 
 from mlops_gpu.core import native
 from mlops_gpu.core.decision import Decision, PendingReason
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.gated import Gated
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Run
@@ -61,7 +61,7 @@ class Mirror:
         self._template: Snapshot | None = None
 
     @property
-    def engine(self) -> Incremental | native.NativeEngine | None:
+    def engine(self) -> FromScratch | native.NativeEngine | None:
         """The engine the gate feeds (native or Python)."""
         return self.gate.inner if self.gate is not None else None
 
@@ -166,12 +166,12 @@ class Mirror:
         module = native.installed()
         if module is None:
             _warn_python_engine()
-        inner = Incremental(template) if module is None else native.NativeEngine(template, module)
+        inner = FromScratch(template) if module is None else native.NativeEngine(template, module)
         self.gate = gate = self._gated(inner)
         for r in runs:
             _load(gate, r)
 
-    def _gated(self, inner: Incremental | native.NativeEngine) -> Gated:
+    def _gated(self, inner: FromScratch | native.NativeEngine) -> Gated:
         engine = Gated(inner)
         engine.live_elsewhere = self.runs.__contains__  # (live runs the engine does not hold)
         engine.forget_ended = True  # ``_resolve`` asks the store for the others: stays bounded

@@ -8,8 +8,8 @@ anchor kept for the next cycle, when the cycle had none or admitted it, is the o
 cycle overtook (``overtaken``), read from its admissions.
 
 Invariant: both read only the cycle's starting state (``State.oldest``, ``State.ages``, the
-free whole devices) and its admissions, so an incremental engine and a from-scratch
-recomputation name the same anchor.
+free whole devices) and its admissions, so the Python reference and the Rust engine, which
+keeps its state between cycles, name the same anchor.
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ class Cycle(Explaining):
 
     def run(self) -> Decision:
         levels: dict[int, dict[str, list[Range]]] = defaultdict(lambda: defaultdict(list))
-        # The reservation is worked out from the cycle's starting state, before any admission.
+        # The reservation is worked out from the cycle's starting state, before any admission
+        # (``decide`` asks for it first already: step 6 before 3.).
         _ = self.reservation
         for project, queues in self.state.queues.items():
             for sk, q in queues.items():

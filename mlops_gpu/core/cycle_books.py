@@ -44,7 +44,6 @@ class CycleBooks:
         usage_history: Mapping[tuple[str, str], float] | None = None,
         spent: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
-        state.set_time(now)  # 1. snapshot
         self.state = state
         # Without the active runs: the helpers a cycle calls read them from the state (a
         # tuple of every active run each cycle would cost what the cluster holds, not what

@@ -1,4 +1,4 @@
-"""``Gated``: an engine (``Incremental``, ``NativeEngine``, ``FromScratch``) behind the job
+"""``Gated``: an engine (``NativeEngine``, or the reference ``FromScratch``) behind the job
 control gate (``eligibility``), kept by events so that a cycle costs what changed.
 
 The inner engine holds only the pending runs the gate passes; ``Gated`` keeps the others
@@ -15,9 +15,8 @@ engine, which knows nothing of job control, stays equal to the Python one.
 The caller reports how each run ended (``ended``, also for a pending run cancelled), and, for a
 dependency that is neither pending nor active here, its final phase or None (unknown) before
 it submits the run that depends on it; ``finish`` alone (a victim about to be requeued) is not
-an end. The inner engine is told each end as well when it judges dependencies itself
-(``FromScratch`` runs ``decide``, which gates again: without the ends it would find a met
-dependency unknown).
+an end. An inner engine that judges dependencies itself (``FromScratch`` runs ``decide``, which
+gates again: without the ends it would find a met dependency unknown) shares ``ended_phase``.
 
 Bounded memory: with ``forget_ended`` set (the controller's mirror, whose store answers for
 any other id before a dependent is submitted), ``ended_phase`` keeps, from one cycle to the
@@ -85,10 +84,10 @@ class Gated:
         #: dependency id -> how many pending runs here name it (what ``ended_phase`` keeps)
         self._named: dict[str, int] = defaultdict(int)
         self._unnamed: set[str] = set()  # ends recorded that no pending run named then
-        #: the inner engine's own record of ends, where it judges dependencies itself
-        self._inner_ended: Callable[[str, Phase | None], None] | None = getattr(
-            inner, "ended", None
-        )
+        if isinstance(getattr(inner, "ended_phase", None), dict):
+            # The inner engine judges dependencies itself (``FromScratch``: ``decide`` gates
+            # again): it reads this record of ends, which ``forget_ended`` keeps bounded.
+            inner.ended_phase = self.ended_phase
         self._live = _Live(self)
         #: Whether a run this engine does not hold is live (the controller's runs admitted
         #: without a placement); a dependency on one waits.
@@ -199,8 +198,6 @@ class Gated:
         that waits for two of them must not find the second gone and not yet ended)."""
         items = list(items)
         for run_id, phase in items:
-            if self._inner_ended is not None:
-                self._inner_ended(run_id, phase)
             self.ended_phase[run_id] = phase
             if self.forget_ended and run_id not in self._named:
                 self._unnamed.add(run_id)

@@ -1,6 +1,6 @@
-"""The native engine: ``engine.Incremental``'s decisions, made by a Rust extension.
+"""The native engine: the reference's decisions (``engine.FromScratch``), made by a Rust extension.
 
-``NativeEngine`` has ``Incremental``'s interface (``submit``, ``finish``, ``checkpoint``,
+``NativeEngine`` has ``FromScratch``'s interface (``submit``, ``finish``, ``checkpoint``,
 ``cycle``, ``explain_all``, ``pending``, ``active``, ``set_nodes``) and makes the same
 admissions, placements and preemptions (each with its preemptor admitted in the same decision
 and the victim's lost GPU-seconds), in the same order; ``tests/test_native_core.py`` compares
@@ -75,7 +75,7 @@ __all__ = ["NativeEngine", "NotSupported", "installed", "unsupported"]
 
 
 class NativeEngine:
-    """``engine.Incremental`` with the cycle in Rust (see the module docstring)."""
+    """``engine.FromScratch`` with the cycle in Rust (see the module docstring)."""
 
     set_nodes = native_nodes.set_nodes  # capacity changed: rebuilt around the nodes, same runs
 
@@ -386,7 +386,7 @@ class NativeEngine:
         """One cycle; its decision is applied (admitted runs become active, victims are
         flagged and hold nothing from then on; each victim's preemptor is among the
         admissions). ``spent``: GPU-hours and USD spent per budgeted project in its current
-        window (default: the template's), as ``Incremental.cycle`` takes it."""
+        window (default: the template's), as ``FromScratch.cycle`` takes it."""
         self._due(now)
         admitted, preempted = self._engine.cycle(
             now, self._history(usage_history), self._spent(spent)

@@ -1,12 +1,12 @@
 """The native engine's nodes: ``part_specs`` (the nodes with MIG slices or shared devices, as
 the extension takes them) and ``NativeEngine.set_nodes`` (capacity changed: nodes booted,
-powered down or drained), which rebuilds the Rust engine around the new nodes, as
-``Incremental.set_nodes`` rebuilds its state.
+powered down or drained), which rebuilds the Rust engine around the new nodes (the reference,
+``FromScratch.set_nodes``, builds its next snapshot on them).
 
 Invariant: after ``set_nodes(engine, nodes, now)`` the engine holds the same active runs (with
 their placements, loaded first, in the engine's own order), the same pending runs (queued
 again, or back in backoff until their ``not_before``) and the same kept anchor (the run that
-keeps the reservation next cycle), so that its next cycle decides as ``Incremental``'s does
+keeps the reservation next cycle), so that its next cycle decides as ``FromScratch``'s does
 after its own ``set_nodes``; a run it cannot load leaves the engine as it was.
 """
 
@@ -29,8 +29,8 @@ def set_nodes(engine: NativeEngine, nodes: tuple[Node, ...], now: float) -> None
     # (a fresh extension and name indices: node numbers follow the new nodes' names; built
     # aside and swapped in only once loaded, so a run it cannot load leaves ``engine`` whole)
     fresh = type(engine)(replace(engine.template, nodes=nodes, now=now))
-    # in the engine's own order (admission, submission), as ``Incremental.set_nodes`` rebuilds
-    # its state from its snapshot: the order holdings of shared devices are summed in
+    # in the engine's own order (admission, submission), as ``FromScratch`` builds each cycle's
+    # state from its snapshot: the order holdings of shared devices are summed in
     for run in engine.active.values():
         fresh.add_active(run)
     for run in engine.pending.values():

@@ -42,19 +42,22 @@
 Strict FIFO: once a project has a blocked run, its later runs wait behind it (a run held only
 for the reservation of an older run of its own project does not block it: the anchor is next).
 
-A cycle reads a ``State`` (built from a snapshot, or kept up to date by the incremental engine)
-and judges each queue of interchangeable runs by its head: when the head is blocked and its
+A cycle reads a ``State`` (built once from the snapshot: nothing is kept between cycles but
+the anchor, which the engine passes back as ``Snapshot.anchor``) and judges each queue of
+interchangeable runs by its head: when the head is blocked and its
 followers could do nothing the head could not (no reservation to work around, no possible
 victims), they wait for the same reason without being tried one by one.
 
 Every cycle visits every queue and judges every head whose turn comes (``Cycle._try``, or
 ``Cycle._surely_blocked`` where the answer is certain): nothing is skipped for having been
-blocked before, and nothing is remembered from one cycle to the next but the state
-itself and the kept anchor. This Python core is the plain reference (the tests' oracle and the
-engine where the Rust one is not built); speed is the Rust engine's job (``core.native``).
+blocked before, and nothing is remembered from one cycle to the next but the kept anchor.
+This Python core is the plain reference (the tests' oracle, ``simulate --engine reference``
+and the engine where the Rust one is not built, ``engine.FromScratch``); speed is the Rust
+engine's job (``core.native``).
 
-Where the steps live: this module is the entry (``decide``, ``decide_keeping``) and the
-specification above; ``cycle.Cycle`` is one cycle, built in layers, each its own module:
+Where the steps live: this module is the entry (``decide``, ``decide_keeping``, which calls
+the steps in turn, each under its number) and the specification above; ``cycle.Cycle`` is one
+cycle, built in layers, each its own module:
 ``cycle_books`` (1., what the cycle holds, and 2., the budget's level), ``cycle_victims`` (who
 may be a victim, 5.), ``cycle_reserve`` (the reservation, 6.), ``cycle_explain`` (7.) and
 ``cycle`` (3., 4. and the preemption of 5.).
@@ -82,25 +85,31 @@ def decide_keeping(snap: Snapshot, explain: bool = True) -> tuple[Decision, str 
     """``decide_default``, and the anchor an engine applying the decision keeps for the next
     cycle (``Snapshot.anchor``; ``Cycle.kept_anchor``). The policy sees only the runs
     ``eligibility.gate`` passes; the others get its reasons (in the snapshot's order)."""
+    # (job control first: holds, begin times, dependencies, array limits keep runs out)
     g = eligibility.gate(snap)
     if g.waiting:
-        full = snap
         anchor = snap.anchor if snap.anchor not in g.waiting else None
         d, kept = decide_keeping(replace(snap, pending=g.eligible, anchor=anchor), explain)
         if explain:
             mine = {p.run_id: p for p in d.pending}
             mine.update(g.waiting)
-            d = replace(d, pending=tuple(mine[r.id] for r in full.pending if r.id in mine))
+            d = replace(d, pending=tuple(mine[r.id] for r in snap.pending if r.id in mine))
         return replace(d, doomed=g.doomed), kept
+    # 1. snapshot -> free devices, quota usage (``State``: ``Capacity``, ``QuotaBook``), and
+    # 2. triage: unknown project or class, backoff (``State``); spent budgets (``CycleBooks``)
     cycle = Cycle(State.from_snapshot(snap), snap.now, snap.usage_history, snap.spent)
+    # 6. reserve: the anchor and its reservation, from the cycle's starting state
+    _ = cycle.reservation
+    # 3. order, 4. fit, 5. preempt: each queue head in its turn
     d = cycle.run()
+    # 6. the anchor kept for the next cycle (this one's, or the run it overtook)
     kept = cycle.kept_anchor()
     if not explain:
         return Decision(d.admissions, d.preemptions, ()), kept
+    # 7. explain: a reason (and ETA) for every run not admitted
     reasons = {p.run_id: p for p in cycle.explain()}
-    return Decision(
-        d.admissions, d.preemptions, tuple(reasons[r.id] for r in snap.pending if r.id in reasons)
-    ), kept
+    pending = tuple(reasons[r.id] for r in snap.pending if r.id in reasons)
+    return Decision(d.admissions, d.preemptions, pending), kept
 
 
 POLICIES: dict[str, Callable[[Snapshot, bool], Decision]] = {"default": decide_default}

@@ -1,6 +1,7 @@
 """``Timelines``: the expected ends of the active runs on each node, for the EASY reservation
 (``backfill.reserve``) and the estimated start times. ``State`` is a ``Timelines``; it books
-and unbooks a run's end (``_timeline``) when the run starts, finishes or is being preempted.
+each active run's end (``_timeline``) as it is built from a snapshot, and they do not change
+during the cycle.
 
 Invariants:
 - ``ends[node]`` lists, sorted, (end, GPUs, run id) for every whole-GPU slot of an active run
@@ -9,13 +10,12 @@ Invariants:
   but neither start nor admission time). ``lines(node, now)`` equals
   ``backfill._timelines`` for that node.
 - ``_reached[node][(free, need)]`` caches ``reach_fixed`` (the walk over the node's fixed
-  ends, unclamped); it is dropped whenever ``ends[node]`` changes.
+  ends, unclamped): the ends do not change once built.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
 from collections import defaultdict
 
 from mlops_gpu.core.backfill import reach_on, start_of
@@ -35,38 +35,27 @@ class Timelines:
         self.moving_ends: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
         self._reached: dict[str, dict[tuple[int, int], tuple[int, float]]] = {}
 
-    def _timeline(self, run: Run, add: bool) -> None:
-        """Book (or unbook) the run's expected end on its nodes, as ``backfill.expected_end``
-        computes it: fixed, or moving with the clock, or unknown (not booked)."""
+    def _timeline(self, run: Run) -> None:
+        """Book the run's expected end on its nodes, as ``backfill.expected_end`` computes it:
+        fixed, or moving with the clock, or unknown (not booked). ``_sort_timelines`` sorts
+        the fixed ends once every run is booked."""
         assert run.placement is not None
         mr = run.spec.max_runtime_s
         start = start_of(run)
         if mr is None:
             return
-        elif start is None:
-            fixed, offset = None, mr
-        else:
-            fixed, offset = start + mr, 0.0
         for slot in run.placement.slots:
             if slot.fraction < 1.0 or slot.memory_mb is not None:
                 continue
             n = len(slot.devices)
-            if fixed is None:
-                moving = self.moving_ends[slot.node]
-                if add:
-                    moving[run.id] = (offset, n)
-                else:
-                    moving.pop(run.id, None)
-                continue
-            line = self.ends[slot.node]
-            self._reached.pop(slot.node, None)
-            item = (fixed, n, run.id)
-            if add:
-                insort(line, item)
+            if start is None:
+                self.moving_ends[slot.node][run.id] = (mr, n)
             else:
-                i = bisect_left(line, item)
-                if i < len(line) and line[i] == item:
-                    del line[i]
+                self.ends[slot.node].append((start + mr, n, run.id))
+
+    def _sort_timelines(self) -> None:
+        for line in self.ends.values():
+            line.sort()
 
     def lines(self, node: str, now: float) -> list[tuple[float, int]]:
         """The node's (expected end, GPUs released) timeline at ``now``, sorted."""
@@ -94,8 +83,8 @@ class Timelines:
         finds, and clamping it gives that walk's time. (Runs ending at the same moment may
         come in another order than ``lines`` sorts them, which changes neither when ``need``
         is reached nor whether it ever is.) It depends only on ``free``, ``need`` and the
-        fixed ends, so it is kept until they change: a reservation asks the same of hundreds
-        of unchanged nodes cycle after cycle."""
+        fixed ends, which do not change once built: a reservation and the ETAs ask the same of
+        many nodes."""
         cache = self._reached.get(node)
         if cache is None:
             cache = self._reached[node] = {}

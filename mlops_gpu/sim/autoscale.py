@@ -12,7 +12,7 @@ Scalers:
 Invariants: a node is billed from the moment it starts booting until it is powered down (the
 last open interval closes at the last event time), so ``node_hours`` counts booting time; a
 node with a run on it is never powered down; at most ``max_nodes`` nodes exist; the core sees
-only up nodes as schedulable (``set_nodes`` of either engine, ``Incremental`` or
+only up nodes as schedulable (``set_nodes`` of either engine, ``FromScratch`` or
 ``NativeEngine``: the same decisions, so the same rows; ``engine`` chooses as ``Simulation``
 does, native where installed). ``extra`` of the result gains ``node_hours``, ``cost_usd``,
 ``scale_ups`` and ``scale_downs``.

@@ -17,8 +17,9 @@ by how often it occurs), the free GPU share that shape could not use there
 shape accepts); the sum over nodes, in GPUs.
 
 The core runs on the native engine (``core.native.NativeEngine``, Rust) where it is installed
-and takes the snapshot (``engine="auto"``), else on the Python engine (``"python"``);
-``"native"`` insists on it. Only the engines' public interface is used (``submit``,
+and takes the snapshot (``engine="auto"``), else on the Python reference (``"reference"``,
+formerly ``"python"``: a snapshot per cycle, so a whole replay is much slower); ``"native"``
+insists on it. Only the engines' public interface is used (``submit``,
 ``cycle``, ``remove_pending``), and both decide alike (``tests/sim/test_openb.py`` compares
 them on a small replay), so the rows are the same on either; ``PackingResult.engine`` says
 which ran.
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from mlops_gpu.core import native
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.fragmentation import Shape, shape_fragment
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import (
@@ -59,7 +60,8 @@ from mlops_gpu.sim.openb import Pod
 Choice = tuple[int, tuple[int, ...], float]
 MARKS = (0.8, 0.9, 1.0)
 PLACERS = ("default", "fgd", "first-fit", "best-fit", "random")
-ENGINES = ("auto", "python", "native")  # the core's (``CorePlacer``), as ``simulate --engine``
+ENGINES = ("auto", "reference", "native")  # the core's (``CorePlacer``), as ``simulate --engine``
+ENGINE_ALIASES = {"python": "reference"}  # former names, still accepted
 _EPS = 1e-9
 
 
@@ -206,18 +208,20 @@ BASELINES = {"first-fit": first_fit, "best-fit": best_fit, "random": random_fit}
 
 
 # -- the core -------------------------------------------------------------------------------
-def core_engine(template: Snapshot, choice: str = "auto") -> Incremental | native.NativeEngine:
+def core_engine(template: Snapshot, choice: str = "auto") -> FromScratch | native.NativeEngine:
     """The core's engine for ``template``: native where installed and supported (``auto``),
-    Python (``python``), or native or a ``NotSupported`` saying why not (``native``)."""
+    the Python reference (``reference``; ``python``, its former name), or native or a
+    ``NotSupported`` saying why not (``native``)."""
+    choice = ENGINE_ALIASES.get(choice, choice)
     if choice not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
-    module = None if choice == "python" else native.installed()
+    module = None if choice == "reference" else native.installed()
     why = native.NOT_INSTALLED if module is None else native.unsupported(template)
     if why is None:
         return native.NativeEngine(template, module)
     if choice == "native":
         raise native.NotSupported(f"openb packing: {why}")
-    return Incremental(template)
+    return FromScratch(template)
 
 
 class CorePlacer:
@@ -249,7 +253,7 @@ class CorePlacer:
             shape_prior=MappingProxyType(dict(prior or {})),
         )
         self.engine = core_engine(snap, engine)
-        self.engine_name = "native" if isinstance(self.engine, native.NativeEngine) else "python"
+        self.engine_name = "native" if isinstance(self.engine, native.NativeEngine) else "reference"
         self.seq = 0
 
     def __call__(self, c: Cluster, pod: Pod, rng: random.Random) -> Choice | None:
@@ -279,7 +283,7 @@ class PackingResult:
     pods_drawn: int
     wall_s: float
     placements: str = ""  # ``Cluster.digest``: equal where every pod was placed alike
-    engine: str | None = None  # the core's (``default``): "native" or "python"
+    engine: str | None = None  # the core's (``default``): "native" or "reference"
 
     def row(self) -> dict[str, object]:
         out: dict[str, object] = {"file": self.file, "policy": self.policy}

@@ -1,9 +1,10 @@
-"""A discrete-event simulator: the real core (``core.engine.Incremental``) on a virtual clock,
-with a fake backend that "runs" a job for its trace duration.
+"""A discrete-event simulator: the real core on a virtual clock, with a fake backend that
+"runs" a job for its trace duration.
 
-The engine is the Python one, or the native one (``core.native``: the same decisions, in Rust)
-where it is installed and implements the policy and every job of the trace (``engine``:
-``auto``, ``python`` or ``native``, which insists).
+The engine is the native one (``core.native``: the policy in Rust) where it is installed and
+implements the policy and every job of the trace, else the Python reference
+(``core.engine.FromScratch``: the same decisions, a snapshot per cycle); ``engine``: ``auto``,
+``reference`` (``python``, its former name, is accepted) or ``native``, which insists.
 
 Each event time (arrivals, completions) runs one scheduling cycle, and another at once while a
 cycle preempts. Preemption as the controller applies it: a decision that preempts admits the
@@ -42,7 +43,7 @@ from types import MappingProxyType
 from typing import Protocol, cast
 
 from mlops_gpu.core import native
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.fairshare import decayed
 from mlops_gpu.core.gated import Gated
 from mlops_gpu.core.snapshot import Snapshot
@@ -126,8 +127,8 @@ class SimResult:
     wall_s: float
     unfinished: int = 0
     extra: dict[str, float] = field(default_factory=dict)
-    #: ``python`` or ``native``: which engine made the decisions (the same ones either way)
-    engine: str = "python"
+    #: ``reference`` or ``native``: which engine made the decisions (the same ones either way)
+    engine: str = "reference"
     #: Jobs cancelled because a dependency could never be met (job control traces)
     cancelled: int = 0
     #: per run that waited: the ETAs it was given (``sim.eta``)
@@ -213,7 +214,9 @@ class _Attempt:
     gpu_type: str
 
 
-ENGINES = ("auto", "python", "native")
+ENGINES = ("auto", "reference", "native")
+#: former names of the engines, still accepted
+ENGINE_ALIASES = {"python": "reference"}
 
 
 class _Checkpoints(Protocol):
@@ -247,10 +250,11 @@ class Simulation:
         #: ETAs are recorded for every ``eta_every``-th job of the trace (``ETA_SAMPLE``)
         self.eta_every = max(1, -(-len(trace.jobs) // ETA_SAMPLE))
 
-    def _engine(self, choice: str) -> Incremental | native.NativeEngine:
+    def _engine(self, choice: str) -> FromScratch | native.NativeEngine:
+        choice = ENGINE_ALIASES.get(choice, choice)
         if choice not in ENGINES:
             raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
-        module = None if choice == "python" else native.installed()
+        module = None if choice == "reference" else native.installed()
         why = (
             "the native engine is not installed (mlops_gpu._engine: reinstall mlops-gpu where "
             "cargo, Rust 1.82 or later, is on PATH)"
@@ -263,7 +267,7 @@ class Simulation:
             return native.NativeEngine(self.template, module)
         if choice == "native":
             raise native.NotSupported(f"policy {self.preset.name}: {why}")
-        return Incremental(self.template)
+        return FromScratch(self.template)
 
     def _run_for(self, job: TraceJob, seq: int, attempt: int, overhead: float, now: float) -> Run:
         project = job.project if self.preset.quotas else POOL
@@ -458,7 +462,7 @@ class Simulation:
                 1 for o in self.out.values() if o.finish is None and o.job.id not in self.cancelled
             ),
             cancelled=len(self.cancelled),
-            engine="native" if isinstance(self.engine.inner, native.NativeEngine) else "python",
+            engine="native" if isinstance(self.engine.inner, native.NativeEngine) else "reference",
             etas=self.etas.records,
         )
 

@@ -1,6 +1,6 @@
 """Job control in the core (``eligibility``, ``gated``): holds, begin times, dependencies of
-each kind and array limits, their reasons and ETAs; and, on random workloads, that the gated
-incremental engine decides what ``decide`` decides, that no run starts before its
+each kind and array limits, their reasons and ETAs; and, on random workloads, that the
+reference engine behind the gate decides what ``decide`` decides, that no run starts before its
 dependencies are met and that an array never runs more than its ``%N`` elements."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlops_gpu.core import ReasonCode, decide
-from mlops_gpu.core.engine import FromScratch, Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.gated import Gated
 from mlops_gpu.model import Dependency, Phase
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -238,7 +238,7 @@ def test_doomed_reason_says_why(phase: Phase | None, kind: str, words: str) -> N
     assert len(d.doomed) == 1 and words in d.doomed[0].reason
 
 
-# -- random workloads: the gated incremental engine equals decide; the invariants hold ---------
+# -- random workloads: the gated reference engine equals decide; the invariants hold -----------
 
 
 @st.composite
@@ -299,7 +299,7 @@ def test_gated_engine_decides_as_decide_and_keeps_the_rules(
     scenario: tuple[Any, list[tuple[Any, ...]]],
 ) -> None:
     template, events = scenario
-    ref, eng = FromScratch(template), Gated(Incremental(template))
+    ref, eng = FromScratch(template), Gated(FromScratch(template))
     ended: dict[str, Phase | None] = {}
     now = 0.0
     for ev in events:
@@ -368,7 +368,7 @@ def test_native_engine_behind_the_gate_decides_as_the_python_one(
     from mlops_gpu.core.native import NativeEngine
 
     template, events = scenario
-    py, rs = Gated(Incremental(template)), Gated(NativeEngine(template, native_module))
+    py, rs = Gated(FromScratch(template)), Gated(NativeEngine(template, native_module))
     now = 0.0
     for ev in events:
         now += 1.0

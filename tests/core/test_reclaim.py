@@ -8,8 +8,8 @@
 - R4: a lender's pending run names the borrowers holding its nominal quota, whether they are
   reclaimable, and when they end.
 
-The cycle-by-cycle scenarios run on ``FromScratch`` (``decide``), ``Incremental`` (its state
-kept by events) and the native engine (``native_module``: skipped without the built engine
+The cycle-by-cycle scenarios run on ``FromScratch`` (the reference: ``decide``) and the native
+engine (``native_module``: skipped without the built engine
 unless required).
 """
 
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from mlops_gpu.core import ReasonCode as RC
 from mlops_gpu.core import decide
-from mlops_gpu.core.engine import FromScratch, Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.model import Phase
 from mlops_gpu.sim import Cluster
@@ -146,7 +146,7 @@ class Job:
 
 
 def _engines(module: Any | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"scratch": FromScratch, "incremental": Incremental}
+    out: dict[str, Any] = {"scratch": FromScratch}
     if module is not None:
         out["native"] = lambda t: NativeEngine(t, module)
     return out
@@ -241,7 +241,7 @@ MIXED = [
 ]
 
 
-@pytest.fixture(params=["scratch", "incremental", "native"])
+@pytest.fixture(params=["scratch", "native"])
 def engine(request: pytest.FixtureRequest) -> Any:
     if request.param == "native":
         return _engines(request.getfixturevalue("native_module"))["native"]
@@ -284,11 +284,11 @@ def test_r1_the_scenario_can_fail() -> None:
         *(Job(f"b{i}", "b", "normal", 1000.0) for i in range(4)),
         Job("l0", "l", "normal", 1000.0, gpus=2, at=5.0),
     ]
-    preempted, held, _ = play(Incremental, jobs, cycles=10)
+    preempted, held, _ = play(FromScratch, jobs, cycles=10)
     assert held[5.0] == 2.0 and preempted == 2.0
 
 
-@pytest.mark.parametrize("engine_name", ["python", "native"])
+@pytest.mark.parametrize("engine_name", ["reference", "native"])
 def test_r2_r3_the_simulator_reclaims_once(
     engine_name: str, request: pytest.FixtureRequest
 ) -> None:
@@ -338,5 +338,5 @@ def test_r2_no_borrower_takes_what_a_waiting_lender_could_use(
     lender's run would have fitted where the borrower did (82 of 300 such seeds on main)."""
     gpus, nominal, jobs = case
     taken: list[int] = []
-    play(Incremental, jobs, gpus=gpus, nominal=nominal, taken=taken)
+    play(FromScratch, jobs, gpus=gpus, nominal=nominal, taken=taken)
     assert taken == []

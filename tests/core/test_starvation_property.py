@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlops_gpu.core.engine import Incremental
+from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.model import Quota, Run
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 from tests.core.starvation import drive
@@ -107,4 +107,4 @@ def _check(engine: Any, w: dict[str, Any]) -> None:
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_target_starts_within_the_bound_python(w: dict[str, Any]) -> None:
-    _check(Incremental(w["template"]), w)
+    _check(FromScratch(w["template"]), w)

@@ -94,9 +94,9 @@ def test_each_scaler_replays_alike_on_either_engine(native_module: object) -> No
     trace = synthetic(seed=5, days=0.05, gpus_per_node=8)
     trace = Trace(trace.name, trace.jobs[:150], trace.weights)
     for scaler in SCALERS:
-        py = simulate_pool(trace, pool(max_nodes=4), scaler, engine="python")
+        py = simulate_pool(trace, pool(max_nodes=4), scaler, engine="reference")
         nat = simulate_pool(trace, pool(max_nodes=4), scaler, engine="native")
-        assert (py.engine, nat.engine) == ("python", "native")
+        assert (py.engine, nat.engine) == ("reference", "native")
         assert starts(nat) == starts(py), scaler
         assert nat.extra == py.extra, scaler
     assert simulate_pool(TWO, pool(), "ours").engine == "native"  # auto: installed

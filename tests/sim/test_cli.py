@@ -97,6 +97,6 @@ def test_simulate_engine_native_says_when_it_is_not_there(
     assert res.exit_code != 0
     assert "the native engine is not installed" in res.output
     assert "cargo" in res.output
-    res = CliRunner().invoke(cli, args)  # auto: the Python engine
+    res = CliRunner().invoke(cli, args)  # auto: the Python reference
     assert res.exit_code == 0, res.output
-    assert "(python engine)" in res.output
+    assert "(reference engine)" in res.output

@@ -152,19 +152,21 @@ def _openb_sample(nodes: int, pods: int) -> tuple[list[Node], list[Pod]]:
     )
 
 
-def test_the_core_places_alike_on_the_native_and_the_python_engine(native_module: object) -> None:
+def test_the_core_places_alike_on_the_native_and_the_reference_engine(
+    native_module: object,
+) -> None:
     """Pod by pod on one cluster, both engines make the same choice (node, devices) or both
     fail the pod, with the file's shape prior (``file_shapes``) weighing the placements; a
     difference names the pod."""
     nodes, pods = _openb_sample(40, 600)
     prior = file_shapes(pods)
-    py, nat = CorePlacer(nodes, prior, "python"), CorePlacer(nodes, prior, "native")
-    assert (py.engine_name, nat.engine_name) == ("python", "native")
+    py, nat = CorePlacer(nodes, prior, "reference"), CorePlacer(nodes, prior, "native")
+    assert (py.engine_name, nat.engine_name) == ("reference", "native")
     c, rng = Cluster(nodes), random.Random(1)
     placed = failed = 0
     for i, p in enumerate(pods):
         want, got = py(c, p, rng), nat(c, p, rng)
-        assert got == want, f"pod {i} ({p.name}): python {want}, native {got}"
+        assert got == want, f"pod {i} ({p.name}): reference {want}, native {got}"
         if want is None:
             failed += 1
         else:
@@ -176,17 +178,17 @@ def test_the_core_places_alike_on_the_native_and_the_python_engine(native_module
 def test_replay_rows_are_the_same_on_either_engine(native_module: object) -> None:
     nodes, pods = _openb_sample(12, 200)
     rows = {e: replay("sample", nodes, pods, "default", engine=e).row() for e in ENGINES}
-    assert [rows[e].pop("engine") for e in ENGINES] == ["native", "python", "native"]
+    assert [rows[e].pop("engine") for e in ENGINES] == ["native", "reference", "native"]
     for r in rows.values():
         r.pop("wall_s")
-    assert rows["python"] == rows["native"] == rows["auto"]
+    assert rows["reference"] == rows["native"] == rows["auto"]
     assert "engine" not in replay("sample", nodes, pods, "first-fit").row()
 
 
-def test_without_the_native_engine_the_python_engine_packs(without_native: None) -> None:
+def test_without_the_native_engine_the_reference_engine_packs(without_native: None) -> None:
     nodes, pods = _openb_sample(4, 40)
-    assert replay("sample", nodes, pods, "default").engine == "python"  # auto falls back
+    assert replay("sample", nodes, pods, "default").engine == "reference"  # auto falls back
     with pytest.raises(NotSupported, match="openb packing: the Rust engine"):
         CorePlacer(nodes, file_shapes(pods), "native")
-    with pytest.raises(ValueError, match="engine: expected one of auto, python, native"):
+    with pytest.raises(ValueError, match="engine: expected one of auto, reference, native"):
         CorePlacer(nodes, None, "rust")

@@ -123,7 +123,7 @@ def test_job_control_columns_drive_the_simulation(tmp_path: Path) -> None:
     by_id = {j.id: j for j in trace.jobs}
     assert by_id["s3"].array_id == "sweep" and by_id["s3"].array_limit == 2
     assert [d.run_id for d in by_id["eval"].dependencies] == ["s0", "s1", "s2", "s3"]
-    for engine in ("python", "auto"):
+    for engine in ("reference", "python", "auto"):  # (python: the reference's former name)
         res = simulate(trace, Cluster(1, 8), "default", engine=engine)
         out = {o.job.id: o for o in res.outcomes}
         assert out["eval"].first_start == 100 + 500 + 500  # two waves of the %2 sweep
