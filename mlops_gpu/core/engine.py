@@ -9,6 +9,8 @@ Invariants:
 - Between cycles it keeps only the runs (``pending``, ``active``), the ends reported for the
   dependencies (``ended_phase``) and the anchor its last cycle kept (``Snapshot.anchor``);
   every cycle builds its ``State`` afresh from ``snapshot(now)``.
+- ``active`` holds each run as ``held.as_held`` books it on the current nodes (as the native
+  engine keeps it): what ``finish`` returns.
 - It applies its own decisions: admissions become active runs, preemption victims are flagged
   (``preempt_requested``) and hold nothing from then on, so a caller (the simulator, the
   controller's mirror, a benchmark) only reports submissions, checkpoints and completions
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from mlops_gpu.core.decision import Decision, PendingReason
+from mlops_gpu.core.held import as_held
 from mlops_gpu.core.policy import decide, decide_keeping
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import holdings
@@ -36,6 +39,7 @@ class FromScratch:
         """``template`` gives nodes, projects, classes, cohorts, policy and capabilities (and
         the usage history and spending a cycle is not given)."""
         self.template = template
+        self._nodes = {n.name: n for n in template.nodes}
         self.pending: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
         self.anchor: str | None = template.anchor  # kept between cycles (``Snapshot.anchor``)
@@ -54,8 +58,9 @@ class FromScratch:
         return self.pending.pop(run_id)
 
     def add_active(self, run: Run) -> None:
-        """A run that holds its placement already (loaded from the store)."""
-        self.active[run.id] = run
+        """A run that holds its placement already (loaded from the store), as ``as_held``
+        books it."""
+        self.active[run.id] = as_held(run, self._nodes)
 
     def finish(self, run_id: str) -> Run:
         return self.active.pop(run_id)
@@ -66,8 +71,11 @@ class FromScratch:
             self.active[run_id] = replace(self.active[run_id], last_checkpoint_at=at)
 
     def set_nodes(self, nodes: tuple[Node, ...], now: float) -> None:
-        """Capacity changed (nodes came, went, drained): the next cycles see these nodes."""
+        """Capacity changed (nodes came, went, drained): the next cycles see these nodes, and
+        the active runs are booked on them (``as_held``)."""
         self.template = replace(self.template, nodes=nodes)
+        self._nodes = {n.name: n for n in nodes}
+        self.active = {rid: as_held(r, self._nodes) for rid, r in self.active.items()}
 
     # -- what it holds ------------------------------------------------------------------
     def kept_anchor(self) -> str | None:
@@ -111,9 +119,9 @@ class FromScratch:
 
     def explain_all(
         self, now: float, usage_history: UsageHistory | None = None, spent: Spent | None = None
-    ) -> tuple[PendingReason, ...]:
+    ) -> list[PendingReason]:
         """A reason and ETA for every pending run, from a cycle that is not applied."""
-        return decide(self.snapshot(now, usage_history, spent)).pending
+        return list(decide(self.snapshot(now, usage_history, spent)).pending)
 
     def apply(self, d: Decision, now: float) -> None:
         for a in d.admissions:
