@@ -1,15 +1,16 @@
 """One tick of the ``Controller``: store -> core decision -> backends -> store.
 
 The controller reads the store through its change feed into a ``Mirror`` (live runs plus the
-incremental core), so a tick costs what changed since the last one. One tick reads the nodes
-(the backends' inventories, the pools' opened nodes), then:
+engine it keeps), so reading the store costs what changed since the last tick. One tick reads
+the nodes (the backends' inventories, the pools' opened nodes), then:
 1. poll: ask each backend, in one batched call, about every active run's job, and record what
    ended (succeeded, failed, cancelled, preempted -> requeued, lost -> requeued); after a
    requeue the nodes are read again (a lost job may mean a dead node);
 2. stop: send the checkpoint signal to runs whose cancel was requested (once per process);
 3. snapshot: catch up with the store's changes; nodes from the backends, the config, the usage
    ledger (fair share, budgets);
-4. decide: one cycle of the incremental core (the same decision ``decide`` makes from scratch);
+4. decide: one cycle of the engine (native, or the Python reference: the decision ``decide``
+   makes on the snapshot);
 5. preempt: flag victims in the store (each ``preempting`` event with the GPU-seconds of work
    it throws away), then signal them;
 6. admit: record each admission, then launch it once no job still holds its devices (``gate``:

@@ -15,7 +15,8 @@ sum grows least keeps free capacity in pieces the cluster's runs can use.
 Invariants:
 - ``Mix`` holds the shapes of the runs holding GPUs (one entry per gang member), counted exactly
   (``add``/``remove`` are inverses), so the mix depends only on which runs are active, never on
-  the order they came in: the incremental and from-scratch engines see the same mix.
+  the order they came in: the Rust engine (its state kept between cycles) and the reference
+  (a state per cycle) see the same mix.
 - The weights come from the active runs' counts plus the fixed ``prior`` counts (the
   workload's expected shapes, ``Snapshot.shape_prior``; empty by default): the commonest
   shapes (ties by shape), at most ``TOP_K``, until they cover ``COVERAGE`` of the runs, as

@@ -16,9 +16,9 @@ Rules (in order):
 - then the order the run listed its types in.
 
 Invariants: the order depends only on the capacity state (``Capacity.free_by_type`` and the
-mix of active runs' shapes), never on the order runs were admitted, so the incremental and
-from-scratch engines order types alike. With no restricted runs active the headroom rule is
-off, and the order is fragmentation growth alone.
+mix of active runs' shapes), never on the order runs were admitted, so the Rust engine (its
+state kept between cycles) and the reference order types alike. With no restricted runs active
+the headroom rule is off, and the order is fragmentation growth alone.
 """
 
 from __future__ import annotations
