@@ -30,7 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from mlops_gpu.sim.openb import POD_FILES, load_nodes, load_pods
-from mlops_gpu.sim.packing import ENGINES, PLACERS, replay
+from mlops_gpu.sim.packing import ENGINE_ALIASES, ENGINES, PLACERS, replay
 
 
 def one(file: str, policy: str, engine: str = "auto") -> dict[str, Any]:
@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="replays run in parallel")
     ap.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=(*ENGINES, *ENGINE_ALIASES),
         default="auto",
         help="the core's engine for 'default' (auto: native where installed)",
     )
