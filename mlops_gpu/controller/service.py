@@ -74,7 +74,7 @@ def publish_and_follow(ctl: Any, idle_exit: float | None) -> tuple[Callable[[Any
             beat_at = now
             engine = ctl.mirror.engine
             name = None if engine is None else (
-                "native" if isinstance(engine, NativeEngine) else "python")  # fmt: skip
+                "native" if isinstance(engine, NativeEngine) else "reference")  # fmt: skip
             quietly(lambda: hb.beat(rt.store, tick_at=now, ticks=ticks, engine=name))
             quietly(lambda: observed.publish_cycles(rt.store, ctl.cycles, now))
 
