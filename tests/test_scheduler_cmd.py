@@ -58,7 +58,7 @@ def test_status_stop_restart_and_the_no_scheduler_line(tmp_path: Path) -> None:
     st = _wait_running(cfg)
     digest = hashlib.sha256(cfg.read_bytes()).hexdigest()
     assert st["pid"] > 0 and pid_alive(st["pid"]) and st["uptime_s"] >= 0
-    assert st["engine"] in ("python", "native") and st["ticks"] >= 1
+    assert st["engine"] in ("reference", "native") and st["ticks"] >= 1
     assert st["last_tick_age_s"] < 5 and st["idle_exit_s"] == 120
     assert st["config"]["path"] == str(cfg.resolve()) and st["config"]["sha256"] == digest
     assert st["config"]["file_changed"] is False and st["config"]["error"] is None
@@ -151,11 +151,11 @@ def _heartbeat_round_trip(url: str) -> None:
     try:
         hb.publish_start(store, idle_exit_s=None, config_path="/x.yaml", config_hash="ab",
                          config_mtime=1.0, version="t")  # fmt: skip
-        hb.beat(store, tick_at=5.0, ticks=3, engine="python")
+        hb.beat(store, tick_at=5.0, ticks=3, engine="reference")
         hb.publish_config_error(store, "x.yaml: projects: bad")
         info = hb.read(store)
         assert info is not None and info.pid == os.getpid() and info.ticks == 3
-        assert info.engine == "python" and info.config_error == "x.yaml: projects: bad"
+        assert info.engine == "reference" and info.config_error == "x.yaml: projects: bad"
         import subprocess
 
         sleep = "import time; time.sleep(60)"
