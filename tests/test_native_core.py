@@ -15,6 +15,7 @@ fail.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -564,17 +565,24 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     ):
         mixed = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}), other], [])
         assert mixed.policy.placement == "fragmentation" and unsupported(mixed) is None
-    # host CPU tracked, under either placement; a shape prior (the packing simulator's) of
-    # whole counts and sorted types, not others
+    # host CPU tracked, under either placement; a shape prior (the packing simulator's), its
+    # counts whole or not, its shapes' types in any order; a count that is no count is
+    # refused by both engines alike
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
     assert host.policy.placement == "fragmentation" and unsupported(host) is None
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
-    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0, (2, 1.0, 0, 0, ("a", "b")): 1.0})
-    assert unsupported(prior) is None
-    half = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 2.5})
-    assert "shape prior count 2.5" in str(unsupported(half))
-    unsorted = replace(host, shape_prior={(1, 1.0, 0, 0, ("b", "a")): 1.0})
-    assert "shape prior's GPU types" in str(unsupported(unsorted))
+    for prior in (
+        {(1, 1.0, 0, 0, ()): 3.0, (2, 1.0, 0, 0, ("a", "b")): 1.0},
+        {(1, 1.0, 0, 0, ()): 2.5, (1, 1.0, 0, 0, ("b", "a")): 1 / 3},
+    ):
+        assert unsupported(replace(host, shape_prior=prior)) is None
+        NativeEngine(replace(host, shape_prior=prior), native)
+    for bad in (math.nan, math.inf, -1.0):
+        wrong = replace(host, shape_prior={(1, 1.0, 0, 0, ("b",)): bad})
+        with pytest.raises(ValueError, match="shape_prior: the count of shape"):
+            Incremental(wrong)
+        with pytest.raises(ValueError, match="shape_prior: a count must be finite"):
+            NativeEngine(wrong, native)
     # every run is taken: MIG slices, and CPU-only runs (``gpus`` 0)
     eng = NativeEngine(template, native)
     eng.submit(make_run("m", "p0", mig="1g.10gb"))
