@@ -153,8 +153,12 @@ impl Capacity {
         for &dev in devs {
             if let Some(k) = parts.profile_of(dev) {
                 let free = &mut self.mig_free[node][k];
-                if let Some(at) = free.iter().position(|&x| x == dev) {
-                    free.remove(at);
+                match free.iter().position(|&x| x == dev) {
+                    Some(at) => {
+                        free.remove(at);
+                    }
+                    // (held by another run already, one loaded from a store)
+                    None => *self.again.entry((node, dev)).or_insert(0) += 1,
                 }
             } else if share.whole() {
                 self.take_devices(node, &[dev]);
@@ -165,9 +169,11 @@ impl Capacity {
                         x.1 += share.fraction;
                         x.2 += share.memory_mb.unwrap_or(0);
                     }
-                    None => held.push((dev, 0.0 + share.fraction, share.memory_mb.unwrap_or(0))),
+                    None => {
+                        held.push((dev, 0.0 + share.fraction, share.memory_mb.unwrap_or(0)));
+                        self.take_devices(node, &[dev]); // (its first shared holder holds it)
+                    }
                 }
-                self.take_devices(node, &[dev]);
             }
         }
     }
@@ -177,8 +183,11 @@ impl Capacity {
         let parts = of(m, node);
         for &dev in devs {
             if let Some(k) = parts.profile_of(dev) {
+                if !self.again.is_empty() && self.release_again(node, dev) {
+                    continue; // (other runs hold it too)
+                }
                 let free = &mut self.mig_free[node][k];
-                free.push(dev); // (a slice given back twice is listed twice, as in Python)
+                free.push(dev);
                 free.sort_unstable();
             } else if share.whole() {
                 self.free_devices(node, &[dev]);
