@@ -2,12 +2,12 @@
 
 ``unsupported`` (a snapshot) gives the one-line reason the native engine cannot take a config,
 or None: only a ``policy.borrower_share_ratio`` below 1, which the config refuses too;
-``NativeEngine`` raises ``NotSupported`` with it (and where the extension is not installed),
-and the simulator then runs the Python engine. ``held`` gives an active run, booked as
-``core.held.as_held`` leaves it, as the extension's ``add_active`` takes it: every active
-run is taken (one on a node, GPU type, backend or project the cluster no longer has too, as
-``core.held`` says, checked by ``tests/test_native_held.py``). The native
-engine queues every pending run it is given; it serves:
+``NativeEngine`` raises ``NotSupported`` with it (and where the extension is not installed;
+the simulators, whose configs never name it, fall back to Python for that alone). ``held``
+gives an active run, booked as ``core.held.as_held`` leaves it, as the extension's
+``add_active`` takes it: every active run is taken (one on a node, GPU type, backend or
+project the cluster no longer has too, as ``core.held`` says, checked by
+``tests/test_native_held.py``). The native engine queues every pending run it is given; it serves:
 - whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
   as numbers, each key's values in name order); with host CPU and memory (runs' requests per
   node, nodes' capacities), under either ``policy.placement``: ``fragmentation`` (the default)
