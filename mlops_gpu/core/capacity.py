@@ -16,6 +16,11 @@ Invariants:
   run holds, ``core/held.py``), and giving one back while others hold it frees nothing, as a
   snapshot booked at once (``decide``) has it. A shared device counts as one holder however
   many shared runs hold parts of it (their fractions are summed in ``shared``).
+- ``shared[node][device]``'s fraction is ``share_units[(node, device)]`` over ``UNIT``: the
+  shares summed as integers (each rounded to 1/``UNIT``, as ``used`` counts), so it depends
+  only on who holds the device, never on the order they came and went in (a float sum of
+  0.1, 0.4 and 0.2 less 0.4 is 0.29999999999999993, of 0.1 and 0.2 0.30000000000000004, and
+  best fit compares what is left exactly).
 - ``buckets[(gpu_type, backend)][k]`` lists, sorted by name, the schedulable nodes with exactly
   ``k`` free whole devices: best fit is the first name of the first non-empty bucket >= need.
 - ``cpu_free[node]`` / ``mem_free[node]``: host CPU and memory not held by active runs (None
@@ -55,6 +60,7 @@ class Capacity:
         self.type_units: dict[str, int] = defaultdict(int)
         self.free: dict[str, list[str]] = {n.name: list(n.devices) for n in snap.nodes}
         self.shared: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
+        self.share_units: dict[tuple[str, str], int] = {}
         #: (node, device or slice) -> how many active runs hold it beyond the first.
         self.again: dict[tuple[str, str], int] = {}
         self.mig_free: dict[str, dict[str, list[str]]] = {
@@ -122,11 +128,11 @@ class Capacity:
                     self._take_devices(node, (dev,))
                 else:
                     had = self.shared[slot.node].get(dev)
-                    frac, mem = had or (0.0, 0)
-                    self.shared[slot.node][dev] = (
-                        frac + slot.fraction,
-                        mem + (slot.memory_mb or 0),
-                    )
+                    mem = had[1] if had else 0
+                    key = (slot.node, dev)
+                    held = self.share_units.get(key, 0) + round(slot.fraction * UNIT)
+                    self.share_units[key] = held
+                    self.shared[slot.node][dev] = (held / UNIT, mem + (slot.memory_mb or 0))
                     if had is None:  # (the device's first shared holder holds it)
                         self._take_devices(node, (dev,))
         self._book(project, placement.gpu_type, round(placement.gpu_amount * UNIT))
@@ -152,12 +158,15 @@ class Capacity:
                 elif slot.fraction >= 1.0 and slot.memory_mb is None:
                     self._free_devices(node, (dev,))
                 else:
-                    frac, mem = self.shared[slot.node][dev]
-                    frac, mem = frac - slot.fraction, mem - (slot.memory_mb or 0)
+                    key = (slot.node, dev)
+                    held = self.share_units[key] - round(slot.fraction * UNIT)
+                    frac, mem = held / UNIT, self.shared[slot.node][dev][1] - (slot.memory_mb or 0)
                     if frac <= 1e-9 and mem <= 0:
                         del self.shared[slot.node][dev]
+                        del self.share_units[key]
                         self._free_devices(node, (dev,))
                     else:
+                        self.share_units[key] = held
                         self.shared[slot.node][dev] = (frac, mem)
         self._book(project, placement.gpu_type, -round(placement.gpu_amount * UNIT))
 

@@ -15,7 +15,10 @@
 //!   counts the holders beyond the first (only runs loaded from a store name a device another
 //!   holds, `core/held.py`), and giving one back while others hold it frees nothing
 //!   (`Capacity.again`); a shared device counts as one holder however many shared runs hold
-//!   parts of it.
+//!   parts of it;
+//! - a shared device's fraction in `shared` is `share_units[(node, device)]` over `UNIT`: the
+//!   shares summed as integers, so it depends only on who holds the device, never on the
+//!   order they came and went in (`Capacity.share_units`).
 
 use std::collections::HashMap;
 
@@ -91,6 +94,8 @@ pub struct Capacity {
     pub shared: Vec<Vec<(u16, f64, i64)>>,
     /// (node, device or slice) -> how many active runs hold it beyond the first.
     pub again: HashMap<(usize, u16), u32>,
+    /// (node, shared device) -> the fraction held on it, in `UNIT`s.
+    pub share_units: HashMap<(usize, u16), i64>,
     /// The shapes of the slots held on GPUs, kept while fragmentation-aware placement is on
     /// (`fragmentation`).
     pub mix: Mix,
@@ -130,6 +135,7 @@ impl Capacity {
             mig_free: parts::mig_free(m),
             shared: vec![Vec::new(); m.nodes.len()],
             again: HashMap::new(),
+            share_units: HashMap::new(),
             mix: Mix::new(m.n_types),
         }
     }

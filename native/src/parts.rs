@@ -13,7 +13,7 @@
 //! - booking a slot and giving it back are exact inverses, with the float operations of the
 //!   Python core in the same order (so the fractions held compare alike).
 
-use crate::capacity::Capacity;
+use crate::capacity::{units, Capacity, UNIT};
 use crate::model::Model;
 
 /// How a run takes GPUs (`ResourceRequest.shape`).
@@ -163,14 +163,17 @@ impl Capacity {
             } else if share.whole() {
                 self.take_devices(node, &[dev]);
             } else {
+                let u = self.share_units.entry((node, dev)).or_insert(0);
+                *u += units(share.fraction);
+                let frac = *u as f64 / UNIT;
                 let held = &mut self.shared[node];
                 match held.iter_mut().find(|x| x.0 == dev) {
                     Some(x) => {
-                        x.1 += share.fraction;
+                        x.1 = frac;
                         x.2 += share.memory_mb.unwrap_or(0);
                     }
                     None => {
-                        held.push((dev, 0.0 + share.fraction, share.memory_mb.unwrap_or(0)));
+                        held.push((dev, frac, share.memory_mb.unwrap_or(0)));
                         self.take_devices(node, &[dev]); // (its first shared holder holds it)
                     }
                 }
@@ -196,15 +199,16 @@ impl Capacity {
                 let Some(at) = held.iter().position(|x| x.0 == dev) else {
                     continue; // (never: it was booked)
                 };
-                let (frac, mem) = (
-                    held[at].1 - share.fraction,
-                    held[at].2 - share.memory_mb.unwrap_or(0),
-                );
+                let u = self.share_units.get(&(node, dev)).copied().unwrap_or(0);
+                let u = u - units(share.fraction);
+                let (frac, mem) = (u as f64 / UNIT, held[at].2 - share.memory_mb.unwrap_or(0));
                 if frac <= 1e-9 && mem <= 0 {
                     held.remove(at);
+                    self.share_units.remove(&(node, dev));
                     self.free_devices(node, &[dev]);
                 } else {
                     held[at] = (dev, frac, mem);
+                    self.share_units.insert((node, dev), u);
                 }
             }
         }
