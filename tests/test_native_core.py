@@ -204,11 +204,18 @@ def replay(
     events: list[tuple[Any, ...]],
     native_template: Any = None,
     loaded: tuple[Any, ...] = (),
+    step: float = 1.0,
+    anchored: list[str] | None = None,
 ) -> int:
     """Drive both engines through ``events`` (the native one built from ``native_template``
-    when given); at every cycle their decisions, pending and active runs must be equal, and
-    the decisions those of a from-scratch cycle (``decide``) on the same snapshot, each victim's
-    preemptor admitted in the same decision. Returns how many cycles admitted or preempted
+    when given), ``step`` seconds apart; at every cycle their decisions, pending and active
+    runs and kept anchors must be equal, and the decisions those of a from-scratch cycle
+    (``decide``) on the same snapshot, each victim's preemptor admitted in the same decision.
+    Events: ``("submit", run)``, ``("finish", i[, backoff])`` (the i-th active run by id; a
+    victim queues again, after a backoff where asked), ``("checkpoint", i)``,
+    ``("cycle"[, usage_history[, spent]])``, ``("nodes", up)`` (which of the template's nodes
+    are schedulable: ``set_nodes`` on both, which must keep the anchor, appended to
+    ``anchored`` where there is one). Returns how many cycles admitted or preempted
     something."""
     ref = Incremental(template)
     nat = NativeEngine(native_template or template, module)
@@ -217,7 +224,7 @@ def replay(
         nat.add_active(run)
     now, busy = max((r.admitted_at or 0.0 for r in loaded), default=0.0), 0
     for ev in events:
-        now += 1.0
+        now += step
         if ev[0] == "submit":
             run = replace(ev[1], submitted_at=now)
             ref.submit(run)
@@ -226,6 +233,7 @@ def replay(
             rid = sorted(ref.active)[ev[1] % len(ref.active)]
             run = ref.finish(rid)
             assert nat.finish(rid) == run
+            backoff = len(ev) > 2 and ev[2]
             if run.preempt_requested:  # a victim exits and queues again, after a backoff
                 again = replace(
                     run,
@@ -233,8 +241,8 @@ def replay(
                     placement=None,
                     preempt_requested=False,
                     attempt=run.attempt + 1,
-                    not_before=now + 2.0 if ev[2] else None,
-                    last_checkpoint_at=now - 0.5 if ev[2] else None,
+                    not_before=now + 2.0 if backoff else None,
+                    last_checkpoint_at=now - 0.5 if backoff else None,
                 )
                 ref.submit(again)
                 nat.submit(again)
@@ -242,8 +250,20 @@ def replay(
             rid = sorted(ref.active)[ev[1] % len(ref.active)]
             ref.checkpoint(rid, now)
             nat.checkpoint(rid, now)
+        elif ev[0] == "nodes":
+            nodes = tuple(
+                replace(n, schedulable=up) for n, up in zip(template.nodes, ev[1], strict=True)
+            )
+            before = ref.kept_anchor()
+            ref.set_nodes(nodes, now)
+            nat.set_nodes(nodes, now)
+            assert nat.kept_anchor() == ref.kept_anchor() == before
+            if before is not None and anchored is not None:
+                anchored.append(before)
+            assert nat.pending == ref.pending and nat.active == ref.active
         elif ev[0] == "cycle":
-            spent = ev[2] if len(ev) > 2 else None
+            ev = (*ev, None, None)  # (no usage history, nothing spent, where not given)
+            spent = ev[2]
             snap = ref.snapshot(now)
             if ev[1] is not None:
                 snap = replace(snap, usage_history=ev[1])
@@ -262,6 +282,7 @@ def replay(
             assert {p.for_run for p in got.preemptions} <= {a.run_id for a in got.admissions}
             assert nat.pending == ref.pending
             assert nat.active == ref.active
+            assert nat.kept_anchor() == ref.kept_anchor()
             busy += bool(got.admissions or got.preemptions)
     return busy
 
