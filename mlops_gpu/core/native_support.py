@@ -69,7 +69,8 @@ if TYPE_CHECKING:
 
 
 class NotSupported(ValueError):
-    """The native engine does not implement what the snapshot or run asks for."""
+    """The native engine cannot run: the extension is not installed, or a snapshot asks for
+    what the config refuses (``unsupported``)."""
 
 
 def unsupported(template: Snapshot) -> str | None:
