@@ -75,9 +75,9 @@ class Settings:
 
 @final
 class PriorShape:
-    """One shape of ``Snapshot.shape_prior`` and its count (a whole number): GPUs, each GPU's
-    share, host CPU and memory, the accepted types by name (sorted; empty: any) and the
-    cluster's among them."""
+    """One shape of ``Snapshot.shape_prior`` and its count (finite, not negative): GPUs, each
+    GPU's share, host CPU and memory, the accepted types by name (any order; empty: any) and
+    the cluster's among them."""
 
     def __init__(
         self,

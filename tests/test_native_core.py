@@ -15,6 +15,7 @@ fail.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -203,11 +204,18 @@ def replay(
     events: list[tuple[Any, ...]],
     native_template: Any = None,
     loaded: tuple[Any, ...] = (),
+    step: float = 1.0,
+    anchored: list[str] | None = None,
 ) -> int:
     """Drive both engines through ``events`` (the native one built from ``native_template``
-    when given); at every cycle their decisions, pending and active runs must be equal, and
-    the decisions those of a from-scratch cycle (``decide``) on the same snapshot, each victim's
-    preemptor admitted in the same decision. Returns how many cycles admitted or preempted
+    when given), ``step`` seconds apart; at every cycle their decisions, pending and active
+    runs and kept anchors must be equal, and the decisions those of a from-scratch cycle
+    (``decide``) on the same snapshot, each victim's preemptor admitted in the same decision.
+    Events: ``("submit", run)``, ``("finish", i[, backoff])`` (the i-th active run by id; a
+    victim queues again, after a backoff where asked), ``("checkpoint", i)``,
+    ``("cycle"[, usage_history[, spent]])``, ``("nodes", up)`` (which of the template's nodes
+    are schedulable: ``set_nodes`` on both, which must keep the anchor, appended to
+    ``anchored`` where there is one). Returns how many cycles admitted or preempted
     something."""
     ref = FromScratch(template)
     nat = NativeEngine(native_template or template, module)
@@ -216,7 +224,7 @@ def replay(
         nat.add_active(run)
     now, busy = max((r.admitted_at or 0.0 for r in loaded), default=0.0), 0
     for ev in events:
-        now += 1.0
+        now += step
         if ev[0] == "submit":
             run = replace(ev[1], submitted_at=now)
             ref.submit(run)
@@ -225,6 +233,7 @@ def replay(
             rid = sorted(ref.active)[ev[1] % len(ref.active)]
             run = ref.finish(rid)
             assert nat.finish(rid) == run
+            backoff = len(ev) > 2 and ev[2]
             if run.preempt_requested:  # a victim exits and queues again, after a backoff
                 again = replace(
                     run,
@@ -232,8 +241,8 @@ def replay(
                     placement=None,
                     preempt_requested=False,
                     attempt=run.attempt + 1,
-                    not_before=now + 2.0 if ev[2] else None,
-                    last_checkpoint_at=now - 0.5 if ev[2] else None,
+                    not_before=now + 2.0 if backoff else None,
+                    last_checkpoint_at=now - 0.5 if backoff else None,
                 )
                 ref.submit(again)
                 nat.submit(again)
@@ -241,8 +250,20 @@ def replay(
             rid = sorted(ref.active)[ev[1] % len(ref.active)]
             ref.checkpoint(rid, now)
             nat.checkpoint(rid, now)
+        elif ev[0] == "nodes":
+            nodes = tuple(
+                replace(n, schedulable=up) for n, up in zip(template.nodes, ev[1], strict=True)
+            )
+            before = ref.kept_anchor()
+            ref.set_nodes(nodes, now)
+            nat.set_nodes(nodes, now)
+            assert nat.kept_anchor() == ref.kept_anchor() == before
+            if before is not None and anchored is not None:
+                anchored.append(before)
+            assert nat.pending == ref.pending and nat.active == ref.active
         elif ev[0] == "cycle":
-            spent = ev[2] if len(ev) > 2 else None
+            ev = (*ev, None, None)  # (no usage history, nothing spent, where not given)
+            spent = ev[2]
             snap = ref.snapshot(now)
             if ev[1] is not None:
                 snap = replace(snap, usage_history=ev[1])
@@ -261,6 +282,7 @@ def replay(
             assert {p.for_run for p in got.preemptions} <= {a.run_id for a in got.admissions}
             assert nat.pending == ref.pending
             assert nat.active == ref.active
+            assert nat.kept_anchor() == ref.kept_anchor()
             busy += bool(got.admissions or got.preemptions)
     return busy
 
@@ -564,17 +586,24 @@ def test_what_it_does_not_implement_is_refused_by_name(native: Any) -> None:
     ):
         mixed = make_snapshot([make_node("n0", 4, TYPES[0], mig={"1g.10gb": ("s0",)}), other], [])
         assert mixed.policy.placement == "fragmentation" and unsupported(mixed) is None
-    # host CPU tracked, under either placement; a shape prior (the packing simulator's) of
-    # whole counts and sorted types, not others
+    # host CPU tracked, under either placement; a shape prior (the packing simulator's), its
+    # counts whole or not, its shapes' types in any order; a count that is no count is
+    # refused by both engines alike
     host = make_snapshot([make_node("n0", 4, TYPES[0], cpu_milli=8000)], [make_project("p0")])
     assert host.policy.placement == "fragmentation" and unsupported(host) is None
     assert unsupported(replace(host, policy=replace(host.policy, placement="best-fit"))) is None
-    prior = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 3.0, (2, 1.0, 0, 0, ("a", "b")): 1.0})
-    assert unsupported(prior) is None
-    half = replace(host, shape_prior={(1, 1.0, 0, 0, ()): 2.5})
-    assert "shape prior count 2.5" in str(unsupported(half))
-    unsorted = replace(host, shape_prior={(1, 1.0, 0, 0, ("b", "a")): 1.0})
-    assert "shape prior's GPU types" in str(unsupported(unsorted))
+    for prior in (
+        {(1, 1.0, 0, 0, ()): 3.0, (2, 1.0, 0, 0, ("a", "b")): 1.0},
+        {(1, 1.0, 0, 0, ()): 2.5, (1, 1.0, 0, 0, ("b", "a")): 1 / 3},
+    ):
+        assert unsupported(replace(host, shape_prior=prior)) is None
+        NativeEngine(replace(host, shape_prior=prior), native)
+    for bad in (math.nan, math.inf, -1.0):
+        wrong = replace(host, shape_prior={(1, 1.0, 0, 0, ("b",)): bad})
+        with pytest.raises(ValueError, match="shape_prior: the count of shape"):
+            FromScratch(wrong).cycle(0.0)
+        with pytest.raises(ValueError, match="shape_prior: a count must be finite"):
+            NativeEngine(wrong, native)
     # every run is taken: MIG slices, and CPU-only runs (``gpus`` 0)
     eng = NativeEngine(template, native)
     eng.submit(make_run("m", "p0", mig="1g.10gb"))

@@ -48,10 +48,24 @@ ACCEPTS: list[list[str]] = [
     [TYPES[1], "b200"],
 ]
 #: The workload's expected shapes (``Snapshot.shape_prior``, as the packing simulator sets it:
-#: whole counts, accepted types sorted): none (most), or shapes like the runs' and unlike.
+#: whole counts, accepted types sorted; or any finite counts, types in any order, one shape
+#: twice but for its types' order): none (most), or shapes like the runs' and unlike.
 PRIORS: list[dict[Any, float]] = [
     {},
     {},
+    {},
+    {
+        (2, 1.0, 0, 0, (TYPES[1], TYPES[0])): 2.5,
+        (1, 1.0, 0, 0, ()): 1 / 3,
+        (2, 1.0, 0, 0, tuple(TYPES)): 0.5,
+        (8, 1.0, 0, 0, ()): 2.2,
+    },
+    {
+        (1, 0.5, 0, 0, ()): 0.1,
+        (1, 1.0, 4000, 8000, ()): 0.2,
+        (4, 1.0, 0, 0, (TYPES[1],)): 0.7,
+        (2, 1.0, 8000, 0, (TYPES[1], "b200", TYPES[0])): 0.3,
+    },
     {(1, 1.0, 0, 0, ()): 5.0, (2, 1.0, 8000, 0, (TYPES[0],)): 3.0, (8, 1.0, 0, 0, ()): 2.0},
     {
         (4, 1.0, 16000, 32000, ()): 7.0,

@@ -1,14 +1,17 @@
 """Active runs loaded from the store that name what the cluster no longer has (a node removed or
 renamed, a GPU type, backend or project gone from the config, a device named twice or one
-its node lacks, host resources that are not the request's): both engines book them as
-``core.held.as_held`` says and then decide alike, cycle by cycle, as a from-scratch
-``decide`` does (``test_native_core.replay``). The native engine refused each of these once
-(``native_support.held_unsupported``, gone), and the control loop then ran the whole cluster
-on the Python engine.
+its node lacks, host resources that are not the request's, a device another loaded run holds
+too): both engines book them as ``core.held.as_held`` says and then decide alike, cycle by
+cycle, as a from-scratch ``decide`` does (``test_native_core.replay``). The native engine
+refused most of these once (``native_support.held_unsupported``, gone), and the control loop
+then ran the whole cluster on the Python engine.
 
 On the Rust side, ``Placement::amount`` ignoring ``charged`` (a loaded run charged by its
 slots on the cluster alone) was checked to fail the gone-type and gone-part cases here; in
-Python, charging a gone part by its device count fails ``part_on_a_gone_node``.
+Python, charging a gone part by its device count fails ``part_on_a_gone_node``. A device (or
+slice) two loaded runs hold stays held until both end: giving it back with the first run's end
+on either side alone (``Capacity._free_devices`` in Python, ``free_devices`` in Rust) was
+checked to fail ``test_a_device_two_runs_hold_stays_held_until_both_end``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from test_native_core import replay
 from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.held import as_held
 from mlops_gpu.core.native import NativeEngine
+from mlops_gpu.core.state import State
 from mlops_gpu.model import Phase, Placement, Quota, Run
 from mlops_gpu.model.cluster import NodeSlot
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
@@ -102,6 +106,10 @@ CASES: dict[str, tuple[Run, ...]] = {
             _slot("n1", "0", cpu_milli=2000, host_memory_mb=50000),
             cpu_milli=2000,
         ),
+    ),
+    "a_device_held_by_two_runs": (
+        _held("h", "p0", A, _slot("n0", "0", "1")),
+        _held("k", "p0", A, _slot("n0", "1", "2"), max_runtime_s=60.0),
     ),
     "a_run_being_preempted_on_a_gone_node": (
         replace(_held("h", "p0", A, _slot("gone", "0")), preempt_requested=True),
@@ -204,3 +212,50 @@ def test_a_run_on_a_type_the_cluster_lacks_holds_no_quota_anyone_waits_for(nativ
         ("cycle", None),
     ]
     replay(native, template, events, loaded=loaded)
+
+
+@pytest.mark.parametrize("placement", ["fragmentation", "best-fit"])
+@pytest.mark.parametrize("held", ["whole", "slice"])
+def test_a_device_two_runs_hold_stays_held_until_both_end(
+    native: Any, held: str, placement: str
+) -> None:
+    """Two runs loaded from the store hold one device (``n0:0,1`` and ``n0:1,2``), or one MIG
+    slice: when the first ends, the device stays held by the other, so the 4-GPU run (or the
+    slice's run) still waits, with the same reason and ETA as ``decide`` gives (before, both
+    incremental engines freed the device at the first end: a free block of 2, ETA 9 s, where
+    ``decide`` said 1, ETA 60 s)."""
+    nodes = [
+        make_node("n0", 4, A, backend="b1"),
+        make_node("n1", 2, A, backend="b1"),
+        make_node("m0", 1, H, backend="b2", mig={"1g.10gb": ("s0", "s1")}),
+    ]
+    quotas = {A: Quota(8, 4), H: Quota(2, 1)}
+    projects = [make_project("p0", quotas=quotas), make_project("p1", quotas=quotas)]
+    template = make_snapshot(nodes, projects, now=0.0, placement=placement)
+    if held == "whole":
+        loaded = (
+            _held("h", "p0", A, _slot("n0", "0", "1"), max_runtime_s=30.0),
+            _held("k", "p1", A, _slot("n0", "1", "2"), max_runtime_s=60.0),
+        )
+        wants = [make_run("w4", "p0", 4, seq=1, max_runtime_s=10.0), make_run("w2", "p1", 2, seq=2)]
+    else:
+        kw: dict[str, Any] = {"fraction": 1 / 7}
+        loaded = (
+            _held("h", "p0", H, _slot("m0", "s0", "s1", **kw), mig="1g.10gb", max_runtime_s=30.0),
+            _held("k", "p1", H, _slot("m0", "s1", **kw), mig="1g.10gb", max_runtime_s=60.0),
+        )
+        wants = [make_run("w", "p0", 2, seq=1, mig="1g.10gb", gpu_types=(H,))]
+    events: list[tuple[Any, ...]] = [("submit", r) for r in wants]
+    events += [("cycle", None), ("finish", 0, False), ("cycle", None), ("cycle", None)]
+    replay(native, template, events, loaded=loaded)
+    # the reference's own books, released run by run as a cycle releases its victims' holdings
+    ref = FromScratch(template)
+    for r in loaded:
+        ref.add_active(r)
+    cap = State.from_snapshot(ref.snapshot(0.0)).cap
+    for rid, want in (("h", (["0", "3"], ["s0"])), ("k", (["0", "1", "2", "3"], ["s0", "s1"]))):
+        run = ref.active[rid]
+        assert run.placement is not None
+        cap.release(run.project, run.placement, run.request.gpu_types)
+        free = cap.free["n0"] if held == "whole" else cap.mig_free["m0"]["1g.10gb"]
+        assert free == (want[0] if held == "whole" else want[1])

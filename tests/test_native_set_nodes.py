@@ -3,7 +3,9 @@ drain) rebuilds the Rust engine around the new nodes, and the reference
 (``FromScratch.set_nodes``) decides on them from its next snapshot: over random event sequences
 with capacity changes between cycles (nodes made unschedulable and back), both engines admit,
 place and preempt alike, cycle by cycle, and keep the same pending and active runs and the same
-anchor (the run that keeps the reservation).
+anchor (the run that keeps the reservation), and decide as a from-scratch ``decide`` on the
+same snapshot (``test_native_core.replay``, whose ``("nodes", up)`` event calls ``set_nodes``
+on both).
 
 Skips without the extension (``mlops_gpu._engine``) unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set.
 """
@@ -16,10 +18,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_native_core import replay
 
-from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.native import NativeEngine
-from mlops_gpu.model import Phase
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 
 NODES = 4
@@ -59,53 +60,13 @@ def events(draw: st.DrawFn) -> tuple[bool, list[tuple[Any, ...]]]:
     return draw(st.booleans()), out
 
 
-def _replay(module: Any, backfill: bool, evs: list[tuple[Any, ...]]) -> tuple[int, int]:
-    """Both engines through ``evs``; returns (cycles that decided something, anchors kept
-    across a rebuild)."""
-    template = _template(backfill)
-    ref, nat = FromScratch(template), NativeEngine(template, module)
-    now, busy, anchored = 0.0, 0, 0
-    for ev in evs:
-        now += 10.0
-        if ev[0] == "submit":
-            run = replace(ev[1], submitted_at=now)
-            ref.submit(run)
-            nat.submit(run)
-        elif ev[0] == "finish" and ref.active:
-            rid = sorted(ref.active)[ev[1] % len(ref.active)]
-            run = ref.finish(rid)
-            assert nat.finish(rid) == run
-            if run.preempt_requested:  # a victim queues again
-                again = replace(run, phase=Phase.PENDING, placement=None, preempt_requested=False)
-                ref.submit(again)
-                nat.submit(again)
-        elif ev[0] == "nodes":
-            nodes = tuple(
-                replace(n, schedulable=up) for n, up in zip(template.nodes, ev[1], strict=True)
-            )
-            before = ref.kept_anchor()
-            ref.set_nodes(nodes, now)
-            nat.set_nodes(nodes, now)
-            assert nat.kept_anchor() == ref.kept_anchor() == before
-            anchored += before is not None
-            assert nat.pending == ref.pending and nat.active == ref.active
-        elif ev[0] == "cycle":
-            want, got = ref.cycle(now), nat.cycle(now)
-            assert got.admissions == want.admissions, now
-            assert got.preemptions == want.preemptions, now
-            assert nat.pending == ref.pending and nat.active == ref.active
-            assert nat.kept_anchor() == ref.kept_anchor()
-            busy += bool(got.admissions or got.preemptions)
-    return busy, anchored
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events())
 def test_set_nodes_rebuilds_the_native_engine_as_the_python_one(
     native_module: Any, scenario: tuple[bool, list[tuple[Any, ...]]]
 ) -> None:
     backfill, evs = scenario
-    _replay(native_module, backfill, evs)
+    replay(native_module, _template(backfill), evs, step=10.0)
 
 
 def test_the_anchor_survives_a_rebuild(native_module: Any) -> None:
@@ -118,8 +79,9 @@ def test_the_anchor_survives_a_rebuild(native_module: Any) -> None:
     evs: list[tuple[Any, ...]] = [*full, ("cycle",), ("submit", gang), ("cycle",)]
     evs += [("nodes", (True, True, True, False)), ("nodes", (True,) * NODES), ("cycle",)]
     evs += [("finish", 0), ("finish", 0), ("cycle",)]
-    busy, anchored = _replay(native_module, True, evs)
-    assert anchored == 2 and busy == 2
+    anchored: list[str] = []
+    busy = replay(native_module, _template(True), evs, step=10.0, anchored=anchored)
+    assert anchored == ["g", "g"] and busy == 2
 
 
 def test_a_run_held_on_a_node_that_goes_keeps_its_placement(native_module: Any) -> None:

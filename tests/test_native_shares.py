@@ -19,7 +19,7 @@ from test_native_core import TYPES, replay
 
 from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.native import NativeEngine
-from mlops_gpu.model import Quota
+from mlops_gpu.model import NodeSlot, Phase, Placement, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 
 #: MIG slices of every size a share can be summed from (sevenths), on one or two GPUs' worth
@@ -132,3 +132,41 @@ def test_both_engines_decide_alike_as_slices_come_and_go(
 ) -> None:
     template, events = scenario
     replay(native, template, events)
+
+
+def test_a_shared_devices_used_fraction_is_exact_on_both_engines(native: Any) -> None:
+    """A shared device held by 0.1 + 0.4 + 0.2 (loaded in that order) whose 0.4 ends holds
+    3/10 exactly, as another device holding 0.3 alone does: a 0.1 run then sees both with 0.6
+    left after it, and best fit breaks the tie by name (s0). Summed as floats in the order
+    runs came and went, the first device's used fraction was 0.29999999999999993 in both
+    incremental engines (left 0.6000000000000001, so s1 won) and 0.30000000000000004 from
+    scratch (``decide``, s0): both ``Capacity`` now sum a device's shares in ``UNIT``s."""
+    nodes = [make_node(s, 2, TYPES[0], shared=True) for s in ("s0", "s1")]
+    quotas = {TYPES[0]: Quota(8, None)}
+    template = make_snapshot(nodes, [make_project("p0", quotas=quotas)], placement="best-fit")
+    held = [("a1", 0.1, "s0"), ("a2", 0.4, "s0"), ("a3", 0.2, "s0"), ("k", 0.3, "s1")]
+    loaded = tuple(
+        make_run(
+            rid,
+            "p0",
+            1,
+            gpu_fraction=f,
+            phase=Phase.RUNNING,
+            placement=Placement("local", TYPES[0], (NodeSlot(node, ("0",), fraction=f),)),
+            admitted_at=0.0,
+        )
+        for rid, f, node in held
+    )
+    events: list[tuple[Any, ...]] = [
+        ("finish", 1, False),  # (a2: the ids sorted)
+        ("submit", make_run("w", "p0", 1, gpu_fraction=0.1, seq=1)),
+        ("cycle", None),
+    ]
+    assert replay(native, template, events, loaded=loaded) == 1
+    ref = FromScratch(template)
+    for r in loaded:
+        ref.add_active(r)
+    ref.finish("a2")
+    ref.submit(make_run("w", "p0", 1, gpu_fraction=0.1, seq=1))
+    [admitted] = ref.cycle(5.0).admissions
+    assert admitted.placement is not None and admitted.placement.slots[0].node == "s0"

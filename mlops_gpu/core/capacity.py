@@ -11,6 +11,16 @@ Invariants:
   bit that differs between an engine that booked and gave back for hours and a snapshot
   booked at once, and fair share breaks ties on the exact value: issue 25.)
 - ``take`` and ``release`` are exact inverses, so a trial (preemption search) can undo itself.
+- A device or MIG slice is free only when no active run holds it: ``again[(node, device)]``
+  counts the holders beyond the first (only runs loaded from a store name a device another
+  run holds, ``core/held.py``), and giving one back while others hold it frees nothing, as a
+  snapshot booked at once (``decide``) has it. A shared device counts as one holder however
+  many shared runs hold parts of it (their fractions are summed in ``shared``).
+- ``shared[node][device]``'s fraction is ``share_units[(node, device)]`` over ``UNIT``: the
+  shares summed as integers (each rounded to 1/``UNIT``, as ``used`` counts), so it depends
+  only on who holds the device, never on the order they came and went in (a float sum of
+  0.1, 0.4 and 0.2 less 0.4 is 0.29999999999999993, of 0.1 and 0.2 0.30000000000000004, and
+  best fit compares what is left exactly).
 - ``buckets[(gpu_type, backend)][k]`` lists, sorted by name, the schedulable nodes with exactly
   ``k`` free whole devices: best fit is the first name of the first non-empty bucket >= need.
 - ``cpu_free[node]`` / ``mem_free[node]``: host CPU and memory not held by active runs (None
@@ -50,6 +60,9 @@ class Capacity:
         self.type_units: dict[str, int] = defaultdict(int)
         self.free: dict[str, list[str]] = {n.name: list(n.devices) for n in snap.nodes}
         self.shared: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
+        self.share_units: dict[tuple[str, str], int] = {}
+        #: (node, device or slice) -> how many active runs hold it beyond the first.
+        self.again: dict[tuple[str, str], int] = {}
         self.mig_free: dict[str, dict[str, list[str]]] = {
             n.name: {p: list(ids) for p, ids in n.mig.items()} for n in snap.nodes
         }
@@ -109,15 +122,19 @@ class Capacity:
                     free = self.mig_free[slot.node][mig_profile]
                     if dev in free:
                         free.remove(dev)
+                    else:  # held by another run already (one loaded from a store)
+                        self._hold_again(slot.node, dev)
                 elif slot.fraction >= 1.0 and slot.memory_mb is None:
                     self._take_devices(node, (dev,))
                 else:
-                    frac, mem = self.shared[slot.node].get(dev, (0.0, 0))
-                    self.shared[slot.node][dev] = (
-                        frac + slot.fraction,
-                        mem + (slot.memory_mb or 0),
-                    )
-                    self._take_devices(node, (dev,))
+                    had = self.shared[slot.node].get(dev)
+                    mem = had[1] if had else 0
+                    key = (slot.node, dev)
+                    held = self.share_units.get(key, 0) + round(slot.fraction * UNIT)
+                    self.share_units[key] = held
+                    self.shared[slot.node][dev] = (held / UNIT, mem + (slot.memory_mb or 0))
+                    if had is None:  # (the device's first shared holder holds it)
+                        self._take_devices(node, (dev,))
         self._book(project, placement.gpu_type, round(placement.gpu_amount * UNIT))
 
     def release(self, project: str, placement: Placement, accepts: tuple[str, ...] = ()) -> None:
@@ -133,18 +150,23 @@ class Capacity:
             for dev in slot.devices:
                 mig_profile = _mig_profile_of(node, dev)
                 if mig_profile is not None:
+                    if self.again and self._release_again(slot.node, dev):
+                        continue
                     self.mig_free[slot.node][mig_profile].append(dev)
                     order = node.mig[mig_profile]
                     self.mig_free[slot.node][mig_profile].sort(key=order.index)
                 elif slot.fraction >= 1.0 and slot.memory_mb is None:
                     self._free_devices(node, (dev,))
                 else:
-                    frac, mem = self.shared[slot.node][dev]
-                    frac, mem = frac - slot.fraction, mem - (slot.memory_mb or 0)
+                    key = (slot.node, dev)
+                    held = self.share_units[key] - round(slot.fraction * UNIT)
+                    frac, mem = held / UNIT, self.shared[slot.node][dev][1] - (slot.memory_mb or 0)
                     if frac <= 1e-9 and mem <= 0:
                         del self.shared[slot.node][dev]
+                        del self.share_units[key]
                         self._free_devices(node, (dev,))
                     else:
+                        self.share_units[key] = held
                         self.shared[slot.node][dev] = (frac, mem)
         self._book(project, placement.gpu_type, -round(placement.gpu_amount * UNIT))
 
@@ -203,6 +225,8 @@ class Capacity:
         for dev in devices:
             if dev in free:
                 free.remove(dev)
+            else:  # held by another run already (one loaded from a store)
+                self._hold_again(node.name, dev)
         if len(free) != before:
             self._rebucket(node, before, len(free))
 
@@ -215,12 +239,31 @@ class Capacity:
         if pos is None:
             pos = self._positions[node.name] = {d: i for i, d in enumerate(node.devices)}
         for dev in devices:
+            if self.again and self._release_again(node.name, dev):
+                continue
             if dev not in free:
                 # In the node's device order, in O(log n) comparisons: sorting with
                 # ``devices.index`` as the key was quadratic on a 600-GPU node.
                 insort(free, dev, key=pos.__getitem__)
         if len(free) != before:
             self._rebucket(node, before, len(free))
+
+    def _hold_again(self, node: str, dev: str) -> None:
+        key = (node, dev)
+        self.again[key] = self.again.get(key, 0) + 1
+
+    def _release_again(self, node: str, dev: str) -> bool:
+        """One of several holders of ``dev`` gives it back: True (it stays held) when others
+        still hold it."""
+        key = (node, dev)
+        n = self.again.get(key)
+        if not n:
+            return False
+        if n == 1:
+            del self.again[key]
+        else:
+            self.again[key] = n - 1
+        return True
 
     def _rebucket(self, node: Node, old: int, new: int) -> None:
         b = self.buckets.get((node.gpu_type, node.backend))

@@ -18,17 +18,22 @@ Invariants:
   the order they came in: the Rust engine (its state kept between cycles) and the reference
   (a state per cycle) see the same mix.
 - The weights come from the active runs' counts plus the fixed ``prior`` counts (the
-  workload's expected shapes, ``Snapshot.shape_prior``; empty by default): the commonest
+  workload's expected shapes, ``Snapshot.shape_prior``; empty by default; any finite
+  counts, whole or not, each shape's accepted types in any order: a prior shape is keyed as
+  ``slot_shape`` keys an active one, its types sorted): the commonest
   shapes (ties by shape), at most ``TOP_K``, until they cover ``COVERAGE`` of the runs, as
   FGD's typical pods do (rare shapes, whose holes would seldom be filled, left out), each
   share rounded to 1/``QUANTUM``: small changes in the counts leave the weights, and so the
-  memo of node fragmentation by ``Sig``, unchanged. ``restricted`` counts active runs only.
+  memo of node fragmentation by ``Sig``, unchanged. Every sum of counts runs in the ranked
+  order (count descending, then shape), so it never depends on the order shapes came in,
+  even where counts are not whole. ``restricted`` counts active runs only.
 - A shape carries the GPU types its run accepted (empty: any), as its placer books it.
   ``restricted`` is worked out from the exact counts (not the rounded weights), once per change.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 
@@ -69,7 +74,18 @@ def shape_fragment(sig: Sig, shape: Shape) -> float:
 class Mix:
     def __init__(self, prior: Mapping[Shape, float] | None = None) -> None:
         self.counts: Counter[Shape] = Counter()
-        self.prior: dict[Shape, float] = dict(prior or {})
+        #: The prior by canonical shape (accepted types sorted, as ``slot_shape`` makes
+        #: them): shapes equal but for that order are one, their counts summed in the prior's
+        #: order (``native/src/fragmentation.rs``'s ``add_prior`` does the same).
+        self.prior: dict[Shape, float] = {}
+        for (gpus, share, cpu, mem, accepts), n in (prior or {}).items():
+            if not math.isfinite(n) or n < 0:
+                raise ValueError(
+                    f"shape_prior: the count of shape {(gpus, share, cpu, mem, accepts)!r} "
+                    f"must be a finite number not below 0, got {n!r}"
+                )
+            key = (gpus, share, cpu, mem, tuple(sorted(accepts)))
+            self.prior[key] = self.prior[key] + n if key in self.prior else n
         self._weights: tuple[tuple[Shape, float], ...] = ()
         self._cpu_per_gpu: float | None = None
         self._stale = True
@@ -111,8 +127,11 @@ class Mix:
             counts: dict[Shape, float] = dict(self.prior)
             for s, k in self.counts.items():
                 counts[s] = counts.get(s, 0.0) + k
-            ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_K]
-            need, cum = COVERAGE * sum(counts.values()), 0.0
+            ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            # (summed in the ranked order, not the dict's, which follows the order shapes came
+            # in: a prior's counts need not be whole, and then the order changes the sum)
+            need, cum = COVERAGE * sum(n for _, n in ranked), 0.0
+            ranked = ranked[:TOP_K]
             top: list[tuple[Shape, float]] = []
             for s, n in ranked:
                 if cum >= need:

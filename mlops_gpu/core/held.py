@@ -8,6 +8,11 @@ so they decide alike (``tests/test_native_held.py``):
 - a slot on a node the cluster has keeps the devices that node has (whole devices and MIG
   slices), each once: a device the node lacks, or named twice, holds nothing more (and the run
   is charged for the devices it keeps);
+- a device or slice that another active run holds too (two runs loaded as ``n0:0,1`` and
+  ``n0:1,2``) is held by both: it is free only when the last of them ends, so no new run is
+  placed on a device someone still holds (both engines count its holders, ``Capacity.again``,
+  as a snapshot booked at once does; ``as_held`` itself sees one run and changes nothing
+  here); each run is charged for its own devices;
 - its slots on the cluster's nodes hold the same host CPU and memory: where they differ (a
   placement no cycle makes), each holds the most any of them names;
 - a slot on a node the cluster no longer has holds nothing on a node, and still counts in the

@@ -7,8 +7,9 @@ and the victim's lost GPU-seconds), in the same order; ``tests/test_native_core.
 them cycle by cycle on random workloads, and ``benchmarks/core_throughput.py --core native``
 on the full benchmark.
 
-It serves what the extension implements, and says what it does not (``native_support``:
-``unsupported``; ``NotSupported`` is raised, nothing is guessed); it takes every active run,
+It takes every config the Python engine takes (``native_support.unsupported`` names only a
+``policy.borrower_share_ratio`` below 1, which the config refuses; ``NotSupported`` is raised
+for it and where the extension is not installed); it takes every active run,
 booked as ``core.held.as_held`` says (a node, GPU type or project gone from the config).
 Runs with an unknown project or class wait (as ``invalid``) and runs in backoff wait here until
 their ``not_before``, as in ``State``. A cycle's decision carries no pending reasons: the

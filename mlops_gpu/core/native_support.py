@@ -1,14 +1,13 @@
 """What the native engine (``core.native``) serves, and how an active run crosses into it.
 
 ``unsupported`` (a snapshot) gives the one-line reason the native engine cannot take a config,
-or None: only a ``Snapshot.shape_prior`` whose counts are not whole or whose shapes' GPU types
-are not sorted (only the packing simulator makes priors, whole and sorted);
-``NativeEngine`` raises ``NotSupported`` with it (and where the extension is not installed),
-and the simulator then runs the Python engine. ``held`` gives an active run, booked as
-``core.held.as_held`` leaves it, as the extension's ``add_active`` takes it: every active
-run is taken (one on a node, GPU type, backend or project the cluster no longer has too, as
-``core.held`` says, checked by ``tests/test_native_held.py``). The native
-engine queues every pending run it is given; it serves:
+or None: only a ``policy.borrower_share_ratio`` below 1, which the config refuses too;
+``NativeEngine`` raises ``NotSupported`` with it (and where the extension is not installed;
+the simulators, whose configs never name it, fall back to Python for that alone). ``held``
+gives an active run, booked as ``core.held.as_held`` leaves it, as the extension's
+``add_active`` takes it: every active run is taken (one on a node, GPU type, backend or
+project the cluster no longer has too, as ``core.held`` says, checked by
+``tests/test_native_held.py``). The native engine queues every pending run it is given; it serves:
 - whole GPUs; with a topology (``topology_key``, required or preferred: nodes' labels cross
   as numbers, each key's values in name order); with host CPU and memory (runs' requests per
   node, nodes' capacities), under either ``policy.placement``: ``fragmentation`` (the default)
@@ -16,9 +15,11 @@ engine queues every pending run it is given; it serves:
   headroom and growth (``core/fragmentation.py``, ``type_choice``), as the Python core does to
   the last bit of its ``round()`` and ``sum()`` (runs' ``gpu_types`` cross as named:
   ``accepts``; compared on random clusters by ``tests/test_native_fragmentation.py``), with
-  a ``Snapshot.shape_prior`` (the packing simulator's; as ``_engine.PriorShape``) whose
-  counts are whole numbers and whose shapes' GPU types are sorted (as ``sim/packing`` makes
-  them);
+  a ``Snapshot.shape_prior`` (the packing simulator's; as ``_engine.PriorShape``): any
+  finite counts not below 0 (others are refused by both engines, ``ValueError``), whole or
+  not, each shape's GPU types in any order: both engines key a prior shape by its types
+  sorted (two shapes equal but for that order are one, their counts summed in the prior's
+  order) and sum counts in the ranked order (``fragmentation.Mix``);
 - MIG slices (``request.mig``; nodes' slices cross as ``_engine.PartSpec``, numbered after
   their whole devices, profiles numbered in name order) and parts of shared devices by
   fraction and/or memory (``gpu_fraction``, ``gpu_memory_mb``; as ``_engine.ShapeSpec``) under
@@ -48,14 +49,13 @@ engine queues every pending run it is given; it serves:
   ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
   ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
 
-Invariant: everything not refused here (a shape prior) is decided by the Rust engine exactly
+Invariant: everything not refused here is decided by the Rust engine exactly
 as by the Python core (``tests/test_native_core.py``, ``tests/test_native_fragmentation.py``
 and ``tests/test_native_held.py`` compare them).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -69,7 +69,8 @@ if TYPE_CHECKING:
 
 
 class NotSupported(ValueError):
-    """The native engine does not implement what the snapshot or run asks for."""
+    """The native engine cannot run: the extension is not installed, or a snapshot asks for
+    what the config refuses (``unsupported``)."""
 
 
 def unsupported(template: Snapshot) -> str | None:
@@ -77,13 +78,6 @@ def unsupported(template: Snapshot) -> str | None:
     p = template.policy
     if not p.borrower_share_ratio >= 1:  # (the config refuses it; a Snapshot built in code may not)
         return f"policy.borrower_share_ratio {p.borrower_share_ratio!r} (the native engine: >= 1)"
-    for (*_, accepts), count in template.shape_prior.items():
-        # (whole counts: the engine's sums of counts are then exact in any order, as Python's
-        # are in its dict's; sorted accepts: the order shapes compare in is the names')
-        if not math.isfinite(count) or count < 0 or count >= 9e15 or count != int(count):
-            return f"a shape prior count {count!r} (the native engine: whole numbers)"
-        if list(accepts) != sorted(accepts):
-            return f"a shape prior's GPU types {accepts!r} (the native engine: sorted)"
     return None
 
 

@@ -209,18 +209,18 @@ BASELINES = {"first-fit": first_fit, "best-fit": best_fit, "random": random_fit}
 
 # -- the core -------------------------------------------------------------------------------
 def core_engine(template: Snapshot, choice: str = "auto") -> FromScratch | native.NativeEngine:
-    """The core's engine for ``template``: native where installed and supported (``auto``),
-    the Python reference (``reference``; ``python``, its former name), or native or a
-    ``NotSupported`` saying why not (``native``)."""
+    """The core's engine for ``template``: native where installed (``auto``), the Python
+    reference (``reference``; ``python``, its former name), or native or a ``NotSupported``
+    saying it is not installed (``native``): the native engine takes every shape prior
+    (``fragmentation.Mix``)."""
     choice = ENGINE_ALIASES.get(choice, choice)
     if choice not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
     module = None if choice == "reference" else native.installed()
-    why = native.NOT_INSTALLED if module is None else native.unsupported(template)
-    if why is None:
+    if module is not None:
         return native.NativeEngine(template, module)
     if choice == "native":
-        raise native.NotSupported(f"openb packing: {why}")
+        raise native.NotSupported(f"openb packing: {native.NOT_INSTALLED}")
     return FromScratch(template)
 
 

@@ -254,19 +254,16 @@ class Simulation:
         choice = ENGINE_ALIASES.get(choice, choice)
         if choice not in ENGINES:
             raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
+        # (the native engine takes every config a preset makes: only its absence falls back)
         module = None if choice == "reference" else native.installed()
-        why = (
-            "the native engine is not installed (mlops_gpu._engine: reinstall mlops-gpu where "
-            "cargo, Rust 1.82 or later, is on PATH)"
-            if module is None
-            else native.unsupported(self.template)
-        )
-        if why is None and not hasattr(native.NativeEngine, "checkpoint"):
-            why = "the native engine does not take checkpoint reports"
-        if why is None:
+        if module is not None:
             return native.NativeEngine(self.template, module)
         if choice == "native":
-            raise native.NotSupported(f"policy {self.preset.name}: {why}")
+            raise native.NotSupported(
+                f"policy {self.preset.name}: the native engine is not installed "
+                "(mlops_gpu._engine: reinstall mlops-gpu where cargo, Rust 1.82 or later, is on "
+                "PATH)"
+            )
         return FromScratch(self.template)
 
     def _run_for(self, job: TraceJob, seq: int, attempt: int, overhead: float, now: float) -> Run:

@@ -10,7 +10,17 @@
 //!   the amounts summed as integers, so it depends only on who holds what, never on the order
 //!   runs came and went in (`Capacity.used`; issue 25);
 //! - `cpu_free[node]` / `mem_free[node]`: host resources not held (None: not tracked);
-//! - `take` and `release` are exact inverses (a preemption trial undoes itself).
+//! - `take` and `release` are exact inverses (a preemption trial undoes itself);
+//! - a device or MIG slice is free only when no active run holds it: `again[(node, device)]`
+//!   counts the holders beyond the first (only runs loaded from a store name a device another
+//!   holds, `core/held.py`), and giving one back while others hold it frees nothing
+//!   (`Capacity.again`); a shared device counts as one holder however many shared runs hold
+//!   parts of it;
+//! - a shared device's fraction in `shared` is `share_units[(node, device)]` over `UNIT`: the
+//!   shares summed as integers, so it depends only on who holds the device, never on the
+//!   order they came and went in (`Capacity.share_units`).
+
+use std::collections::HashMap;
 
 use crate::fragmentation::{Mix, Shape};
 use crate::model::Model;
@@ -82,6 +92,10 @@ pub struct Capacity {
     /// (`parts`).
     pub mig_free: Vec<Vec<Vec<u16>>>,
     pub shared: Vec<Vec<(u16, f64, i64)>>,
+    /// (node, device or slice) -> how many active runs hold it beyond the first.
+    pub again: HashMap<(usize, u16), u32>,
+    /// (node, shared device) -> the fraction held on it, in `UNIT`s.
+    pub share_units: HashMap<(usize, u16), i64>,
     /// The shapes of the slots held on GPUs, kept while fragmentation-aware placement is on
     /// (`fragmentation`).
     pub mix: Mix,
@@ -120,6 +134,8 @@ impl Capacity {
             mem_free: m.nodes.iter().map(|n| n.host_memory_mb).collect(),
             mig_free: parts::mig_free(m),
             shared: vec![Vec::new(); m.nodes.len()],
+            again: HashMap::new(),
+            share_units: HashMap::new(),
             mix: Mix::new(m.n_types),
         }
     }
@@ -171,27 +187,54 @@ impl Capacity {
         self.used[k] = self.used_units[k] as f64 / UNIT;
     }
 
-    /// Take the devices that are free, moving the node between buckets once.
+    /// Take the devices that are free (one that is not is held by another run already, one
+    /// loaded from a store: counted in `again`), moving the node between buckets once.
     pub(crate) fn take_devices(&mut self, node: usize, devs: &[u16]) {
-        let free = &mut self.free[node];
-        let before = free.len();
-        free.retain(|d| !devs.contains(d));
-        let after = free.len();
+        let before = self.free[node].len();
+        for &d in devs {
+            let free = &mut self.free[node];
+            match free.binary_search(&d) {
+                Ok(i) => {
+                    free.remove(i);
+                }
+                Err(_) => *self.again.entry((node, d)).or_insert(0) += 1,
+            }
+        }
+        let after = self.free[node].len();
         if after != before {
             self.rebucket(node, before, after);
         }
     }
 
-    /// Give back the devices that are taken, in device order, with one bucket move.
+    /// One of several holders of device `d` gives it back: true (it stays held) when others
+    /// still hold it.
+    pub(crate) fn release_again(&mut self, node: usize, d: u16) -> bool {
+        match self.again.get_mut(&(node, d)) {
+            None => false,
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    self.again.remove(&(node, d));
+                }
+                true
+            }
+        }
+    }
+
+    /// Give back the devices that are taken, in device order, with one bucket move (one
+    /// that other runs hold too stays held).
     pub(crate) fn free_devices(&mut self, node: usize, devs: &[u16]) {
-        let free = &mut self.free[node];
-        let before = free.len();
+        let before = self.free[node].len();
         for d in devs {
+            if !self.again.is_empty() && self.release_again(node, *d) {
+                continue;
+            }
+            let free = &mut self.free[node];
             if let Err(i) = free.binary_search(d) {
                 free.insert(i, *d);
             }
         }
-        let after = free.len();
+        let after = self.free[node].len();
         if after != before {
             self.rebucket(node, before, after);
         }

@@ -20,8 +20,11 @@
 //!   a number is an identity, never an order (orders compare the names).
 //!
 //! The prior (`Snapshot.shape_prior`, the packing simulator's) adds fixed counts to the
-//! active runs' (`add_prior`): whole numbers, so that every sum of counts is exact in any
-//! order (`core/native_support.py` refuses others), as `Mix.weights` sums them.
+//! active runs' (`add_prior`): any finite, non-negative counts, whole or not. A prior shape
+//! is keyed by its accepted types sorted (as an active run's), shapes equal but for that
+//! order are one, their counts summed in the prior's order; every sum of counts runs in the
+//! ranked order (count descending, then shape), as `Mix.weights` sums them, so no sum
+//! depends on the order shapes came in.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -166,11 +169,12 @@ impl Mix {
             .then_with(|| self.set(a.accepts).names.cmp(&self.set(b.accepts).names))
     }
 
-    /// Add one shape of the prior (`Mix(prior)`); its count must be a whole number.
+    /// Add one shape of the prior (`Mix(prior)`), in the prior's order; its count must be
+    /// finite and not negative (`Snapshot` refuses others).
     pub fn add_prior(&mut self, p: &crate::spec::PriorShape) -> Result<(), String> {
-        if !(p.count.fract() == 0.0 && p.count >= 0.0 && p.count < 9.0e15) {
+        if !(p.count.is_finite() && p.count >= 0.0) {
             return Err(format!(
-                "shape_prior: a count must be a whole number, got {}",
+                "shape_prior: a count must be finite and not negative, got {}",
                 p.count
             ));
         }
@@ -187,7 +191,7 @@ impl Mix {
             accepts,
         };
         match self.prior.iter_mut().find(|x| x.0 == shape) {
-            Some(x) => x.1 = p.count, // (a mapping: the last count of a shape)
+            Some(x) => x.1 += p.count, // (the same shape but for its types' order)
             None => self.prior.push((shape, p.count)),
         }
         self.derived.get_mut().expect("not poisoned").stale = true;
@@ -239,12 +243,13 @@ impl Mix {
                 None => ranked.push((*s, n as f64)),
             }
         }
-        // counts are whole numbers: every sum of them is exact, in any order
-        let all: f64 = ranked.iter().map(|x| x.1).sum();
         ranked.sort_by(|a, b| {
             b.1.total_cmp(&a.1)
                 .then_with(|| self.cmp_shapes(&a.0, &b.0))
         });
+        // (summed in the ranked order, as `Mix.weights` sums them: counts need not be whole,
+        // and a `HashMap`'s order is nobody's)
+        let all = self.sum(ranked.iter().map(|x| x.1));
         ranked.truncate(TOP_K);
         let need = COVERAGE * all;
         let mut cum = 0.0;
@@ -256,7 +261,7 @@ impl Mix {
             top.push((s, n));
             cum += n;
         }
-        let total: f64 = top.iter().map(|x| x.1).sum();
+        let total = self.sum(top.iter().map(|x| x.1));
         let w: Vec<(Shape, f64)> = top
             .into_iter()
             .map(|(s, n)| (s, pyfloat::round0(n / total * QUANTUM) / QUANTUM))

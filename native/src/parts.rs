@@ -13,7 +13,7 @@
 //! - booking a slot and giving it back are exact inverses, with the float operations of the
 //!   Python core in the same order (so the fractions held compare alike).
 
-use crate::capacity::Capacity;
+use crate::capacity::{units, Capacity, UNIT};
 use crate::model::Model;
 
 /// How a run takes GPUs (`ResourceRequest.shape`).
@@ -153,21 +153,30 @@ impl Capacity {
         for &dev in devs {
             if let Some(k) = parts.profile_of(dev) {
                 let free = &mut self.mig_free[node][k];
-                if let Some(at) = free.iter().position(|&x| x == dev) {
-                    free.remove(at);
+                match free.iter().position(|&x| x == dev) {
+                    Some(at) => {
+                        free.remove(at);
+                    }
+                    // (held by another run already, one loaded from a store)
+                    None => *self.again.entry((node, dev)).or_insert(0) += 1,
                 }
             } else if share.whole() {
                 self.take_devices(node, &[dev]);
             } else {
+                let u = self.share_units.entry((node, dev)).or_insert(0);
+                *u += units(share.fraction);
+                let frac = *u as f64 / UNIT;
                 let held = &mut self.shared[node];
                 match held.iter_mut().find(|x| x.0 == dev) {
                     Some(x) => {
-                        x.1 += share.fraction;
+                        x.1 = frac;
                         x.2 += share.memory_mb.unwrap_or(0);
                     }
-                    None => held.push((dev, 0.0 + share.fraction, share.memory_mb.unwrap_or(0))),
+                    None => {
+                        held.push((dev, frac, share.memory_mb.unwrap_or(0)));
+                        self.take_devices(node, &[dev]); // (its first shared holder holds it)
+                    }
                 }
-                self.take_devices(node, &[dev]);
             }
         }
     }
@@ -177,8 +186,11 @@ impl Capacity {
         let parts = of(m, node);
         for &dev in devs {
             if let Some(k) = parts.profile_of(dev) {
+                if !self.again.is_empty() && self.release_again(node, dev) {
+                    continue; // (other runs hold it too)
+                }
                 let free = &mut self.mig_free[node][k];
-                free.push(dev); // (a slice given back twice is listed twice, as in Python)
+                free.push(dev);
                 free.sort_unstable();
             } else if share.whole() {
                 self.free_devices(node, &[dev]);
@@ -187,15 +199,16 @@ impl Capacity {
                 let Some(at) = held.iter().position(|x| x.0 == dev) else {
                     continue; // (never: it was booked)
                 };
-                let (frac, mem) = (
-                    held[at].1 - share.fraction,
-                    held[at].2 - share.memory_mb.unwrap_or(0),
-                );
+                let u = self.share_units.get(&(node, dev)).copied().unwrap_or(0);
+                let u = u - units(share.fraction);
+                let (frac, mem) = (u as f64 / UNIT, held[at].2 - share.memory_mb.unwrap_or(0));
                 if frac <= 1e-9 && mem <= 0 {
                     held.remove(at);
+                    self.share_units.remove(&(node, dev));
                     self.free_devices(node, &[dev]);
                 } else {
                     held[at] = (dev, frac, mem);
+                    self.share_units.insert((node, dev), u);
                 }
             }
         }

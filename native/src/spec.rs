@@ -90,10 +90,10 @@ pub struct PriorShape {
     pub share: f64,
     pub cpu_milli: i64,
     pub host_memory_mb: i64,
-    /// The GPU types it accepts by name, sorted (empty: any), and those of the cluster.
+    /// The GPU types it accepts by name, in any order (empty: any), and those of the cluster.
     pub accepts: Vec<String>,
     pub gpu_types: Vec<usize>,
-    /// How many runs of the shape it counts: a whole number (sums of them are exact).
+    /// How many runs of the shape it counts: finite, not negative, whole or not.
     pub count: f64,
 }
 

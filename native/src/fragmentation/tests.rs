@@ -100,7 +100,9 @@ fn a_prior_adds_its_counts_as_python() {
     m.add_prior(&prior(4, 0, 0, &["zz"], &[], 5.0)).unwrap();
     m.add_prior(&prior(2, 8000, 0, &["a", "b"], &[0, 1], 1.0))
         .unwrap();
-    assert!(m.add_prior(&prior(1, 0, 0, &[], &[], 0.5)).is_err());
+    for bad in [f64::NAN, f64::INFINITY, -1.0] {
+        assert!(m.add_prior(&prior(1, 0, 0, &[], &[], bad)).is_err());
+    }
     m.refresh();
     let zz = m.derived().weights[1].0;
     assert_eq!(m.set(zz.accepts).names, vec!["zz".to_string()]);
@@ -116,6 +118,31 @@ fn a_prior_adds_its_counts_as_python() {
     assert_eq!(m.cpu_per_gpu(), Some(1045.3119553851516));
     assert_eq!(m.node_fragment(&sig(5, Some(12000), Some(64000), 0)), 2.335);
     assert_eq!(m.restricted(), vec![2.0, 4.0]); // (active runs only)
+}
+
+#[test]
+fn a_prior_shape_is_keyed_by_its_sorted_types_and_its_counts_need_not_be_whole() {
+    let prior = |names: &[&str], count| PriorShape {
+        gpus: 2,
+        share: 1.0,
+        cpu_milli: 0,
+        host_memory_mb: 0,
+        accepts: names.iter().map(|s| s.to_string()).collect(),
+        gpu_types: vec![0, 1],
+        count,
+    };
+    let mut split = Mix::new(2);
+    split.add_prior(&prior(&["b", "a"], 0.1)).unwrap();
+    split.add_prior(&prior(&[], 1.0)).unwrap();
+    split.add_prior(&prior(&["a", "b"], 0.2)).unwrap();
+    let mut merged = Mix::new(2);
+    merged.add_prior(&prior(&["a", "b"], 0.1 + 0.2)).unwrap();
+    merged.add_prior(&prior(&[], 1.0)).unwrap();
+    split.refresh();
+    merged.refresh();
+    assert_eq!(split.derived().weights, merged.derived().weights);
+    assert_eq!(split.derived().weights[1].1, 0.231); // (0.3 of 1.3)
+    assert_eq!(split.prior.len(), 2);
 }
 
 #[test]
