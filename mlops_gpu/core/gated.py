@@ -206,7 +206,9 @@ class Gated:
             again.update(self._dependents.pop(run_id, ()))
         for rid in sorted(again):
             run = self.pending.get(rid)
-            if run is not None and rid not in self.inner.pending and rid not in self._doomed:
+            # (a doomed run too: ``decide`` names the first dependency in its list that can
+            # never be met, which may be one that ended after the one that doomed it)
+            if run is not None and rid not in self.inner.pending:
                 self._restage(run)
 
     def _restage(self, run: Run) -> None:

@@ -238,6 +238,27 @@ def test_doomed_reason_says_why(phase: Phase | None, kind: str, words: str) -> N
     assert len(d.doomed) == 1 and words in d.doomed[0].reason
 
 
+def test_a_doomed_run_names_the_dependency_decide_names() -> None:
+    """Two dependencies fail, the later one in the run's list first: ``decide`` names the first
+    in the list that can never be met, so the gate, which doomed the run at the first end,
+    judges it again at the second (found by the random comparison below)."""
+    x, y = make_run("x", seq=0), make_run("y", seq=1)
+    d_run = make_run(
+        "d", seq=2, dependencies=(Dependency("afterok", "x"), Dependency("afterok", "y"))
+    )
+    template = snap_with([])
+    eng = Gated(FromScratch(template))
+    for r in (x, y, d_run):
+        eng.submit(r)
+    eng.cycle(NOW)  # x and y run
+    for rid in ("y", "x"):
+        eng.finish(rid)
+        eng.ended(rid, Phase.FAILED)
+    got = eng.cycle(NOW + 1).doomed
+    want = decide(snap_with([d_run], ended={"x": Phase.FAILED, "y": Phase.FAILED})).doomed
+    assert got == want and "run x failed" in got[0].reason
+
+
 # -- random workloads: the gated reference engine equals decide; the invariants hold -----------
 
 
