@@ -288,9 +288,7 @@ def _earliest_by_backend(
 def _walker(
     lines_of: Callable[[str], list[tuple[float, int]]], now: float
 ) -> Callable[[str, int, int], tuple[int, float]]:
-    """``reach`` for ``reserve`` from whole timelines. (A module-level factory, not a closure
-    over ``reserve``'s arguments: mypyc's closure environments do not take a rebound
-    parameter.)"""
+    """``reach`` for ``reserve`` from whole timelines."""
 
     def walk(name: str, free: int, need: int) -> tuple[int, float]:
         return reach_on(lines_of(name), free, need, now)

@@ -7,9 +7,8 @@ as each cycle begins is overtaken cycle after cycle), starts no later than the t
 holding resources when it became the anchor have ended (counting a run with max_runtime as
 ending at it: EASY backfill trusts max_runtime), plus one cycle (``tests/core/starvation.py``).
 Under every order, fair share on and off, quota equal to the cluster (as ``mlops-gpu init``
-writes it) or larger; on the Python core and on the native engine
-(``tests/test_starvation_native.py``: this folder's tests also run against the core compiled
-with mypyc, where the native engine is not built)."""
+writes it) or larger; on the Python reference and on the native engine
+(``tests/test_starvation_native.py``)."""
 
 from __future__ import annotations
 
