@@ -1,11 +1,14 @@
-"""Shared vocabulary for the table-driven policy tests."""
+"""Shared vocabulary for the table-driven policy tests. ``check`` runs a case on the Python
+reference (``decide``) and, where the extension is built (always in CI: conftest's
+``MLOPS_GPU_REQUIRE_NATIVE``), on the Rust engine too (``native_decides``): the same
+admissions, placements, preemptions, reason codes, sentences and ETAs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 
-from mlops_gpu.core import Decision, ReasonCode, Snapshot, decide
+from mlops_gpu.core import Decision, ReasonCode, Snapshot, decide, native
 from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run
@@ -50,6 +53,9 @@ def check(case: Case) -> Decision:
         (adm,) = [a for a in d.admissions if a.run_id == rid]
         assert adm.placement.slots[0].devices == devs
     assert decide(case.snap) == d  # same snapshot, same decision
+    module = native.installed()
+    if module is not None:  # every table case on the Rust engine too (conftest: CI requires it)
+        native_decides(module, case.snap)
     return d
 
 
