@@ -74,8 +74,8 @@ impl Cycle<'_> {
         } else {
             Vec::new()
         };
-        // (per type, the amount quota judged: the reason names it)
-        let mut amounts = Vec::with_capacity(types.len());
+        // (per type, the amount quota judged: the reason names it; kept only to explain)
+        let mut amounts = Vec::new();
         for (k, &t) in types.iter().enumerate() {
             let r = &self.st.runs[i];
             let ends = r.max_runtime.map(|mr| self.now + mr);
@@ -90,11 +90,13 @@ impl Cycle<'_> {
                 Some(p) => p.take().expect("placed once"),
                 None => place(m, &self.st.cap, r, t, flt),
             };
-            if placed.is_none() && flt.is_some() {
-                fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
+            if placed.is_none() && flt.is_some() && !fits_without_reservation {
+                fits_without_reservation = place(m, &self.st.cap, r, t, None).is_some();
             }
             let amount = placed.as_ref().map_or(r.amount(), |p| p.amount());
-            amounts.push(amount);
+            if self.log.is_some() {
+                amounts.push(amount);
+            }
             if !admits(m, &self.st.cap.used, r.project, t, amount, r.preemptible) {
                 continue;
             }
