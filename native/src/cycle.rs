@@ -38,22 +38,35 @@ pub struct Range {
 }
 
 /// A queue range's head in its project's turn: the lowest (key, range) is served first, as a
-/// scan over the ranges in order would pick it (ties: the first range).
+/// scan over the ranges in order would pick it (ties: the first range). `order` is that
+/// (key, range) as integers that compare alike (`order_of`), so that sorting a turn's heads
+/// compares no floats.
 #[derive(Clone, Copy)]
 struct Head {
-    key: Key,
-    range: usize,
+    order: (u64, u64, u64, usize),
     run: usize,
 }
 
-/// The order heads are served in (no two are equal: their ranges differ).
-fn serve_order(a: &Head, b: &Head) -> Ordering {
-    key_cmp(&a.key, &b.key).then(a.range.cmp(&b.range))
-}
+impl Head {
+    fn new(key: Key, range: usize, run: usize) -> Self {
+        let signed = |x: i64| (x as u64) ^ (1 << 63); // (i64 order as u64 order)
+                                                      // (f64 order, as `key_cmp` compares them, as u64 order: -0.0 is 0.0 there; a
+                                                      // negative number's bits, flipped, rise as it does)
+        let bits = if key.1 == 0.0 { 0 } else { key.1.to_bits() };
+        let float = if bits >> 63 == 1 {
+            !bits
+        } else {
+            bits | (1 << 63)
+        };
+        Head {
+            order: (signed(key.0), float, signed(key.2), range),
+            run,
+        }
+    }
 
-/// `a` is served after `b`.
-fn later(a: &Head, b: &Head) -> bool {
-    serve_order(a, b).is_gt()
+    fn range(&self) -> usize {
+        self.order.3
+    }
 }
 
 /// A project's place in the fair-share heap: lowest first.
@@ -310,10 +323,10 @@ impl<'a> Cycle<'a> {
         for (k, rg) in ranges.iter().enumerate() {
             if rg.lo < rg.hi {
                 let (run, key) = self.head(p, rg);
-                heads.push(Head { key, range: k, run });
+                heads.push(Head::new(key, k, run));
             }
         }
-        heads.sort_unstable_by(|a, b| serve_order(b, a)); // (the last first)
+        heads.sort_unstable_by_key(|h| std::cmp::Reverse(h.order)); // (the last first)
         let admitted = self.turn_over(p, ranges, defer, &mut heads);
         self.heads = heads;
         admitted
@@ -330,9 +343,10 @@ impl<'a> Cycle<'a> {
     ) -> bool {
         let strict = self.m.policy.strict_fifo;
         loop {
-            let Some(Head { range: b, run, .. }) = heads.pop() else {
+            let Some(head) = heads.pop() else {
                 return false;
             };
+            let (b, run) = (head.range(), head.run);
             if let Some(defer) = defer.as_deref_mut() {
                 if self.deferred[p] || self.must_borrow(run) {
                     if strict {
@@ -408,8 +422,8 @@ impl<'a> Cycle<'a> {
                     if j < rg.hi {
                         // its new head, in order among the others
                         let (run, key) = self.head(p, &ranges[b]);
-                        let h = Head { key, range: b, run };
-                        let at = heads.partition_point(|x| later(x, &h));
+                        let h = Head::new(key, b, run);
+                        let at = heads.partition_point(|x| x.order > h.order);
                         heads.insert(at, h);
                     }
                 }

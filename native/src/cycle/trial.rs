@@ -60,16 +60,27 @@ impl Cycle<'_> {
     pub(super) fn try_run(&mut self, i: usize) -> Outcome {
         let m = self.m;
         let (mut fits_without_reservation, mut quota_held) = (false, false);
-        let mut types = self.st.runs[i].types.clone();
+        // (a copy of its types, on the stack when they are few: a trial per queue head and
+        // cycle would otherwise allocate one)
+        let (mut inline, mut spilled) = ([0usize; 4], Vec::new());
+        let own = &self.st.runs[i].types;
+        let types: &mut [usize] = if own.len() <= inline.len() {
+            inline[..own.len()].copy_from_slice(own);
+            &mut inline[..own.len()]
+        } else {
+            spilled.clone_from(own);
+            &mut spilled
+        };
         // (not a MIG request's: `Cycle._try` orders only the others)
         let reorder = !matches!(self.st.runs[i].shape, Shape::Mig { .. });
         let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled && reorder {
             // any of several types: headroom, then the placement that fragments least
             let placed: Vec<_> = types.iter().map(|&t| self.place_for(i, t)).collect();
             let holds_gpus = self.st.runs[i].shape != Shape::Cpu;
-            let order = order_types(m, &self.st.cap, &types, &placed, holds_gpus);
+            let order = order_types(m, &self.st.cap, types, &placed, holds_gpus);
             let mut placed: Vec<_> = placed.into_iter().map(Some).collect();
-            types = order.iter().map(|&k| types[k]).collect();
+            let ordered: Vec<usize> = order.iter().map(|&k| types[k]).collect();
+            types.copy_from_slice(&ordered);
             order.iter().map(|&k| placed[k].take()).collect()
         } else {
             Vec::new()
@@ -114,17 +125,17 @@ impl Cycle<'_> {
             if let Some(mut log) = self.log.take() {
                 log.wait(
                     i,
-                    explain::reserved(self, i, fits_without_reservation, &types),
+                    explain::reserved(self, i, fits_without_reservation, types),
                 );
                 self.log = Some(log);
             }
             return Outcome::Reserved;
         }
-        if m.policy.preemption && self.victims_possible(i) && self.preempt(i, &types) {
+        if m.policy.preemption && self.victims_possible(i) && self.preempt(i, types) {
             return Outcome::Admitted; // with its victims
         }
         if let Some(mut log) = self.log.take() {
-            log.wait(i, explain::blocked(self, i, &types, Some(&amounts)));
+            log.wait(i, explain::blocked(self, i, types, Some(&amounts)));
             self.log = Some(log);
         }
         Outcome::Blocked
