@@ -37,6 +37,38 @@ pub struct Range {
     pub hi: usize,
 }
 
+/// A queue range's head in its project's turn: the lowest (key, range) is served first, as a
+/// scan over the ranges in order would pick it (ties: the first range). `order` is that
+/// (key, range) as integers that compare alike (`order_of`), so that sorting a turn's heads
+/// compares no floats.
+#[derive(Clone, Copy)]
+struct Head {
+    order: (u64, u64, u64, usize),
+    run: usize,
+}
+
+impl Head {
+    fn new(key: Key, range: usize, run: usize) -> Self {
+        let signed = |x: i64| (x as u64) ^ (1 << 63); // (i64 order as u64 order)
+                                                      // (f64 order, as `key_cmp` compares them, as u64 order: -0.0 is 0.0 there; a
+                                                      // negative number's bits, flipped, rise as it does)
+        let bits = if key.1 == 0.0 { 0 } else { key.1.to_bits() };
+        let float = if bits >> 63 == 1 {
+            !bits
+        } else {
+            bits | (1 << 63)
+        };
+        Head {
+            order: (signed(key.0), float, signed(key.2), range),
+            run,
+        }
+    }
+
+    fn range(&self) -> usize {
+        self.order.3
+    }
+}
+
 /// A project's place in the fair-share heap: lowest first.
 struct Turn {
     key: Key,
@@ -91,6 +123,8 @@ pub struct Cycle<'a> {
     rooms: RefCell<Vec<(usize, f64)>>,
     /// What an explanation reads, kept only in a cycle run to explain (`explain`).
     pub log: Option<Box<Log>>,
+    /// Scratch: a turn's range heads (`turn`), kept to spare an allocation per turn.
+    heads: Vec<Head>,
 }
 
 impl<'a> Cycle<'a> {
@@ -131,6 +165,7 @@ impl<'a> Cycle<'a> {
             touched: RefCell::new(Vec::new()),
             rooms: RefCell::new(vec![(0, 0.0); n * m.n_types]),
             log: None,
+            heads: Vec::new(),
         };
         if m.policy.backfill {
             if let Some((run, types)) = anchor(&c) {
@@ -150,6 +185,9 @@ impl<'a> Cycle<'a> {
                     continue; // its budget is spent: it waits
                 };
                 let level = levels.entry(at).or_insert_with(|| vec![Vec::new(); n]);
+                if level[p].is_empty() {
+                    level[p].reserve(qs.len() - j); // (one allocation, not one per growth)
+                }
                 level[p].push(Range {
                     queue: j,
                     lo: 0,
@@ -266,9 +304,8 @@ impl<'a> Cycle<'a> {
         &mut self,
         p: usize,
         ranges: &mut [Range],
-        mut defer: Option<&mut Vec<Vec<Range>>>,
+        defer: Option<&mut Vec<Vec<Range>>>,
     ) -> bool {
-        let strict = self.m.policy.strict_fifo;
         if self.blocked[p] {
             if let Some(log) = self.log.as_mut() {
                 log.hold_behind(p, None, ranges, usize::MAX);
@@ -276,41 +313,53 @@ impl<'a> Cycle<'a> {
             ranges.iter_mut().for_each(|rg| rg.lo = rg.hi);
             return false;
         }
-        // Each range's head as last read, (its `lo`, run, key): a pass below moves one range
-        // (or empties several), so the others' heads are not read again from the runs (each
-        // read is a cache miss at 50,000 runs).
-        let mut heads: Vec<(usize, usize, Key)> = vec![(usize::MAX, 0, (0, 0.0, 0)); ranges.len()];
-        loop {
-            let mut best: Option<(usize, usize, Key)> = None; // (range, run, key)
-            for (k, rg) in ranges.iter().enumerate() {
-                if rg.lo < rg.hi {
-                    let h = &mut heads[k];
-                    if h.0 != rg.lo {
-                        let (run, key) = self.head(p, rg);
-                        *h = (rg.lo, run, key);
-                    }
-                    let (run, key) = (h.1, h.2);
-                    if best.is_none_or(|b| key_cmp(&key, &b.2).is_lt()) {
-                        best = Some((k, run, key));
-                    }
-                }
+        // Each non-empty range's head, read once and sorted, the next to serve last: a pass
+        // below moves one range (or empties several and ends the turn), so the others' heads
+        // are not read again from the runs (each read is a cache miss at 50,000 runs), and the
+        // next run is the last head rather than a scan of every range (a project has a queue
+        // per shape and type).
+        let mut heads = std::mem::take(&mut self.heads);
+        heads.clear();
+        for (k, rg) in ranges.iter().enumerate() {
+            if rg.lo < rg.hi {
+                let (run, key) = self.head(p, rg);
+                heads.push(Head::new(key, k, run));
             }
-            let Some((b, run, _)) = best else {
+        }
+        heads.sort_unstable_by_key(|h| std::cmp::Reverse(h.order)); // (the last first)
+        let admitted = self.turn_over(p, ranges, defer, &mut heads);
+        self.heads = heads;
+        admitted
+    }
+
+    /// `turn` over the ranges' heads (`heads`: one per non-empty range, the next to serve
+    /// last).
+    fn turn_over(
+        &mut self,
+        p: usize,
+        ranges: &mut [Range],
+        mut defer: Option<&mut Vec<Vec<Range>>>,
+        heads: &mut Vec<Head>,
+    ) -> bool {
+        let strict = self.m.policy.strict_fifo;
+        loop {
+            let Some(head) = heads.pop() else {
                 return false;
             };
+            let (b, run) = (head.range(), head.run);
             if let Some(defer) = defer.as_deref_mut() {
                 if self.deferred[p] || self.must_borrow(run) {
-                    for (k, r2) in ranges.iter_mut().enumerate() {
-                        if (strict || k == b) && r2.lo < r2.hi {
+                    if strict {
+                        // its later runs, of lower classes too, wait behind the borrower
+                        for r2 in ranges.iter_mut().filter(|r2| r2.lo < r2.hi) {
                             defer[p].push(*r2);
                             r2.lo = r2.hi;
                         }
-                    }
-                    if strict {
-                        // its later runs, of lower classes too, wait behind the borrower
                         self.deferred[p] = true;
                         return false;
                     }
+                    defer[p].push(ranges[b]);
+                    ranges[b].lo = ranges[b].hi;
                     continue;
                 }
             }
@@ -370,6 +419,13 @@ impl<'a> Cycle<'a> {
                         log.met(run, Some((p, rg.queue, rg.lo + 1, j)));
                     }
                     rg.lo = j;
+                    if j < rg.hi {
+                        // its new head, in order among the others
+                        let (run, key) = self.head(p, &ranges[b]);
+                        let h = Head::new(key, b, run);
+                        let at = heads.partition_point(|x| x.order > h.order);
+                        heads.insert(at, h);
+                    }
                 }
             }
         }

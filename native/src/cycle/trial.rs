@@ -60,22 +60,33 @@ impl Cycle<'_> {
     pub(super) fn try_run(&mut self, i: usize) -> Outcome {
         let m = self.m;
         let (mut fits_without_reservation, mut quota_held) = (false, false);
-        let mut types = self.st.runs[i].types.clone();
+        // (a copy of its types, on the stack when they are few: a trial per queue head and
+        // cycle would otherwise allocate one)
+        let (mut inline, mut spilled) = ([0usize; 4], Vec::new());
+        let own = &self.st.runs[i].types;
+        let types: &mut [usize] = if own.len() <= inline.len() {
+            inline[..own.len()].copy_from_slice(own);
+            &mut inline[..own.len()]
+        } else {
+            spilled.clone_from(own);
+            &mut spilled
+        };
         // (not a MIG request's: `Cycle._try` orders only the others)
         let reorder = !matches!(self.st.runs[i].shape, Shape::Mig { .. });
         let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled && reorder {
             // any of several types: headroom, then the placement that fragments least
             let placed: Vec<_> = types.iter().map(|&t| self.place_for(i, t)).collect();
             let holds_gpus = self.st.runs[i].shape != Shape::Cpu;
-            let order = order_types(m, &self.st.cap, &types, &placed, holds_gpus);
+            let order = order_types(m, &self.st.cap, types, &placed, holds_gpus);
             let mut placed: Vec<_> = placed.into_iter().map(Some).collect();
-            types = order.iter().map(|&k| types[k]).collect();
+            let ordered: Vec<usize> = order.iter().map(|&k| types[k]).collect();
+            types.copy_from_slice(&ordered);
             order.iter().map(|&k| placed[k].take()).collect()
         } else {
             Vec::new()
         };
-        // (per type, the amount quota judged: the reason names it)
-        let mut amounts = Vec::with_capacity(types.len());
+        // (per type, the amount quota judged: the reason names it; kept only to explain)
+        let mut amounts = Vec::new();
         for (k, &t) in types.iter().enumerate() {
             let r = &self.st.runs[i];
             let ends = r.max_runtime.map(|mr| self.now + mr);
@@ -90,11 +101,13 @@ impl Cycle<'_> {
                 Some(p) => p.take().expect("placed once"),
                 None => place(m, &self.st.cap, r, t, flt),
             };
-            if placed.is_none() && flt.is_some() {
-                fits_without_reservation |= place(m, &self.st.cap, r, t, None).is_some();
+            if placed.is_none() && flt.is_some() && !fits_without_reservation {
+                fits_without_reservation = place(m, &self.st.cap, r, t, None).is_some();
             }
             let amount = placed.as_ref().map_or(r.amount(), |p| p.amount());
-            amounts.push(amount);
+            if self.log.is_some() {
+                amounts.push(amount);
+            }
             if !admits(m, &self.st.cap.used, r.project, t, amount, r.preemptible) {
                 continue;
             }
@@ -112,17 +125,17 @@ impl Cycle<'_> {
             if let Some(mut log) = self.log.take() {
                 log.wait(
                     i,
-                    explain::reserved(self, i, fits_without_reservation, &types),
+                    explain::reserved(self, i, fits_without_reservation, types),
                 );
                 self.log = Some(log);
             }
             return Outcome::Reserved;
         }
-        if m.policy.preemption && self.victims_possible(i) && self.preempt(i, &types) {
+        if m.policy.preemption && self.victims_possible(i) && self.preempt(i, types) {
             return Outcome::Admitted; // with its victims
         }
         if let Some(mut log) = self.log.take() {
-            log.wait(i, explain::blocked(self, i, &types, Some(&amounts)));
+            log.wait(i, explain::blocked(self, i, types, Some(&amounts)));
             self.log = Some(log);
         }
         Outcome::Blocked
