@@ -98,8 +98,8 @@ def _load(trace: str, start: str | None, days: float | None, gpus_per_node: int,
     default="auto",
     show_default=True,
     help="The core's engine: native (Rust; built by the install where cargo exists) where "
-    "installed and able to run the policy and trace, else the Python reference (the same "
-    "decisions, much slower; 'python' is its former name); 'native' insists.",
+    "installed, else the Python reference (the same decisions, about 30x slower; 'python' is "
+    "its former name); 'native' fails where the extension is not installed.",
 )
 @click.option(
     "--autoscale",
