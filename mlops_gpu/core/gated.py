@@ -126,6 +126,11 @@ class Gated:
         if never:
             assert reason is not None
             self._doomed[run.id] = reason
+            # judged again when a dependency still to end does: one earlier in its list may
+            # then be the one ``decide`` names
+            for d in run.spec.dependencies:
+                if d.run_id not in self.ended_phase:
+                    self._dependents[d.run_id].add(run.id)
             return
         if reason is not None:
             self._waiting[run.id] = reason

@@ -257,6 +257,16 @@ def test_a_doomed_run_names_the_dependency_decide_names() -> None:
     got = eng.cycle(NOW + 1).doomed
     want = decide(snap_with([d_run], ended={"x": Phase.FAILED, "y": Phase.FAILED})).doomed
     assert got == want and "run x failed" in got[0].reason
+    # doomed as it is submitted (y failed already), then x fails too
+    eng = Gated(FromScratch(template))
+    eng.submit(x)
+    eng.cycle(NOW)
+    eng.ended("y", Phase.FAILED)
+    eng.submit(d_run)
+    assert "run y failed" in eng.cycle(NOW + 1).doomed[0].reason
+    eng.finish("x")
+    eng.ended("x", Phase.FAILED)
+    assert eng.cycle(NOW + 2).doomed == want
 
 
 # -- random workloads: the gated reference engine equals decide; the invariants hold -----------
