@@ -360,7 +360,10 @@ def main() -> int:
             print(f"core_throughput: {PYTHON_ENGINE_WARNING}; measuring the Python core",
                   file=sys.stderr)  # fmt: skip
     elif args.core == "native":
-        raise SystemExit("core_throughput: --core native serves --engine incremental only")
+        raise SystemExit(
+            "core_throughput: --engine from-scratch runs the Python reference; with --core "
+            "native leave --engine out"
+        )
     core = "native" if module is not None else "python"
 
     def new_engine() -> object:

@@ -10,9 +10,9 @@ line: the object ``mlops-gpu simulate --json`` prints, with ``gap_closed`` and t
                                      [--engine auto|reference|native]
 
 ``--engine``: the core's engine for every replay (the decisions are the same): ``native`` (Rust,
-``mlops_gpu._engine``, built by the install where cargo exists) where it runs the policy,
+``mlops_gpu._engine``, built by the install where cargo exists) where installed,
 ``reference`` (the Python reference; ``python``, its former name, is accepted), or ``auto``
-(default: native where installed and it runs the policy, else the reference).
+(default: native where installed, else the reference).
 """
 
 from __future__ import annotations

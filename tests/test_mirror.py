@@ -2,8 +2,8 @@
 over random submits, cancels, completions, preemptions and a node change, every tick's decision
 equals ``decide`` on the snapshot of the same moment, and the mirror ends holding exactly the
 store's live runs; with the Python reference engine, and with the native one where the install
-built it (which the mirror then takes, CPU-only runs included), and back to Python for a run
-the native engine cannot take; and
+built it (which the mirror then takes for every live run, CPU-only runs and runs on a node
+the config no longer has included); and
 without the Rust engine it says once what running the Python engine costs."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A discrete-event simulator: the real core on a virtual clock, with a fake backend that
 "runs" a job for its trace duration.
 
-The engine is the native one (``core.native``: the policy in Rust) where it is installed and
-implements the policy and every job of the trace, else the Python reference
+The engine is the native one (``core.native``: the policy in Rust) where it is installed (it
+takes every policy and every job of a trace), else the Python reference
 (``core.engine.FromScratch``: the same decisions, a snapshot per cycle); ``engine``: ``auto``,
 ``reference`` (``python``, its former name, is accepted) or ``native``, which insists.
 

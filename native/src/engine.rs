@@ -322,7 +322,7 @@ impl Engine {
     }
 
     /// The run that keeps the reservation next cycle, as `anchor` named it before the engine
-    /// was rebuilt around other nodes (`Incremental.set_nodes` keeps `State.anchor` the same
+    /// was rebuilt around other nodes (`FromScratch.set_nodes` keeps its anchor the same
     /// way); None clears it. A run that is not queued here is an error.
     pub fn set_anchor(&mut self, id: Option<&str>) -> Result<(), String> {
         self.st.anchor = match id {

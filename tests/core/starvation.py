@@ -1,5 +1,5 @@
 """A small clock-stepping driver for starvation tests: runs start, end at their true durations,
-arrivals come, and an engine (Python incremental, from scratch, or native) decides each cycle.
+arrivals come, and an engine (the Python reference, from scratch, or native) decides each cycle.
 
 ``drive`` returns when the target started (None: not within the horizon) and the bound it must
 start by once it holds the reservation (None when it never did): the time the runs holding
