@@ -20,6 +20,33 @@ use crate::state::{Run, State};
 const LOW: i64 = 0;
 const NORMAL: i64 = 1;
 
+/// A schedulable node of type 0 with `ndev` whole devices and no labels or host resources.
+fn plain_node(ndev: usize) -> Node {
+    Node {
+        ty: 0,
+        backend: 0,
+        ndev,
+        schedulable: true,
+        labels: Vec::new(),
+        cpu_milli: None,
+        host_memory_mb: None,
+    }
+}
+
+/// Whole devices `devs` of node `node`, type 0, booked as a run holds them.
+fn whole(node: usize, devs: Vec<u16>) -> Placement {
+    Placement {
+        ty: 0,
+        backend: 0,
+        gpus: devs.len(),
+        slots: vec![(node, devs)],
+        host: (0, 0),
+        shares: Vec::new(),
+        accepts: 0,
+        charged: None,
+    }
+}
+
 fn model(min_runtime_s: f64, preempt_uncheckpointed: bool) -> Model {
     let term = Term {
         nominal: 8.0,
@@ -28,15 +55,7 @@ fn model(min_runtime_s: f64, preempt_uncheckpointed: bool) -> Model {
     };
     Model {
         n_types: 1,
-        nodes: vec![Node {
-            ty: 0,
-            backend: 0,
-            ndev: 8,
-            schedulable: true,
-            labels: Vec::new(),
-            cpu_milli: None,
-            host_memory_mb: None,
-        }],
+        nodes: vec![plain_node(8)],
         multi_node: vec![true],
         projects: vec![Project {
             weight: 1.0,
@@ -111,16 +130,7 @@ fn busy(
     v.admitted_at = Some(started);
     v.started_at = Some(started);
     v.last_checkpoint_at = checkpoint;
-    let p = Placement {
-        ty: 0,
-        backend: 0,
-        slots: vec![(0, (0..8).collect())],
-        gpus: 8,
-        host: (0, 0),
-        shares: Vec::new(),
-        accepts: 0,
-        charged: None,
-    };
+    let p = whole(0, (0..8).collect());
     st.hold(m, v, p, false).expect("hold");
     st.enqueue(run("r", 1, NORMAL, 4, Some(100.0)))
         .expect("enqueue");
@@ -231,16 +241,7 @@ fn a_run_loaded_as_being_preempted_holds_nothing() {
     let mut st = State::new(&m);
     let mut v = run("v", 0, NORMAL, 8, Some(50.0));
     v.admitted_at = Some(0.0);
-    let p = Placement {
-        ty: 0,
-        backend: 0,
-        slots: vec![(0, (0..8).collect())],
-        gpus: 8,
-        host: (0, 0),
-        shares: Vec::new(),
-        accepts: 0,
-        charged: None,
-    };
+    let p = whole(0, (0..8).collect());
     st.hold(&m, v, p, true).expect("hold");
     assert_eq!(st.cap.used, vec![0.0]);
     assert_eq!(st.cap.free[0].len(), 8);
@@ -270,16 +271,7 @@ fn holders(m: &Model, n: usize, max_runtime: Option<f64>) -> State {
         let mut h = run(&format!("h{d}"), d as i64, NORMAL, 1, max_runtime);
         h.admitted_at = Some(0.0);
         h.started_at = Some(0.0);
-        let p = Placement {
-            ty: 0,
-            backend: 0,
-            slots: vec![(0, vec![d as u16])],
-            gpus: 1,
-            host: (0, 0),
-            shares: Vec::new(),
-            accepts: 0,
-            charged: None,
-        };
+        let p = whole(0, vec![d as u16]);
         st.hold(m, h, p, false).expect("hold");
     }
     st

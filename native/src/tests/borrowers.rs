@@ -4,10 +4,9 @@
 //! rule on, and the victim comes back with both projects' shares. The Python twin is
 //! `tests/core/test_borrowers.py`'s first case.
 
-use super::{model, run};
-use crate::capacity::Placement;
+use super::{model, plain_node, run, whole};
 use crate::cycle::Cycle;
-use crate::model::{Model, Node, Project, Term};
+use crate::model::{Model, Project, Term};
 use crate::state::State;
 
 fn world(on: bool) -> (Model, State) {
@@ -25,15 +24,7 @@ fn world(on: bool) -> (Model, State) {
     };
     m.projects = vec![member(0.0), member(1.0), member(3.0)];
     m.members = vec![vec![0, 1, 2]];
-    m.nodes = vec![Node {
-        ty: 0,
-        backend: 0,
-        ndev: 4,
-        schedulable: true,
-        labels: Vec::new(),
-        cpu_milli: None,
-        host_memory_mb: None,
-    }];
+    m.nodes = vec![plain_node(4)];
     m.capacity_by_type = vec![4.0];
     let mut st = State::new(&m);
     for dev in 0..4u16 {
@@ -42,17 +33,7 @@ fn world(on: bool) -> (Model, State) {
         r.admitted_at = Some(0.0);
         r.started_at = Some(0.0);
         r.last_checkpoint_at = Some(500.0 + f64::from(dev));
-        let p = Placement {
-            ty: 0,
-            backend: 0,
-            slots: vec![(0, vec![dev])],
-            gpus: 1,
-            host: (0, 0),
-            shares: Vec::new(),
-            accepts: 0,
-            charged: None,
-        };
-        st.hold(&m, r, p, false).expect("hold");
+        st.hold(&m, r, whole(0, vec![dev]), false).expect("hold");
     }
     let mut s = run("s", 1, super::NORMAL, 1, Some(100.0));
     s.project = 0;

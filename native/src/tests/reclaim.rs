@@ -4,9 +4,8 @@
 //! of any class; a reclaim takes the borrower's lowest class first. The Python twins are in
 //! `tests/core/test_reclaim.py`.
 
-use super::{cycle, model, run};
-use crate::capacity::Placement;
-use crate::model::{Model, Node, Project, Term};
+use super::{cycle, model, plain_node, run, whole};
+use crate::model::{Model, Project, Term};
 use crate::state::State;
 
 const HIGH: i64 = 2;
@@ -27,15 +26,7 @@ fn cohort() -> Model {
     };
     m.projects = vec![member(), member()];
     m.members = vec![vec![B, L]];
-    m.nodes = vec![Node {
-        ty: 0,
-        backend: 0,
-        ndev: 4,
-        schedulable: true,
-        labels: Vec::new(),
-        cpu_milli: None,
-        host_memory_mb: None,
-    }];
+    m.nodes = vec![plain_node(4)];
     m.capacity_by_type = vec![4.0];
     m
 }
@@ -46,17 +37,7 @@ fn hold(m: &Model, st: &mut State, id: &str, project: usize, class: i64, dev: u1
     r.project = project;
     r.admitted_at = Some(started);
     r.started_at = Some(started);
-    let p = Placement {
-        ty: 0,
-        backend: 0,
-        slots: vec![(0, vec![dev])],
-        gpus: 1,
-        host: (0, 0),
-        shares: Vec::new(),
-        accepts: 0,
-        charged: None,
-    };
-    st.hold(m, r, p, false).expect("hold");
+    st.hold(m, r, whole(0, vec![dev]), false).expect("hold");
 }
 
 fn queue(st: &mut State, id: &str, seq: i64, project: usize, class: i64, preemptible: bool) {

@@ -5,7 +5,7 @@
 //! is the specification (`placement._place_whole`, `_gang`); `tests/test_native_core.py`
 //! compares at large.
 
-use super::{model, run};
+use super::{model, run, whole};
 use crate::backfill::ever_fits;
 use crate::capacity::Capacity;
 use crate::model::{Model, Node};
@@ -80,16 +80,7 @@ fn a_single_node_run_preferring_a_rack_takes_the_best_fit_a_required_one_a_racke
     let m = racks();
     let mut cap = Capacity::new(&m);
     // n3 (no rack) has 1 GPU free after this: the best fit for 1 GPU
-    let holder = crate::capacity::Placement {
-        ty: 0,
-        backend: 0,
-        slots: vec![(3, vec![0, 1, 2])],
-        gpus: 3,
-        host: (0, 0),
-        shares: Vec::new(),
-        accepts: 0,
-        charged: None,
-    };
+    let holder = whole(3, vec![0, 1, 2]);
     cap.take(&m, 0, &holder);
     assert_eq!(
         nodes_of(&m, &cap, &gang(Some(RACK), false, 1, 1)),
