@@ -58,13 +58,9 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return str(request.param)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_mirror_decides_as_the_core_does_from_scratch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, engine: str
-) -> None:
-    rng = random.Random(seed)
-    clock = Clock()
-    rt = runtime(tmp_path, clock)
+def checked_against_decide(monkeypatch: pytest.MonkeyPatch, rt: Runtime) -> list[Decision]:
+    """Every ``Mirror.cycle`` from now on must admit and preempt as ``decide`` from scratch on
+    the snapshot of the same moment; the list it returns fills with the decisions checked."""
     checked: list[Decision] = []
     real = Mirror.cycle
 
@@ -84,6 +80,17 @@ def test_mirror_decides_as_the_core_does_from_scratch(
         return got
 
     monkeypatch.setattr(Mirror, "cycle", checking)
+    return checked
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mirror_decides_as_the_core_does_from_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, engine: str
+) -> None:
+    rng = random.Random(seed)
+    clock = Clock()
+    rt = runtime(tmp_path, clock)
+    checked = checked_against_decide(monkeypatch, rt)
     ctl = Controller(rt, clock=clock)
     for step in range(40):
         for _ in range(rng.randint(0, 3)):
@@ -130,25 +137,7 @@ def test_a_run_on_a_node_that_left_keeps_the_native_engine_serving(
     quota stays held, no node's devices), and keeps deciding as ``decide`` from scratch."""
     clock = Clock()
     rt = runtime(tmp_path, clock)
-    checked: list[Decision] = []
-    real = Mirror.cycle
-
-    def checking(self: Mirror, now: float, history: Any, spent: Any) -> Decision:
-        snap = replace(
-            template(rt, now),
-            pending=tuple(self.pending()),
-            active=tuple(self.active()),
-            usage_history=history,
-            spent=spent,
-            anchor=self.kept_anchor(),
-        )
-        want = decide(snap, explain=False)
-        got = real(self, now, history, spent)
-        assert (got.admissions, got.preemptions) == (want.admissions, want.preemptions)
-        checked.append(got)
-        return got
-
-    monkeypatch.setattr(Mirror, "cycle", checking)
+    checked = checked_against_decide(monkeypatch, rt)
     ctl = Controller(rt, clock=clock)
     long = {"FAKE_DURATION_S": "10000"}
     for project in "pq":
