@@ -123,20 +123,18 @@ class Gated:
     def _stage(self, run: Run) -> None:
         """Judge a pending run not in the inner engine (steps 1-4), and file it."""
         reason, never = el.before_array(run, self._now, self._live, self.ended_phase)
+        # judged again when a dependency still to end does: a waiting (or held) run's doom
+        # shows at once, and a doomed run's may move to one earlier in its list, which is the
+        # one ``decide`` names (an eligible run has none still to end)
+        for d in run.spec.dependencies:
+            if d.run_id not in self.ended_phase:
+                self._dependents[d.run_id].add(run.id)
         if never:
             assert reason is not None
             self._doomed[run.id] = reason
-            # judged again when a dependency still to end does: one earlier in its list may
-            # then be the one ``decide`` names
-            for d in run.spec.dependencies:
-                if d.run_id not in self.ended_phase:
-                    self._dependents[d.run_id].add(run.id)
             return
         if reason is not None:
             self._waiting[run.id] = reason
-            # a held run is re-judged when a dependency ends too: a doom shows at once
-            for d in el.judge_deps(run, self._live, self.ended_phase)[1]:
-                self._dependents[d.run_id].add(run.id)
             if reason.reason_code is ReasonCode.BEGIN_TIME:
                 heapq.heappush(self._begins, (reason.eta or 0.0, run.seq, run.id))
             return
