@@ -1,10 +1,11 @@
 """Shared vocabulary for the table-driven policy tests. ``check`` runs a case on the Python
-reference (``decide``) and, where the extension is built (always in CI: conftest's
-``MLOPS_GPU_REQUIRE_NATIVE``), on the Rust engine too (``native_decides``): the same
+reference (``decide``) and, where the extension is built (required in CI:
+``MLOPS_GPU_REQUIRE_NATIVE``), on the Rust engine too (``on_native_too``): the same
 admissions, placements, preemptions, reason codes, sentences and ETAs."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 
@@ -53,10 +54,18 @@ def check(case: Case) -> Decision:
         (adm,) = [a for a in d.admissions if a.run_id == rid]
         assert adm.placement.slots[0].devices == devs
     assert decide(case.snap) == d  # same snapshot, same decision
-    module = native.installed()
-    if module is not None:  # every table case on the Rust engine too (conftest: CI requires it)
-        native_decides(module, case.snap)
+    on_native_too(case.snap)
     return d
+
+
+def on_native_too(snap: Snapshot) -> None:
+    """``native_decides`` on ``snap`` where the extension is built; where it is not, nothing,
+    unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI), as for the ``native_module`` fixture."""
+    module = native.installed()
+    if module is not None:
+        native_decides(module, snap)
+    elif os.environ.get("MLOPS_GPU_REQUIRE_NATIVE"):
+        raise AssertionError("mlops_gpu._engine is not built (no cargo at `pip install -e .`)")
 
 
 def native_decides(native: ModuleType, snap: Snapshot) -> Decision:

@@ -13,12 +13,12 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlops_gpu.core import Snapshot, decide, native
+from mlops_gpu.core import Snapshot, decide
 from mlops_gpu.core.quota import QuotaBook, cohort_roots
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 from mlops_gpu.testing.builders import placed_gang
-from tests.core.cases import native_decides
+from tests.core.cases import on_native_too
 
 TYPES = ["a100-80gb", "h100-80gb"]
 PRIOS = ["low", "normal", "high"]
@@ -119,9 +119,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
 def test_every_decision_keeps_the_invariants(snap: Snapshot) -> None:
     d = decide(snap)
     assert d == decide(snap)  # a pure function of the snapshot
-    module = native.installed()
-    if module is not None:  # the Rust engine decides and explains alike (CI requires it built)
-        native_decides(module, snap)
+    on_native_too(snap)  # the Rust engine decides and explains alike
     nodes = {n.name: n for n in snap.nodes}
     held: dict[str, set[str]] = defaultdict(set)
     used: dict[tuple[str, str], float] = defaultdict(float)
