@@ -29,8 +29,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from mlops_gpu.sim.engines import ENGINE_ALIASES, ENGINES
 from mlops_gpu.sim.openb import POD_FILES, load_nodes, load_pods
-from mlops_gpu.sim.packing import ENGINE_ALIASES, ENGINES, PLACERS, replay
+from mlops_gpu.sim.packing import PLACERS, replay
 
 
 def one(file: str, policy: str, engine: str = "auto") -> dict[str, Any]:

@@ -233,7 +233,7 @@ def simulate_pool(
     engine: str = "auto",
 ) -> SimResult:
     """Replay ``trace`` on ``pool`` under ``policy`` with ``scaler`` (``SCALERS``) on
-    ``engine`` (``simulator.ENGINES``)."""
+    ``engine`` (``engines.ENGINES``)."""
     return AutoscaleSimulation(trace, pool, policy, scaler, engine).run(progress)
 
 

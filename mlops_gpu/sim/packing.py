@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from mlops_gpu.core import native
-from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.fragmentation import Shape, shape_fragment
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import (
@@ -53,6 +52,7 @@ from mlops_gpu.model import (
     Run,
     RunSpec,
 )
+from mlops_gpu.sim.engines import core_engine
 from mlops_gpu.sim.fgd import FgdPlacer
 from mlops_gpu.sim.openb import Pod
 
@@ -60,8 +60,6 @@ from mlops_gpu.sim.openb import Pod
 Choice = tuple[int, tuple[int, ...], float]
 MARKS = (0.8, 0.9, 1.0)
 PLACERS = ("default", "fgd", "first-fit", "best-fit", "random")
-ENGINES = ("auto", "reference", "native")  # the core's (``CorePlacer``), as ``simulate --engine``
-ENGINE_ALIASES = {"python": "reference"}  # former names, still accepted
 _EPS = 1e-9
 
 
@@ -208,20 +206,6 @@ BASELINES = {"first-fit": first_fit, "best-fit": best_fit, "random": random_fit}
 
 
 # -- the core -------------------------------------------------------------------------------
-def core_engine(template: Snapshot, choice: str = "auto") -> FromScratch | native.NativeEngine:
-    """The core's engine for ``template``: native where installed (``auto``), the Python
-    reference (``reference``; ``python``, its former name), or native or a ``NotSupported``
-    saying it is not installed (``native``): the native engine takes every shape prior
-    (``fragmentation.Mix``)."""
-    choice = ENGINE_ALIASES.get(choice, choice)
-    if choice not in ENGINES:
-        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
-    module = None if choice == "reference" else native.installed()
-    if module is not None:
-        return native.NativeEngine(template, module)
-    if choice == "native":
-        raise native.NotSupported(f"openb packing: {native.NOT_INSTALLED}")
-    return FromScratch(template)
 
 
 class CorePlacer:
@@ -252,7 +236,7 @@ class CorePlacer:
             capabilities={n.backend: BackendCapabilities(shared_gpus=True) for n in nodes},
             shape_prior=MappingProxyType(dict(prior or {})),
         )
-        self.engine = core_engine(snap, engine)
+        self.engine = core_engine(snap, engine, f"openb packing: {native.NOT_INSTALLED}")
         self.engine_name = "native" if isinstance(self.engine, native.NativeEngine) else "reference"
         self.seq = 0
 
@@ -312,7 +296,7 @@ def replay(
     engine: str = "auto",
 ) -> PackingResult:
     """Replay ``pods`` (file order) on ``nodes`` under ``policy`` (``PLACERS``); ``default``
-    runs the core on ``engine`` (``ENGINES``)."""
+    runs the core on ``engine`` (``engines.ENGINES``)."""
     if policy not in PLACERS:
         raise ValueError(f"unknown placer {policy!r}; expected one of {', '.join(PLACERS)}")
     if not any(p.num_gpu for p in pods):

@@ -60,6 +60,7 @@ from mlops_gpu.model import (
     RunSpec,
 )
 from mlops_gpu.model.run import CheckpointPolicy
+from mlops_gpu.sim.engines import core_engine
 from mlops_gpu.sim.eta import EtaLog, EtaRecord
 from mlops_gpu.sim.policies import Preset, preset
 from mlops_gpu.sim.trace import Trace, TraceJob
@@ -214,11 +215,6 @@ class _Attempt:
     gpu_type: str
 
 
-ENGINES = ("auto", "reference", "native")
-#: former names of the engines, still accepted
-ENGINE_ALIASES = {"python": "reference"}
-
-
 class _Checkpoints(Protocol):
     def checkpoint(self, run_id: str, at: float) -> None: ...
 
@@ -251,20 +247,11 @@ class Simulation:
         self.eta_every = max(1, -(-len(trace.jobs) // ETA_SAMPLE))
 
     def _engine(self, choice: str) -> FromScratch | native.NativeEngine:
-        choice = ENGINE_ALIASES.get(choice, choice)
-        if choice not in ENGINES:
-            raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {choice!r}")
-        # (the native engine takes every config a preset makes: only its absence falls back)
-        module = None if choice == "reference" else native.installed()
-        if module is not None:
-            return native.NativeEngine(self.template, module)
-        if choice == "native":
-            raise native.NotSupported(
-                f"policy {self.preset.name}: the native engine is not installed "
-                "(mlops_gpu._engine: reinstall mlops-gpu where cargo, Rust 1.82 or later, is on "
-                "PATH)"
-            )
-        return FromScratch(self.template)
+        missing = (
+            f"policy {self.preset.name}: the native engine is not installed "
+            "(mlops_gpu._engine: reinstall mlops-gpu where cargo, Rust 1.82 or later, is on PATH)"
+        )
+        return core_engine(self.template, choice, missing)
 
     def _run_for(self, job: TraceJob, seq: int, attempt: int, overhead: float, now: float) -> Run:
         project = job.project if self.preset.quotas else POOL
@@ -472,5 +459,5 @@ def simulate(
     engine: str = "auto",
 ) -> SimResult:
     """Replay ``trace`` on ``cluster`` under ``policy`` (a name of ``sim.policies.PRESETS``)
-    with ``engine`` (``ENGINES``)."""
+    with ``engine`` (``engines.ENGINES``)."""
     return Simulation(trace, cluster, policy, engine).run(progress)

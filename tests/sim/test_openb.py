@@ -10,9 +10,9 @@ import pytest
 
 from mlops_gpu.core.native import NotSupported
 from mlops_gpu.model import Node
+from mlops_gpu.sim.engines import ENGINES
 from mlops_gpu.sim.openb import NODES_FILE, POD_FILES, Pod, load_nodes, load_openb, load_pods
 from mlops_gpu.sim.packing import (
-    ENGINES,
     Cluster,
     CorePlacer,
     best_fit,
