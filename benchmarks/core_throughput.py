@@ -16,7 +16,7 @@ naive FIFO first-fit baseline on the same workload. The last line printed is one
 
 ``--arrays`` (job control): the runs come in job arrays of 100 (one project, type and shape
 each) limited to 8 running at once (``%8``), and 10% of runs depend (``afterok``) on a run of
-an earlier array; the engine runs behind the job control gate (``core.gated``). In the same run
+an earlier array; the engine runs behind the job control gate (``engines.gated``). In the same run
 the same engine schedules the same runs without job control (``plain_admissions_per_s``).
 
 ``--setup rich`` (``_rich_setup``): the same nodes and runs, where a quarter of the nodes are
@@ -30,9 +30,9 @@ keeps its own (the default set-up's: the shipped default).
 (``time.process_time``) instead of the wall clock: on a shared machine the neighbours' load
 then does not count.
 
-The Python core is the reference, a snapshot per cycle (``core.engine.FromScratch``;
+The Python core is the reference, a snapshot per cycle (``engines.reference.FromScratch``;
 ``--engine incremental`` and ``from-scratch``, kept for old command lines, both run it). The
-core: ``native`` is the engine in Rust (``mlops_gpu.core.native`` over ``mlops_gpu._engine``,
+core: ``native`` is the engine in Rust (``mlops_gpu.engines.native`` over ``mlops_gpu._engine``,
 built by ``pip install`` where cargo exists), ``python`` the Python core; ``auto``, the
 default, is native where it is installed and says so on stderr where it is not.
 The JSON's ``engine`` is the engine that decided (``native`` or ``python``; ``core`` says the
@@ -59,9 +59,9 @@ from types import MappingProxyType
 import _rich_setup
 
 from mlops_gpu.core import PolicySettings, Snapshot
-from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.gated import Gated
-from mlops_gpu.core.native import PYTHON_ENGINE_WARNING, NativeEngine, installed
+from mlops_gpu.engines.gated import Gated
+from mlops_gpu.engines.native import PYTHON_ENGINE_WARNING, NativeEngine, installed
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import (
     BackendCapabilities,
     Cohort,

@@ -22,8 +22,8 @@ import core_throughput
 
 from mlops_gpu.core.cycle import Cycle
 from mlops_gpu.core.decision import PendingReason
-from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.core.state import State
+from mlops_gpu.engines.native import NativeEngine
 
 time.perf_counter = time.process_time  # (core_throughput's own timings: CPU time too)
 measured: dict[str, float] = {}

@@ -25,7 +25,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from mlops_gpu.core import native
+from mlops_gpu.engines import native
 from mlops_gpu.sim import Cluster, load_philly
 from mlops_gpu.sim.compare import DEFAULT_POLICIES, compare
 

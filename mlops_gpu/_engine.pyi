@@ -1,5 +1,5 @@
 """Types of ``mlops_gpu._engine``, the Rust engine's PyO3 module (``native/py/src/lib.rs``),
-built by ``pip install`` where cargo exists. Its one caller is ``mlops_gpu.core.native``.
+built by ``pip install`` where cargo exists. Its one caller is ``mlops_gpu.engines.native``.
 
 Every class but ``Engine`` is immutable and built with keyword arguments only. Indices number
 GPU types, backends, nodes and projects in the sorted order of their names; every method

@@ -30,7 +30,7 @@ def native_module() -> ModuleType:
     """The Rust engine, ``mlops_gpu._engine``, as ``pip install -e .`` built it where cargo
     was on PATH. Missing, the test skips, unless ``MLOPS_GPU_REQUIRE_NATIVE`` is set (CI): it
     fails."""
-    from mlops_gpu.core import native
+    from mlops_gpu.engines import native
 
     module = native.installed()
     if module is None:
@@ -44,7 +44,7 @@ def native_module() -> ModuleType:
 @pytest.fixture
 def without_native(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process as if the install had built no Rust engine: the Python engine serves."""
-    from mlops_gpu.core import native
+    from mlops_gpu.engines import native
 
     monkeypatch.setattr(native, "_engine", None)
 

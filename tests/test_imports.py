@@ -37,6 +37,9 @@ def test_import_contract_holds() -> None:
     ("module", "line", "said"),
     [
         ("core/policy.py", "import mlops_gpu.state", "mlops_gpu.core.policy -> mlops_gpu.state"),
+        # the pure core never reaches up to a stateful engine
+        ("core/policy.py", "import mlops_gpu.engines.reference",
+         "mlops_gpu.core.policy -> mlops_gpu.engines.reference"),
         # the MLflow clients sit below the store: the job's launcher loads them alone
         ("tracking/rest.py", "import mlops_gpu.state.store",
          "mlops_gpu.tracking.rest -> mlops_gpu.state.store"),
@@ -44,7 +47,10 @@ def test_import_contract_holds() -> None:
         ("state/schema.py", "import mlops_gpu.state.mlflow_notes",
          "- .schema -> .mlflow_notes"),
     ],
-    ids=["core-imports-state", "mlflow-client-imports-store", "cli-cycle", "state-cycle"],
+    ids=[
+        "core-imports-state", "core-imports-engine", "mlflow-client-imports-store", "cli-cycle",
+        "state-cycle",
+    ],
 )  # fmt: skip
 def test_import_contracts_catch_a_violation(
     tmp_path: Path, module: str, line: str, said: str

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from mlops_gpu.core.native import PYTHON_ENGINE_WARNING
+from mlops_gpu.engines.native import PYTHON_ENGINE_WARNING
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -186,7 +186,7 @@ def test_restart_only_sections_keep_their_loaded_values(
 def test_invalid_run_becomes_schedulable_when_the_config_names_its_project(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, engine: str
 ) -> None:
-    from mlops_gpu.core import native
+    from mlops_gpu.engines import native
 
     if engine == "python":
         monkeypatch.setattr(native, "_engine", None)  # as installed without cargo

@@ -21,8 +21,9 @@ from mlops_gpu.config.locate import parse_config
 from mlops_gpu.controller import Controller, Runtime
 from mlops_gpu.controller.loop import template
 from mlops_gpu.controller.mirror import Mirror
-from mlops_gpu.core import Decision, decide, native
-from mlops_gpu.core.engine import FromScratch
+from mlops_gpu.core import Decision, decide
+from mlops_gpu.engines import native
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import ResourceRequest
 from mlops_gpu.testing import config_yaml
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_native_core import TYPES, replay
 
-from mlops_gpu.core.native import NativeEngine
+from mlops_gpu.engines.native import NativeEngine
 from mlops_gpu.model import Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 

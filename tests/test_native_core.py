@@ -1,4 +1,4 @@
-"""The native engine (``mlops_gpu.core.native``, Rust in ``native/``) is the same policy: over
+"""The native engine (``mlops_gpu.engines.native``, Rust in ``native/``) is the same policy: over
 random clusters, quotas, cohort trees, policies and event sequences it admits, places and
 preempts exactly as the Python reference engine (``FromScratch``: ``decide`` on a snapshot per
 cycle), cycle by cycle; it explains the
@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlops_gpu.core.decision import Decision
-from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.native import NativeEngine, unsupported
 from mlops_gpu.core.policy import decide
+from mlops_gpu.engines.native import NativeEngine, unsupported
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import BackendCapabilities, Budget, Cohort, Phase, Quota
 from mlops_gpu.sim import Cluster
 from mlops_gpu.sim.metrics import summarize

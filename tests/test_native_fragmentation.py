@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_native_core import replay
 
-from mlops_gpu.core.native import unsupported
+from mlops_gpu.engines.native import unsupported
 from mlops_gpu.model import BackendCapabilities, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 
@@ -184,8 +184,8 @@ def test_a_run_goes_where_it_fragments_least(native: Any) -> None:
     would take n1 (4 GPUs, the fewest left); on n1, n2 or n0 the growth of expected
     fragmentation is 0 (class -50) and on n0 it leaves 8 cores for 4 GPUs, the mix's own CPU
     per GPU (imbalance 0), so n0 wins. Both engines say so."""
-    from mlops_gpu.core.engine import FromScratch
-    from mlops_gpu.core.native import NativeEngine
+    from mlops_gpu.engines.native import NativeEngine
+    from mlops_gpu.engines.reference import FromScratch
 
     nodes = [
         make_node("n0", 8, "a", "b1", cpu_milli=16000),
@@ -219,8 +219,8 @@ def test_a_gang_blocked_on_every_type_it_could_ever_use_is_the_anchor(
     2 GPUs free each does not make g open (``anchor._blocked`` judges the types it could
     ever be admitted on; the Rust port judged every accepted type and found no anchor). So s
     (a 2-node gang of type a only, no max_runtime) waits for the reservation on both engines."""
-    from mlops_gpu.core.engine import FromScratch
-    from mlops_gpu.core.native import NativeEngine
+    from mlops_gpu.engines.native import NativeEngine
+    from mlops_gpu.engines.reference import FromScratch
 
     nodes = [
         make_node("a0", 2, "a", "b1"),

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from test_native_core import replay
 
-from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.held import as_held
-from mlops_gpu.core.native import NativeEngine
 from mlops_gpu.core.state import State
+from mlops_gpu.engines.native import NativeEngine
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import Phase, Placement, Quota, Run
 from mlops_gpu.model.cluster import NodeSlot
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot

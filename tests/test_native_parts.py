@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_native_core import TYPES, replay, scenarios
 
-from mlops_gpu.core import native as native_mod
-from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.native import NativeEngine, NotSupported
+from mlops_gpu.engines import native as native_mod
+from mlops_gpu.engines.native import NativeEngine, NotSupported
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import BackendCapabilities, Quota, Run
 from mlops_gpu.sim import Cluster
 from mlops_gpu.sim.simulator import simulate

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_native_core import TYPES, replay
 
-from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.native import NativeEngine
+from mlops_gpu.engines.native import NativeEngine
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import NodeSlot, Phase, Placement, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 

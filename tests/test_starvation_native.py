@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from mlops_gpu.core.native import NativeEngine
+from mlops_gpu.engines.native import NativeEngine
 from tests.core.starvation import drive
 from tests.core.test_starvation import (
     _partial_node,

@@ -5,11 +5,11 @@ through its change feed, so that reading the store costs what changed, not the q
   moves each in the engine: out of wherever it was (pending or active), in where the store now
   has it (pending; active with a placement; nowhere once terminal). The first refresh, and any
   after ``reset``, loads every live run (``Store.live_runs``) into a fresh engine.
-- ``cycle`` runs one cycle of the native engine (``core.native``, the policy in Rust) wherever
+- ``cycle`` runs one cycle of the native engine (``engines.native``, the policy in Rust) wherever
   it is installed: it takes every config and every live run (one placed on a node, type or
   project the config no longer has is booked as ``core.held.as_held`` says, by either
   engine). Where the Rust engine is not installed (no cargo at install), the Python reference
-  (``core.engine.FromScratch``: ``decide`` on a snapshot per cycle, the same decisions, much
+  (``engines.reference.FromScratch``: ``decide`` on a snapshot per cycle, the same decisions, much
   slower) decides, and the first engine built logs ``native.PYTHON_ENGINE_WARNING`` once per
   process. The engine
   applies its own decision; the store writes that follow come back through the feed and replace
@@ -19,7 +19,7 @@ through its change feed, so that reading the store costs what changed, not the q
   rebuilds the engine around the same runs.
 
 Job control (holds, begin times, dependencies, array limits) sits in front of either engine
-(``core.gated.Gated``): the mirror tells it how each run ended, and, for a dependency on a run
+(``engines.gated.Gated``): the mirror tells it how each run ended, and, for a dependency on a run
 that ended before the scheduler saw it, reads its final phase from the store.
 
 Invariant: after ``refresh``, ``runs`` holds exactly the store's non-terminal runs as of the
@@ -31,11 +31,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from mlops_gpu.core import native
 from mlops_gpu.core.decision import Decision, PendingReason
-from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.gated import Gated
 from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.engines import native
+from mlops_gpu.engines.gated import Gated
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import ACTIVE_PHASES, TERMINAL_PHASES, Phase, Run
 from mlops_gpu.state import Store
 from mlops_gpu.state.jobs import final_phases

@@ -35,7 +35,7 @@ def publish_and_follow(ctl: Any, idle_exit: float | None) -> tuple[Callable[[Any
     from importlib.metadata import PackageNotFoundError, version
 
     from mlops_gpu.controller.config_watch import ConfigWatch, apply
-    from mlops_gpu.core.native import NativeEngine
+    from mlops_gpu.engines.native import NativeEngine
 
     rt = ctl.rt
     watch = ConfigWatch(rt.cfg) if rt.cfg.source is not None else None

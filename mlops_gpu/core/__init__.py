@@ -3,8 +3,9 @@
 Invariants (checked by property tests):
 - No I/O, no clock, no randomness, no logging side effects: time comes in ``Snapshot.now``, and
   the same snapshot always yields the same decision.
-- Imports only ``mlops_gpu.model`` (and ``native`` the Rust engine's module,
-  ``mlops_gpu._engine``, where the install built it).
+- Imports only ``mlops_gpu.model``. No state between calls: the engines that drive the policy
+  over time (the Python reference, the Rust engine's Python side, the job control gate) live in
+  ``mlops_gpu.engines``, a layer above (import-linter's layers contract).
 - A decision never puts a node over capacity, never puts a project over nominal + borrowing
   limit, and places a gang whole or not at all.
 - Every pending run that is not admitted gets a reason code and a human sentence.

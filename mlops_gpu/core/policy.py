@@ -53,7 +53,7 @@ Every cycle visits every queue and judges every head whose turn comes (``Cycle._
 blocked before, and nothing is remembered from one cycle to the next but the kept anchor.
 This Python core is the plain reference (the tests' oracle, ``simulate --engine reference``
 and the engine where the Rust one is not built, ``engine.FromScratch``); speed is the Rust
-engine's job (``core.native``).
+engine's job (``engines.native``).
 
 Where the steps live: this module is the entry (``decide``, ``decide_keeping``, which calls
 the steps in turn, each under its number) and the specification above; ``cycle.Cycle`` is one

@@ -1,6 +1,6 @@
 """The core's engine a replay runs on (``simulate --engine``, the openb packing replay): the
-native one (``core.native``, Rust) where the install built it, else the Python reference
-(``core.engine.FromScratch``: the same decisions, a snapshot per cycle, much slower).
+native one (``engines.native``, Rust) where the install built it, else the Python reference
+(``engines.reference.FromScratch``: the same decisions, a snapshot per cycle, much slower).
 
 ``ENGINES`` are the choices; ``ENGINE_ALIASES`` the former names still accepted. The native
 engine takes every config and shape prior, so only its absence falls back (``auto``) or
@@ -8,9 +8,9 @@ fails (``native``)."""
 
 from __future__ import annotations
 
-from mlops_gpu.core import native
-from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.engines import native
+from mlops_gpu.engines.reference import FromScratch
 
 ENGINES = ("auto", "reference", "native")
 #: former names of the engines, still accepted

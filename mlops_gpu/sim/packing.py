@@ -16,7 +16,7 @@ by how often it occurs), the free GPU share that shape could not use there
 (``core.fragmentation.shape_fragment``: all of it where the node's GPU model is not one the
 shape accepts); the sum over nodes, in GPUs.
 
-The core runs on the native engine (``core.native.NativeEngine``, Rust) where it is installed
+The core runs on the native engine (``engines.native.NativeEngine``, Rust) where it is installed
 and takes the snapshot (``engine="auto"``), else on the Python reference (``"reference"``,
 formerly ``"python"``: a snapshot per cycle, so a whole replay is much slower); ``"native"``
 insists on it. Only the engines' public interface is used (``submit``,
@@ -38,9 +38,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from mlops_gpu.core import native
 from mlops_gpu.core.fragmentation import Shape, shape_fragment
 from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.engines import native
 from mlops_gpu.model import (
     BackendCapabilities,
     GpuType,

@@ -1,9 +1,9 @@
 """A discrete-event simulator: the real core on a virtual clock, with a fake backend that
 "runs" a job for its trace duration.
 
-The engine is the native one (``core.native``: the policy in Rust) where it is installed (it
+The engine is the native one (``engines.native``: the policy in Rust) where it is installed (it
 takes every policy and every job of a trace), else the Python reference
-(``core.engine.FromScratch``: the same decisions, a snapshot per cycle); ``engine``: ``auto``,
+(``engines.reference.FromScratch``: the same decisions, a snapshot per cycle); ``engine``: ``auto``,
 ``reference`` (``python``, its former name, is accepted) or ``native``, which insists.
 
 Each event time (arrivals, completions) runs one scheduling cycle, and another at once while a
@@ -42,11 +42,11 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Protocol, cast
 
-from mlops_gpu.core import native
-from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.fairshare import decayed
-from mlops_gpu.core.gated import Gated
 from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.engines import native
+from mlops_gpu.engines.gated import Gated
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import (
     BackendCapabilities,
     Cohort,
@@ -230,7 +230,7 @@ class Simulation:
         #: GPU-seconds held over earlier attempts, lost work included (what LAS orders by,
         #: as ``Run.attained_gpu_s`` in production)
         self.attained: dict[str, float] = defaultdict(float)
-        # job control (arrays, dependencies) in front of either engine (``core.gated``)
+        # job control (arrays, dependencies) in front of either engine (``engines.gated``)
         self.engine = Gated(self._engine(engine))
         self.cancelled: set[str] = set()  # jobs whose dependencies could never be met
         self.running: dict[str, _Attempt] = {}

@@ -2,13 +2,13 @@
 //! (no Python: `cargo test` here needs none). The PyO3 boundary is its own crate, `native/py`,
 //! built by `pip install` as the module `mlops_gpu._engine`.
 //!
-//! The same decisions as the Python reference (`mlops_gpu.core.engine.FromScratch`, `decide`
+//! The same decisions as the Python reference (`mlops_gpu.engines.reference.FromScratch`, `decide`
 //! on a snapshot per cycle) for every request and policy (whole GPUs; MIG slices and shared
 //! devices: `parts`, `mig`, `shared`; host CPU and memory: `capacity`; CPU-only runs:
 //! `placement::place_cpu`; under fragmentation-aware placement, with or without a shape
 //! prior: `fgd`, `fragmentation`, `type_choice`; budgets:
 //! `budget`; topology: `topology`; borrowers preempted shortest-first: `preempt::borrowers`);
-//! `mlops_gpu/core/native.py` checks that, turns names into indices and
+//! `mlops_gpu/engines/native.py` checks that, turns names into indices and
 //! builds the `Decision`. Pure: the clock comes in each call. `engine` is the whole public
 //! API (`Engine`, `Settings`, `RunSpec`, ...).
 

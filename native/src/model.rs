@@ -1,6 +1,6 @@
 //! The cluster, projects and policy a native engine schedules for, interned to indices.
 //!
-//! Invariants (the Python side, `mlops_gpu/core/native.py`, builds it so):
+//! Invariants (the Python side, `mlops_gpu/engines/native.py`, builds it so):
 //! - GPU types, backends, nodes and projects are numbered in the sorted order of their names,
 //!   so comparing indices compares names (the Python core breaks ties by name);
 //! - `of_type[t]` lists the nodes of type `t` in the snapshot's node order (the order

@@ -9,8 +9,9 @@ import os
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 
-from mlops_gpu.core import Decision, ReasonCode, Snapshot, decide, native
-from mlops_gpu.core.native import NativeEngine
+from mlops_gpu.core import Decision, ReasonCode, Snapshot, decide
+from mlops_gpu.engines import native
+from mlops_gpu.engines.native import NativeEngine
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run
 from mlops_gpu.testing.builders import placed, placed_gang

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from mlops_gpu.config import ConfigError, load_config
 from mlops_gpu.core import ReasonCode as RC
 from mlops_gpu.core import Snapshot, decide
-from mlops_gpu.core.native import unsupported
 from mlops_gpu.core.quota import cohort_roots
+from mlops_gpu.engines.native import unsupported
 from mlops_gpu.model import Phase, PolicySettings, Quota
 from mlops_gpu.testing import config_yaml, make_node, make_project, make_run, make_snapshot
 from mlops_gpu.testing.builders import placed

@@ -1,4 +1,4 @@
-"""``core.run_copy`` and ``native_explain._pending_reasons``: their objects equal what
+"""``engines.run_copy`` and ``native_explain._pending_reasons``: their objects equal what
 ``dataclasses.replace`` and the dataclasses' own ``__init__`` make, field for field, and leave
 the originals untouched (runs with every field set away from its default, so a field the copy
 missed would show)."""
@@ -10,7 +10,7 @@ from dataclasses import fields, replace
 
 import pytest
 
-from mlops_gpu.core.run_copy import going, running
+from mlops_gpu.engines.run_copy import going, running
 from mlops_gpu.model import NodeSlot, Phase, Placement, Run
 from mlops_gpu.testing import make_run
 
@@ -69,7 +69,7 @@ def test_a_copy_is_as_immutable_as_the_run() -> None:
 
 def test_pending_reasons_are_the_dataclass_s() -> None:
     from mlops_gpu.core.decision import PendingReason, ReasonCode
-    from mlops_gpu.core.native_explain import _pending_reasons
+    from mlops_gpu.engines.native_explain import _pending_reasons
 
     args = (["a", "b"], [ReasonCode.QUOTA, ReasonCode.NO_CAPACITY], ["x", "y"], [None, 3.0])
     got = _pending_reasons(*args)

@@ -11,8 +11,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.gated import Gated
+from mlops_gpu.engines.gated import Gated
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import Dependency, Phase
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 from tests.core.test_job_control import workloads

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlops_gpu.core import ReasonCode, decide
-from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.gated import Gated
+from mlops_gpu.engines.gated import Gated
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import Dependency, Phase
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 from mlops_gpu.testing.builders import placed
@@ -396,7 +396,7 @@ def test_gated_engine_decides_as_decide_and_keeps_the_rules(
 def test_native_engine_behind_the_gate_decides_as_the_python_one(
     native_module: Any, scenario: tuple[Any, list[tuple[Any, ...]]]
 ) -> None:
-    from mlops_gpu.core.native import NativeEngine
+    from mlops_gpu.engines.native import NativeEngine
 
     template, events = scenario
     py, rs = Gated(FromScratch(template)), Gated(NativeEngine(template, native_module))

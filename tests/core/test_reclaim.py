@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from mlops_gpu.core import ReasonCode as RC
 from mlops_gpu.core import decide
-from mlops_gpu.core.engine import FromScratch
-from mlops_gpu.core.native import NativeEngine
+from mlops_gpu.engines.native import NativeEngine
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import Phase
 from mlops_gpu.sim import Cluster
 from mlops_gpu.sim.simulator import simulate

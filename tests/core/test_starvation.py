@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mlops_gpu.core import Decision, ReasonCode, decide
-from mlops_gpu.core.engine import FromScratch
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import Quota, Run
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 from tests.core.starvation import drive

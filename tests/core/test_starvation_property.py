@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlops_gpu.core.engine import FromScratch
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import Quota, Run
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 from tests.core.starvation import drive

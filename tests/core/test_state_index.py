@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlops_gpu.core.backfill import _timelines, reach_on
-from mlops_gpu.core.engine import FromScratch
 from mlops_gpu.core.policy import decide
 from mlops_gpu.core.state import State
+from mlops_gpu.engines.reference import FromScratch
 from mlops_gpu.model import Phase, Quota
 from mlops_gpu.testing import make_node, make_project, make_run, make_snapshot
 from mlops_gpu.testing.builders import placed

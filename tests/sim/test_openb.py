@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlops_gpu.core.native import NotSupported
+from mlops_gpu.engines.native import NotSupported
 from mlops_gpu.model import Node
 from mlops_gpu.sim.engines import ENGINES
 from mlops_gpu.sim.openb import NODES_FILE, POD_FILES, Pod, load_nodes, load_openb, load_pods

@@ -2,7 +2,7 @@
 //! `mlops_gpu_native`), and nothing else: each class here wraps one of the library's named
 //! structures, built with keyword arguments, and every error is a `ValueError` (what a cycle
 //! or an explanation hands back: `decision`; MIG and shared-GPU classes: `parts`).
-//! `mlops_gpu/_engine.pyi` types it for mypy; `mlops_gpu/core/native.py` is its one caller.
+//! `mlops_gpu/_engine.pyi` types it for mypy; `mlops_gpu/engines/native.py` is its one caller.
 
 mod decision;
 mod parts;

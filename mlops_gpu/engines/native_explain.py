@@ -27,7 +27,7 @@ from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
     import mlops_gpu._engine as _engine
-    from mlops_gpu.core.native import NativeEngine
+    from mlops_gpu.engines.native import NativeEngine
 
 
 def explain_all(

@@ -1,5 +1,5 @@
 """Copies of a run with a few fields changed, as ``dataclasses.replace`` makes them, at under
-half its cost: the native engine's cycle (``core.native``) copies every run it admits or
+half its cost: the native engine's cycle (``engines.native``) copies every run it admits or
 preempts, and at 50,000 runs ``replace`` was a tenth of a cycle's Python time.
 
 Invariant: ``running(run, p, now) == replace(run, phase=Phase.RUNNING, placement=p,

@@ -21,7 +21,7 @@ from mlops_gpu.model import Node
 
 if TYPE_CHECKING:
     import mlops_gpu._engine as _engine
-    from mlops_gpu.core.native import NativeEngine
+    from mlops_gpu.engines.native import NativeEngine
 
 
 def set_nodes(engine: NativeEngine, nodes: tuple[Node, ...], now: float) -> None:

@@ -36,14 +36,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import ModuleType
 
-from mlops_gpu.core import borrowers, native_explain, native_nodes, native_support
+from mlops_gpu.core import borrowers
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
 from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.held import as_held
-from mlops_gpu.core.native_support import NotSupported, unsupported
 from mlops_gpu.core.quota import cohort_roots
-from mlops_gpu.core.run_copy import going, running
 from mlops_gpu.core.snapshot import Snapshot
+from mlops_gpu.engines import native_explain, native_nodes, native_support
+from mlops_gpu.engines.native_support import NotSupported, unsupported
+from mlops_gpu.engines.run_copy import going, running
 from mlops_gpu.model import NodeSlot, Placement, Run
 from mlops_gpu.model.cluster import mig_share
 

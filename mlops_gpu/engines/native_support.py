@@ -1,4 +1,4 @@
-"""What the native engine (``core.native``) serves, and how an active run crosses into it.
+"""What the native engine (``engines.native``) serves, and how an active run crosses into it.
 
 ``unsupported`` (a snapshot) gives the one-line reason the native engine cannot take a config,
 or None: only a ``policy.borrower_share_ratio`` below 1, which the config refuses too;
@@ -65,7 +65,7 @@ from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
     from mlops_gpu import _engine
-    from mlops_gpu.core.native import NativeEngine
+    from mlops_gpu.engines.native import NativeEngine
 
 
 class NotSupported(ValueError):

@@ -1,8 +1,8 @@
 """``FromScratch``: the Python reference engine, the core driven by events (submit, finish,
-checkpoint) that decides each cycle from a whole snapshot (``policy.decide``).
+checkpoint) that decides each cycle from a whole snapshot (``core.policy.decide``).
 
 It is the tests' oracle, ``simulate --engine reference`` and the scheduler's engine where the
-Rust one is not built (``controller.mirror``); the Rust engine (``core.native.NativeEngine``)
+Rust one is not built (``controller.mirror``); the Rust engine (``engines.native.NativeEngine``)
 has the same interface and makes the same decisions.
 
 Invariants:
