@@ -7,8 +7,8 @@ that could ever be admitted and are blocked now, or the run the last applied cyc
 anchor kept for the next cycle, when the cycle had none or admitted it, is the oldest run the
 cycle overtook (``overtaken``), read from its admissions.
 
-Invariant: both read only the cycle's starting state (``State.oldest``, ``State.ages``, the
-free whole devices) and its admissions, so the Python reference and the Rust engine, which
+Invariant: both read only the cycle's starting state (the queues, the free whole devices) and
+its admissions, so the Python reference and the Rust engine, which
 keeps its state between cycles, name the same anchor.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mlops_gpu.core.backfill import could_be_admitted
-from mlops_gpu.core.placement import indexed_buckets, place, request_amount
+from mlops_gpu.core.placement import free_counts, place, request_amount
 from mlops_gpu.core.queue_keys import Age, age_of, shape_key
 from mlops_gpu.model import Run
 
@@ -28,11 +28,9 @@ if TYPE_CHECKING:
 
 def node_sets(c: VictimRules, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
     """Whether one backend has ``nodes`` nodes of ``gpu_type`` with ``gpus`` free each now
-    (the free-count buckets; the same eligibility as ``placement._place_whole_indexed``)."""
-    return any(
-        c.cap.count_at_least((gpu_type, b), gpus) >= nodes
-        for b, _ in indexed_buckets(c.snap, c.cap, gpu_type, backend, nodes)
-    )
+    (host resources not checked)."""
+    counts = free_counts(c.snap, c.cap, gpu_type, backend, nodes, gpus)
+    return any(k >= nodes for k in counts.values())
 
 
 def anchor(c: VictimRules) -> tuple[Run, list[str]] | None:
@@ -49,9 +47,7 @@ def anchor(c: VictimRules) -> tuple[Run, list[str]] | None:
     (submit time, seq, run id). It is read from the cycle's starting state.
 
     Runs of one queue are interchangeable for placement and quota, so each queue is judged by
-    its oldest run (``State.oldest``, highest class and oldest first: the first blocked one
-    has the anchor). When a spent budget moves a project's runs to another class (or makes
-    them wait), every queue is judged instead."""
+    its oldest run (highest class and oldest first: the first blocked one has the anchor)."""
     st = c.state
     best: tuple[tuple[int, Age], Run, list[str]] | None = None
     kept = st.pending.get(st.anchor) if st.anchor is not None else None
@@ -61,26 +57,20 @@ def anchor(c: VictimRules) -> tuple[Run, list[str]] | None:
         types = _types(c, kept) if level is not None else []
         if types:
             best = ((-level, age_of(kept)), kept, types)  # type: ignore[operator]
-    if any(note is not None for note in c.notes.values()):
-        for project, subqueues in st.queues.items():
-            for sk, q in subqueues.items():
-                level = c._level_of(project, int(sk[0]))  # type: ignore[call-overload]
-                if not q or level is None:
-                    continue
-                key = (-level, st.ages[(project, sk)][0])
-                if best is not None and key >= best[0]:
-                    continue
-                found = _blocked(c, project, sk)
-                if found is not None:
-                    best = (key, *found)
-    else:
-        for neg_class, age, project, sk in st.oldest:
-            if best is not None and (neg_class, age) >= best[0]:
-                break
-            found = _blocked(c, project, sk)
-            if found is not None:
-                best = ((neg_class, age), *found)
-                break
+    # each queue judged by its oldest run, highest class (after budgets) and oldest first
+    heads = sorted(
+        ((-level, age_of(_oldest(q))), project, sk)
+        for project, subqueues in st.queues.items()
+        for sk, q in subqueues.items()
+        if q and (level := c._level_of(project, int(sk[0]))) is not None  # type: ignore[call-overload]
+    )
+    for key, project, sk in heads:
+        if best is not None and key >= best[0]:
+            break
+        found = _blocked(c, project, sk)
+        if found is not None:
+            best = (key, *found)
+            break
     return None if best is None else (best[1], best[2])
 
 
@@ -107,7 +97,7 @@ def overtaken(c: VictimRules) -> str | None:
             level = c._level_of(project, int(sk[0]))  # type: ignore[call-overload]
             if not q or level not in youngest:
                 continue
-            for age in st.ages[(project, sk)]:  # its oldest run not admitted
+            for age in sorted(map(age_of, q)):  # its oldest run not admitted
                 if age >= youngest[level] or (best is not None and (-level, age) >= best[0]):
                     break
                 if age[2] in admitted:
@@ -134,7 +124,7 @@ def _blocked(c: VictimRules, project: str, sk: ShapeKey) -> tuple[Run, list[str]
     """The queue's oldest run with ``_types``, if it is blocked now: on none of them do both
     quota admit it and a node set take it; else None."""
     st = c.state
-    run = st.pending[st.ages[(project, sk)][0][2]]
+    run = _oldest(st.queues[project][sk])
     types = _types(c, run)
     if not types:
         return None
@@ -148,3 +138,8 @@ def _blocked(c: VictimRules, project: str, sk: ShapeKey) -> tuple[Run, list[str]
         elif place(c.snap, c.cap, run, t) is not None:
             return None
     return run, types
+
+
+def _oldest(queue: list[Run]) -> Run:
+    """The run of a queue that has waited longest (by ``age_of``, whatever the queue's order)."""
+    return min(queue, key=age_of)

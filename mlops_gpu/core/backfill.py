@@ -183,7 +183,9 @@ def quota_time(
     return math.inf, freed
 
 
-def _timelines(snap: Snapshot) -> dict[str, list[tuple[float, int]]]:
+def timelines(snap: Snapshot) -> dict[str, list[tuple[float, int]]]:
+    """Each node's timeline: (expected end, whole GPUs released) of its active runs with a
+    known end (runs being preempted hold nothing), sorted; a node with none maps to []."""
     out: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for a in snap.active:
         if a.placement is None or a.preempt_requested:
@@ -209,14 +211,11 @@ def reserve(
     cap: Capacity,
     run: Run,
     gpu_types: list[str],
-    lines_of: Callable[[str], list[tuple[float, int]]] | None = None,
-    reach: Callable[[str, int, int], tuple[int, float]] | None = None,
+    lines: Mapping[str, list[tuple[float, int]]],
     quota_of: QuotaOf | None = None,
 ) -> Reservation | None:
     """The earliest reservation for a whole-GPU run (None: not whole GPUs, or no node set can
-    ever host it). ``lines_of(node)``, when given, is the node's timeline (``State.lines``),
-    instead of one computed from every active run; ``reach(node, free, need)``, when given,
-    is what ``reach_on`` would find on that timeline (``State.reach``: without building it);
+    ever host it). ``lines``: the nodes' timelines (``timelines`` of the active runs);
     ``quota_of`` gives the quota to hold per type (none without it).
 
     Per type, the node set needing the fewest GPUs from runs of unknown end, then the earliest;
@@ -224,9 +223,11 @@ def reserve(
     req = run.request
     if req.shape != "whole":
         return None
-    if lines_of is None:
-        lines_of = _timelines(snap).__getitem__
-    walk = reach if reach is not None else _walker(lines_of, snap.now)
+    now = snap.now
+
+    def walk(name: str, free: int, need: int) -> tuple[int, float]:
+        return reach_on(lines.get(name, ()), free, need, now)
+
     best: tuple[tuple[float, int], Reservation] | None = None
     for t in gpu_types:
         for chosen in _earliest_by_backend(snap, cap, run, t, walk):
@@ -249,7 +250,7 @@ def reserve(
                     run.id,
                     at,
                     req.gpus,
-                    {name: lines_of(name) for _, _, name in chosen},
+                    {name: list(lines.get(name, ())) for _, _, name in chosen},
                     run.project,
                     t,
                     float(req.gpus * req.nodes),
@@ -283,17 +284,6 @@ def _earliest_by_backend(
             free, when = walk(node.name, free, req.gpus)
         by_backend[node.backend].append((max(req.gpus - free, 0), when, node.name))
     return [sorted(c)[: req.nodes] for c in by_backend.values() if len(c) >= req.nodes]
-
-
-def _walker(
-    lines_of: Callable[[str], list[tuple[float, int]]], now: float
-) -> Callable[[str, int, int], tuple[int, float]]:
-    """``reach`` for ``reserve`` from whole timelines."""
-
-    def walk(name: str, free: int, need: int) -> tuple[int, float]:
-        return reach_on(lines_of(name), free, need, now)
-
-    return walk
 
 
 def reach_on(

@@ -21,17 +21,16 @@ Invariants:
   only on who holds the device, never on the order they came and went in (a float sum of
   0.1, 0.4 and 0.2 less 0.4 is 0.29999999999999993, of 0.1 and 0.2 0.30000000000000004, and
   best fit compares what is left exactly).
-- ``buckets[(gpu_type, backend)][k]`` lists, sorted by name, the schedulable nodes with exactly
-  ``k`` free whole devices: best fit is the first name of the first non-empty bucket >= need.
 - ``cpu_free[node]`` / ``mem_free[node]``: host CPU and memory not held by active runs (None
   where the node does not track them); ``mix`` counts the shapes of the slots held on GPUs.
+- No index or cache: what placement asks of the nodes (who has k devices free, the largest
+  free block) is read from ``free`` when asked. Speed is the Rust engine's job.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import insort
 from collections import defaultdict
-from collections.abc import Iterator
 
 from mlops_gpu.core.fragmentation import Mix, Shape, Sig
 from mlops_gpu.core.snapshot import Snapshot
@@ -66,7 +65,6 @@ class Capacity:
         self.mig_free: dict[str, dict[str, list[str]]] = {
             n.name: {p: list(ids) for p, ids in n.mig.items()} for n in snap.nodes
         }
-        self.buckets: dict[tuple[str, str], list[list[str]]] = {}
         self.cpu_free: dict[str, int | None] = {n.name: n.cpu_milli for n in snap.nodes}
         self.mem_free: dict[str, int | None] = {n.name: n.host_memory_mb for n in snap.nodes}
         #: Whether fragmentation-aware placement has anything to weigh: shared devices, or
@@ -75,31 +73,17 @@ class Capacity:
             n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in snap.nodes
         )
         self.mix = Mix(snap.shape_prior)
-        self._type_capacity: dict[str, float] | None = None
-        self._sigs: dict[str, Sig] = {}
-        self._positions: dict[str, dict[str, int]] = {}
-        #: (gpu_type, backend) -> the schedulable nodes ``buckets`` holds, by name.
-        self.bucketed: dict[tuple[str, str], list[str]] = {}
-        for n in sorted(snap.nodes, key=lambda n: n.name):
-            if n.schedulable:
-                b = self.buckets.setdefault((n.gpu_type, n.backend), [])
-                while len(b) <= n.capacity:
-                    b.append([])
-                b[n.capacity].append(n.name)
-                self.bucketed.setdefault((n.gpu_type, n.backend), []).append(n.name)
         for run in snap.active:
             if run.placement is not None:
                 self.take(run.project, run.placement, run.request.gpu_types)
 
     @property
     def capacity_by_type(self) -> dict[str, float]:
-        if self._type_capacity is None:
-            out: dict[str, float] = defaultdict(float)
-            for n in self.nodes.values():
-                mig = sum((len(ids) * mig_share(p) for p, ids in n.mig.items()), 0.0)
-                out[n.gpu_type] += n.capacity + mig
-            self._type_capacity = dict(out)
-        return self._type_capacity
+        out: dict[str, float] = defaultdict(float)
+        for n in self.nodes.values():
+            mig = sum((len(ids) * mig_share(p) for p, ids in n.mig.items()), 0.0)
+            out[n.gpu_type] += n.capacity + mig
+        return dict(out)
 
     def free_by_type(self, gpu_type: str) -> float:
         """GPU amount of ``gpu_type`` no active run holds (cordoned nodes included: this is a
@@ -185,7 +169,6 @@ class Capacity:
         if not self.fragmentable:
             return  # no host resources tracked, no shared devices: nothing here is read
         name = slot.node
-        self._sigs.pop(name, None)
         cpu, mem = self.cpu_free[name], self.mem_free[name]
         if cpu is not None:
             self.cpu_free[name] = cpu + sign * slot.cpu_milli
@@ -205,48 +188,29 @@ class Capacity:
         return (cpu is None or req.cpu_milli <= cpu) and (mem is None or req.host_memory_mb <= mem)
 
     def signature(self, name: str) -> Sig:
-        """The node's state as fragmentation sees it (``fragmentation.Sig``), cached until the
-        node's next take or release."""
-        sig = self._sigs.get(name)
-        if sig is None:
-            shares = [1.0] * len(self.free[name])
-            shares += [round(1.0 - f, 6) for f, _ in self.shared.get(name, {}).values()]
-            free = tuple(sorted((x for x in shares if x > 1e-9), reverse=True))
-            sig = (free, self.cpu_free[name], self.mem_free[name], self.nodes[name].gpu_type)
-            self._sigs[name] = sig
-        return sig
+        """The node's state as fragmentation sees it (``fragmentation.Sig``)."""
+        shares = [1.0] * len(self.free[name])
+        shares += [round(1.0 - f, 6) for f, _ in self.shared.get(name, {}).values()]
+        free = tuple(sorted((x for x in shares if x > 1e-9), reverse=True))
+        return (free, self.cpu_free[name], self.mem_free[name], self.nodes[name].gpu_type)
 
     def _take_devices(self, node: Node, devices: tuple[str, ...]) -> None:
-        """Take the devices that are free, moving the node between free-count buckets once
-        (a whole-GPU slot's devices are taken together; the buckets end as after one move
-        per device)."""
+        """Take the devices that are free."""
         free = self.free[node.name]
-        before = len(free)
         for dev in devices:
             if dev in free:
                 free.remove(dev)
             else:  # held by another run already (one loaded from a store)
                 self._hold_again(node.name, dev)
-        if len(free) != before:
-            self._rebucket(node, before, len(free))
 
     def _free_devices(self, node: Node, devices: tuple[str, ...]) -> None:
-        """Give back the devices that are taken, in the node's device order, with one bucket
-        move."""
+        """Give back the devices that are taken, in the node's device order."""
         free = self.free[node.name]
-        before = len(free)
-        pos = self._positions.get(node.name)
-        if pos is None:
-            pos = self._positions[node.name] = {d: i for i, d in enumerate(node.devices)}
         for dev in devices:
             if self.again and self._release_again(node.name, dev):
                 continue
             if dev not in free:
-                # In the node's device order, in O(log n) comparisons: sorting with
-                # ``devices.index`` as the key was quadratic on a 600-GPU node.
-                insort(free, dev, key=pos.__getitem__)
-        if len(free) != before:
-            self._rebucket(node, before, len(free))
+                insort(free, dev, key=node.devices.index)
 
     def _hold_again(self, node: str, dev: str) -> None:
         key = (node, dev)
@@ -265,51 +229,10 @@ class Capacity:
             self.again[key] = n - 1
         return True
 
-    def _rebucket(self, node: Node, old: int, new: int) -> None:
-        b = self.buckets.get((node.gpu_type, node.backend))
-        if b is None or not node.schedulable:
-            return
-        names = b[old]
-        del names[bisect_left(names, node.name)]
-        insort(b[new], node.name)
-
-    def free_amount(self, node: str) -> int:
-        return len(self.free[node])
-
-    def count_at_least(self, key: tuple[str, str], gpus: int) -> int:
-        """How many schedulable nodes of ``key`` (gpu_type, backend) have ``gpus`` or more free
-        whole devices: from the buckets, or from the nodes when there are fewer nodes than
-        buckets to add up (one 600-GPU node has 601 buckets)."""
-        buckets, names = self.buckets[key], self.bucketed[key]
-        if len(names) < len(buckets) - gpus:
-            return sum(1 for n in names if len(self.free[n]) >= gpus)
-        return sum(len(b) for b in buckets[gpus:])
-
-    def at_least(self, key: tuple[str, str], gpus: int) -> Iterator[tuple[int, str]]:
-        """(free whole devices, name) of the schedulable nodes of ``key`` with ``gpus`` or more
-        free, fewest free first, then by name (the buckets' order), read the cheaper way."""
-        buckets, names = self.buckets[key], self.bucketed[key]
-        if len(names) < len(buckets) - gpus:
-            yield from sorted((len(self.free[n]), n) for n in names if len(self.free[n]) >= gpus)
-            return
-        for k in range(gpus, len(buckets)):
-            for name in buckets[k]:
-                yield k, name
-
     def largest_free_block(self, gpu_type: str) -> int:
-        """The most free whole devices on one schedulable node of ``gpu_type`` (the highest
-        non-empty bucket, or the nodes themselves when they are fewer than the buckets)."""
-        best = 0
-        for key, buckets in self.buckets.items():
-            if key[0] != gpu_type:
-                continue
-            names = self.bucketed[key]
-            if len(names) < len(buckets):
-                top = max((len(self.free[n]) for n in names), default=0)
-            else:
-                top = next((k for k in range(len(buckets) - 1, 0, -1) if buckets[k]), 0)
-            best = max(best, top)
-        return best
+        """The most free whole devices on one schedulable node of ``gpu_type``."""
+        nodes = self.of_type.get(gpu_type, ())
+        return max((len(self.free[n.name]) for n in nodes if n.schedulable), default=0)
 
 
 def slot_shape(slot: NodeSlot, accepts: tuple[str, ...] = ()) -> Shape:

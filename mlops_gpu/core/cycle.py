@@ -256,7 +256,7 @@ class Cycle(Explaining):
     def _surely_blocked(self, run: Run) -> bool:
         """A cheap test that ``_try`` would find ``run`` blocked with no side effect: on each
         acceptable GPU type it is over quota with nothing left to borrow, or (a whole-GPU
-        request) no node set can take it now (the free-count buckets); and no running run could
+        request) no node set can take it now (``anchor.node_sets``); and no running run could
         be its victim."""
         req = run.request
         types = self.state.types_of(run)
@@ -313,9 +313,6 @@ class Cycle(Explaining):
                     lost_gpu_s(snap, v),
                 )
             )
-        # The victims gave back quota: a cohort tree found exhausted may lend again (``room``
-        # assumes usage only grows, which holds between evictions only)
-        self._exhausted.clear()
         self._admit(run, plan.placement)
         return True
 

@@ -10,9 +10,6 @@ Invariants:
   place) plus what the cycle decided: ``admissions``, ``preemptions``, ``reasons``. Within a
   cycle devices and quota change only through ``_admit`` (and a preemption's victims giving
   back what they hold, ``Cycle._preempt``), so usage only grows between evictions.
-- ``room`` and ``_cohort_exhausted`` rely on that: a cohort tree found exhausted stays so until
-  a preemption gives quota back (``Cycle._preempt`` clears ``_exhausted``), and one found lending
-  is asked again only after another admission (``_lends``).
 - ``_level_of``: a project whose budget is spent with ``action: wait`` has no level (its runs
   wait); with ``action: lower`` its runs are served at the lower class, never a higher one.
 """
@@ -24,7 +21,6 @@ from collections.abc import Collection, Mapping
 from mlops_gpu.core.backfill import Reservation
 from mlops_gpu.core.decision import Admission, PendingReason, Preemption, ReasonCode
 from mlops_gpu.core.fairshare import Shares, budget_exceeded
-from mlops_gpu.core.lent import Held
 from mlops_gpu.core.queue_keys import ShapeKey
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
@@ -62,7 +58,6 @@ class CycleBooks:
         self.blocked_projects: dict[str, str] = {}
         #: strict FIFO: the projects whose head had to borrow (the borrowing passes serve them)
         self._deferred: set[str] = set()
-        self._held_at: tuple[int, Held] | None = None
         self.notes = {
             p: budget_exceeded(self.snap, p)
             for p, proj in self.snap.projects.items()
@@ -72,18 +67,8 @@ class CycleBooks:
         self.met: list[tuple[Run, tuple[str, ShapeKey, int, int] | None]] = []
         self.lazy: set[str] = set()
         self._used_at_start = dict(self.cap.used)
-        self._exhausted: set[tuple[str, str]] = set()
-        #: (root, type) -> admissions so far when found not exhausted: usage changes only
-        #: by admissions within a cycle (preemption trials restore what they change)
-        self._lends: dict[tuple[str, str], int] = {}
-        self._lenders: dict[tuple[str, str], tuple[str, ...]] = {}  # ``lenders_at_start``
         self.behind: list[tuple[str, str, ShapeKey, int, int]] = []
         self._running_now: list[Run] = []
-        #: (project, GPU type) -> ``_quota_term``, for the explanation's quota ETAs
-        self._quota_terms: dict[tuple[str, str, bool], QuotaTerm] = {}
-        self._quota_ends: dict[
-            tuple[tuple[str, ...], str], tuple[list[tuple[float, float]], list[float]]
-        ] = {}
 
     # -- 2. triage, 3. order --------------------------------------------------------------
     def _level_of(self, project: str, class_value: int) -> int | None:
@@ -104,7 +89,7 @@ class CycleBooks:
     def room(self, project: str, gpu_type: str) -> float:
         """The most of ``gpu_type`` the project could add without a certain quota problem:
         its nominal left, or, while its cohort tree still lends, up to nominal plus its
-        borrowing limit (unbounded without one). It only shrinks between a cycle's evictions."""
+        borrowing limit (unbounded without one)."""
         q = self.quota.quota(project, gpu_type)
         used = self.quota.used[(project, gpu_type)]
         root = self.quota.root.get(project)
@@ -115,20 +100,9 @@ class CycleBooks:
         return q.nominal + q.borrowing_limit - used
 
     def _cohort_exhausted(self, root: str, gpu_type: str) -> bool:
-        """Whether the tree lends nothing more of ``gpu_type``. Between evictions usage only
-        grows, so once exhausted it stays exhausted: remembered until a preemption gives quota
-        back (``_preempt`` forgets it)."""
-        key = (root, gpu_type)
-        if key in self._exhausted:
-            return True
-        if self._lends.get(key) == len(self.admissions):
-            return False
+        """Whether the tree lends nothing more of ``gpu_type``."""
         borrowed, lendable = self.quota.cohort_sums(root, gpu_type)
-        if lendable - borrowed <= 1e-9:
-            self._exhausted.add(key)
-            return True
-        self._lends[key] = len(self.admissions)
-        return False
+        return lendable - borrowed <= 1e-9
 
     def _admit(self, run: Run, placement: Placement) -> None:
         if self._reservation is not None and self._reservation.run_id == run.id:

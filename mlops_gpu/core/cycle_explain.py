@@ -51,18 +51,10 @@ class Explaining(ReservationHold):
         lent = None
         if borrowed and self.quota.within_nominal(run.project, fits_ever[0], request_amount(run)):
             # which runs hold what it lent, whether they can be reclaimed, and their ends
-            held = self._held()
+            held = Held(self.snap, self.state.active.values(), self.going)
             lent = [held.runs(p, t) for t, p, _ in borrowed]
         text = rt.no_capacity(shape_text(run, types), blocks, borrowed, lent)
         self._wait(run, ReasonCode.NO_CAPACITY, text)
-
-    def _held(self) -> Held:
-        """The active runs by (project, type), for a lender's reason (``lent``): read once
-        per cycle, again after a preemption (its victims hold nothing)."""
-        if self._held_at is None or self._held_at[0] != len(self.preemptions):
-            held = Held(self.snap, self.state.active.values(), self.going)
-            self._held_at = (len(self.preemptions), held)
-        return self._held_at[1]
 
     def _with_active(self) -> Snapshot:
         """The cycle's snapshot with the state's active runs (the ETAs read their ends); the
@@ -193,10 +185,7 @@ class Explaining(ReservationHold):
     def _quota_eta(self, run: Run, types: list[str]) -> tuple[float | None, str]:
         best: tuple[float | None, str] = (None, rt.NO_ETA["plain"])
         for t in types:
-            key = (run.project, t, run.spec.preemptible)
-            if key not in self._quota_terms:  # (the same for every run of the explanation)
-                self._quota_terms[key] = self._quota_term(run.project, t, run.spec.preemptible)
-            holders, used, limit, ends, cum = self._quota_terms[key]
+            holders, used, limit, ends, cum = self._quota_term(run.project, t, run.spec.preemptible)
             eta, why = quota_eta(
                 self._with_active(), used, limit, holders, t, request_amount(run), (), ends, cum
             )
@@ -226,11 +215,8 @@ class Explaining(ReservationHold):
             holders = book.members[root]
             limit = float(sum(book.quota(m, t).nominal for m in holders))
         used = sum(book.used[(m, t)] for m in holders)
-        key = (tuple(holders), t)
-        if key not in self._quota_ends:  # (a cohort's, once for all its members)
-            ends = quota_ends(self._with_active(), holders, t, self._running_now)
-            self._quota_ends[key] = (ends, list(accumulate(a for _, a in ends)))
-        return (holders, used, limit, *self._quota_ends[key])
+        ends = quota_ends(self._with_active(), holders, t, self._running_now)
+        return holders, used, limit, ends, list(accumulate(a for _, a in ends))
 
     def _diagnose(self, run: Run) -> None:
         """The reason of a run judged by ``_surely_blocked``, without side effects: it cannot

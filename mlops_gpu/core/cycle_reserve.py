@@ -20,7 +20,14 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from mlops_gpu.core import anchor as anchors
-from mlops_gpu.core.backfill import Reservation, expected_end, freed_by_quota, quota_limit, reserve
+from mlops_gpu.core.backfill import (
+    Reservation,
+    expected_end,
+    freed_by_quota,
+    quota_limit,
+    reserve,
+    timelines,
+)
 from mlops_gpu.core.cycle_victims import VictimRules
 from mlops_gpu.core.placement import request_amount
 from mlops_gpu.core.preempt import Hold
@@ -42,15 +49,14 @@ class ReservationHold(VictimRules):
                 if anchor is not None:
                     run, types = anchor
                     self.anchor = run.id
-                    now = self.snap.now
-                    st = self.state
+                    # the nodes' timelines of expected ends, from the active runs
+                    lines = timelines(self.state.view(self.snap.now))
                     self._reservation = reserve(
                         self.snap,
                         self.cap,
                         run,
                         types,
-                        lambda n: st.lines(n, now),
-                        lambda n, free, need: st.reach(n, now, free, need),
+                        lines,
                         lambda t: self._quota_of(run, t),
                     )
                     if self._reservation is not None:

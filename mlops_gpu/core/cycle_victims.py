@@ -39,15 +39,15 @@ class VictimRules(CycleBooks):
         root = self.quota.root.get(run.project)
         amount = request_amount(run)
         for t in types:
-            pool = self.state.victims.get((run.project, t))
-            if pool and (any(v < mine for v in pool) or (mine in pool and self.peers(run, t))):
+            pool = self.state.victim_classes(run.project, t)
+            if any(v < mine for v in pool) or (mine in pool and self.peers(run, t)):
                 return True
             if borrowers.possible(self, run, t):
                 return True
             if root is None or not self.quota.within_nominal(run.project, t, amount):
                 continue
             for m in self.lenders_at_start(root, t):
-                if m != run.project and self.state.victims.get((m, t)):
+                if m != run.project and self.state.running.get((m, t)):
                     return True
         return False
 
@@ -87,15 +87,9 @@ class VictimRules(CycleBooks):
 
     def lenders_at_start(self, root: str, gpu_type: str) -> tuple[str, ...]:
         """The members of cohort tree ``root`` that borrowed ``gpu_type`` when the cycle began,
-        sorted (fixed for the cycle, so worked out once: ``_victims_possible`` asks for every
-        queue head)."""
-        key = (root, gpu_type)
-        found = self._lenders.get(key)
-        if found is None:
-            members = self.quota.members[root]
-            found = tuple(sorted(m for m in members if self._borrowed_at_start(m, gpu_type)))
-            self._lenders[key] = found
-        return found
+        sorted."""
+        members = self.quota.members[root]
+        return tuple(sorted(m for m in members if self._borrowed_at_start(m, gpu_type)))
 
     def _borrowed_at_start(self, project: str, gpu_type: str) -> bool:
         """Whether the project borrowed ``gpu_type`` when the cycle began: only such borrowing

@@ -23,12 +23,12 @@ Invariants:
   ``slot_shape`` keys an active one, its types sorted): the commonest
   shapes (ties by shape), at most ``TOP_K``, until they cover ``COVERAGE`` of the runs, as
   FGD's typical pods do (rare shapes, whose holes would seldom be filled, left out), each
-  share rounded to 1/``QUANTUM``: small changes in the counts leave the weights, and so the
-  memo of node fragmentation by ``Sig``, unchanged. Every sum of counts runs in the ranked
+  share rounded to 1/``QUANTUM``: small changes in the counts leave the weights unchanged.
+  Every sum of counts runs in the ranked
   order (count descending, then shape), so it never depends on the order shapes came in,
   even where counts are not whole. ``restricted`` counts active runs only.
 - A shape carries the GPU types its run accepted (empty: any), as its placer books it.
-  ``restricted`` is worked out from the exact counts (not the rounded weights), once per change.
+  ``restricted`` is worked out from the exact counts (not the rounded weights).
 """
 
 from __future__ import annotations
@@ -86,74 +86,52 @@ class Mix:
                 )
             key = (gpus, share, cpu, mem, tuple(sorted(accepts)))
             self.prior[key] = self.prior[key] + n if key in self.prior else n
-        self._weights: tuple[tuple[Shape, float], ...] = ()
-        self._cpu_per_gpu: float | None = None
-        self._stale = True
-        self._memo: dict[Sig, float] = {}
-        self._restricted: dict[str, float] | None = None
 
     def add(self, shape: Shape) -> None:
         self.counts[shape] += 1
-        self._stale = True
-        if shape[4]:
-            self._restricted = None
 
     def remove(self, shape: Shape) -> None:
         self.counts[shape] -= 1
         if self.counts[shape] <= 0:
             del self.counts[shape]
-        self._stale = True
-        if shape[4]:
-            self._restricted = None
 
     def restricted(self) -> dict[str, float]:
         """GPUs held per type by runs that accept only some types: a run accepting k types
         counts 1/k of its GPU share on each (rounded to 1e-6, so the same counts always give
         the same figures)."""
-        if self._restricted is None:
-            out: dict[str, float] = {}
-            for (gpus, share, _, _, accepts), n in sorted(self.counts.items()):
-                if not accepts:
-                    continue
-                distinct = set(accepts)
-                for t in distinct:
-                    out[t] = out.get(t, 0.0) + n * gpus * share / len(distinct)
-            self._restricted = {t: round(v, 6) for t, v in out.items()}
-        return self._restricted
+        out: dict[str, float] = {}
+        for (gpus, share, _, _, accepts), n in sorted(self.counts.items()):
+            if not accepts:
+                continue
+            distinct = set(accepts)
+            for t in distinct:
+                out[t] = out.get(t, 0.0) + n * gpus * share / len(distinct)
+        return {t: round(v, 6) for t, v in out.items()}
 
     def weights(self) -> tuple[tuple[Shape, float], ...]:
-        if self._stale:
-            self._stale = False
-            counts: dict[Shape, float] = dict(self.prior)
-            for s, k in self.counts.items():
-                counts[s] = counts.get(s, 0.0) + k
-            ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-            # (summed in the ranked order, not the dict's, which follows the order shapes came
-            # in: a prior's counts need not be whole, and then the order changes the sum)
-            need, cum = COVERAGE * sum(n for _, n in ranked), 0.0
-            ranked = ranked[:TOP_K]
-            top: list[tuple[Shape, float]] = []
-            for s, n in ranked:
-                if cum >= need:
-                    break
-                top.append((s, n))
-                cum += n
-            total = sum(n for _, n in top)
-            rounded = ((s, round(n / total * QUANTUM) / QUANTUM) for s, n in top)
-            w = tuple((s, p) for s, p in rounded if p > 0)
-            if w != self._weights:
-                self._weights = w
-                self._memo.clear()
-                gpus = sum(p * s[0] * s[1] for s, p in w)  # GPUs x share
-                cpu = sum(p * s[2] for s, p in w)
-                self._cpu_per_gpu = cpu / gpus if gpus > 0 and cpu > 0 else None
-        return self._weights
+        counts: dict[Shape, float] = dict(self.prior)
+        for s, k in self.counts.items():
+            counts[s] = counts.get(s, 0.0) + k
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        # (summed in the ranked order, not the dict's, which follows the order shapes came
+        # in: a prior's counts need not be whole, and then the order changes the sum)
+        need, cum = COVERAGE * sum(n for _, n in ranked), 0.0
+        top: list[tuple[Shape, float]] = []
+        for s, n in ranked[:TOP_K]:
+            if cum >= need:
+                break
+            top.append((s, n))
+            cum += n
+        total = sum(n for _, n in top)
+        rounded = ((s, round(n / total * QUANTUM) / QUANTUM) for s, n in top)
+        return tuple((s, p) for s, p in rounded if p > 0)
 
     def cpu_per_gpu(self) -> float | None:
-        """The mix's host CPU per GPU (millicores), or None without CPU requests; worked out
-        once per change of the weights, not per node scored."""
-        self.weights()
-        return self._cpu_per_gpu
+        """The mix's host CPU per GPU (millicores), or None without CPU requests."""
+        w = self.weights()
+        gpus = sum(p * s[0] * s[1] for s, p in w)  # GPUs x share
+        cpu = sum(p * s[2] for s, p in w)
+        return cpu / gpus if gpus > 0 and cpu > 0 else None
 
     def imbalance(self, sig: Sig) -> float:
         """How far a node in state ``sig`` is from the CPU per free GPU the mix needs, as a
@@ -167,11 +145,7 @@ class Mix:
 
     def node_fragment(self, sig: Sig) -> float:
         """Expected fragment of a node in state ``sig`` under the current weights."""
-        weights = self.weights()
-        got = self._memo.get(sig)
-        if got is None:
-            got = self._memo[sig] = sum(p * shape_fragment(sig, s) for s, p in weights)
-        return got
+        return sum(p * shape_fragment(sig, s) for s, p in self.weights())
 
 
 def after_whole(sig: Sig, gpus: int, cpu: int, mem: int) -> Sig:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from mlops_gpu.core.capacity import Capacity
@@ -69,8 +69,6 @@ def place(
     """
     req = run.request
     fgd = snap.policy.placement == "fragmentation" and cap.fragmentable
-    if req.shape == "whole" and req.topology_key is None and not (fgd and req.nodes == 1):
-        return _place_whole_indexed(snap, cap, run, gpu_type, fits)
     nodes = eligible_nodes(snap, cap, run, gpu_type)
     if req.shape == "mig":
         return _place_mig(cap, nodes, req, gpu_type, fits)
@@ -157,20 +155,15 @@ def _place_whole_fgd(
     cap: Capacity, nodes: list[Node], req: ResourceRequest, gpu_type: str, fits: NodeFilter | None
 ) -> Placement | None:
     """One node, whole GPUs: least class of growth of expected fragmentation, then CPU balance,
-    then name.
-    Nodes in the same state score alike, so each state is scored once."""
-    scored: dict[Sig, tuple[float, float]] = {}
+    then name."""
     best: tuple[float, float, str] | None = None
     for n in nodes:
         left = len(cap.free[n.name]) - req.gpus
         if left < 0 or (fits is not None and not fits(n, left)):
             continue
         sig = cap.signature(n.name)
-        score = scored.get(sig)
-        if score is None:
-            after = after_whole(sig, req.gpus, req.cpu_milli, req.host_memory_mb)
-            score = scored[sig] = _score(cap, sig, after)
-        key = (*score, n.name)
+        after = after_whole(sig, req.gpus, req.cpu_milli, req.host_memory_mb)
+        key = (*_score(cap, sig, after), n.name)
         if best is None or key < best:
             best = key
     if best is None:
@@ -209,49 +202,20 @@ def _place_whole(
     return Placement(backend=choice[0].backend, gpu_type=gpu_type, slots=slots)
 
 
-def indexed_buckets(
-    snap: Snapshot, cap: Capacity, gpu_type: str, pinned: str | None, nodes: int
-) -> Iterator[tuple[str, list[list[str]]]]:
-    """(backend, free-count buckets) of ``gpu_type`` that may host a whole-GPU request on
-    ``nodes`` nodes (the pinned backend only; multi-node capable for gangs), by backend name."""
-    for (t, backend), buckets in sorted(cap.buckets.items()):
-        if t != gpu_type or (pinned is not None and backend != pinned):
+def free_counts(
+    snap: Snapshot, cap: Capacity, gpu_type: str, pinned: str | None, nodes: int, gpus: int
+) -> dict[str, int]:
+    """Per backend that may host a whole-GPU request on ``nodes`` nodes of ``gpu_type`` (the
+    pinned one only; multi-node capable for gangs), by name: how many of its schedulable nodes
+    have ``gpus`` whole devices free now (host resources not checked)."""
+    out: dict[str, int] = {}
+    for n in cap.of_type.get(gpu_type, ()):
+        if not n.schedulable or (pinned is not None and n.backend != pinned):
             continue
-        if nodes > 1 and not snap.caps(backend).multi_node:
+        if nodes > 1 and not snap.caps(n.backend).multi_node:
             continue
-        yield backend, buckets
-
-
-def _place_whole_indexed(
-    snap: Snapshot, cap: Capacity, run: Run, gpu_type: str, fits: NodeFilter | None
-) -> Placement | None:
-    """``_place_whole`` without topology, from the free-count buckets: the same choice (least
-    left, then name; per backend the first ``nodes``; the cheapest backend, then its name)
-    without looking at nodes that cannot fit."""
-    req = run.request
-    best: tuple[tuple[int, tuple[str, ...]], list[str], str] | None = None
-    for backend, _ in indexed_buckets(snap, cap, gpu_type, run.spec.backend, req.nodes):
-        chosen: list[str] = []
-        total = 0
-        for k, name in cap.at_least((gpu_type, backend), req.gpus):
-            if fits is not None and not fits(cap.nodes[name], k - req.gpus):
-                continue
-            if not cap.host_fits(name, req):
-                continue
-            chosen.append(name)
-            total += k
-            if len(chosen) == req.nodes:
-                break
-        if len(chosen) < req.nodes:
-            continue
-        cost = (total, tuple(chosen))
-        if best is None or cost < best[0]:
-            best = (cost, chosen, backend)
-    if best is None:
-        return None
-    _, chosen, backend = best
-    slots = tuple(_slot(req, n, tuple(cap.free[n][: req.gpus])) for n in chosen)
-    return Placement(backend=backend, gpu_type=gpu_type, slots=slots)
+        out[n.backend] = out.get(n.backend, 0) + (len(cap.free[n.name]) >= gpus)
+    return dict(sorted(out.items()))
 
 
 def _cost(cap: Capacity, group: list[Node]) -> tuple[int, tuple[str, ...]]:
@@ -299,7 +263,6 @@ def _place_shared(
     fgd: bool = False,
 ) -> Placement | None:
     mem = req.gpu_memory_mb
-    scored: dict[tuple[Sig, float, float], tuple[float, float]] = {}
     best: tuple[float, float, float, str, str, Node, float] | None = None
     for n in nodes:
         if fits is not None and not fits(n, len(cap.free[n.name])):
@@ -325,13 +288,9 @@ def _place_shared(
             left = 1.0 - used_f - frac
             score = (0.0, 0.0)
             if fgd:
-                sig = cap.signature(n.name)
-                had = round(1.0 - used_f, 6)
-                got = scored.get((sig, had, frac))
-                if got is None:
-                    after = after_share(sig, had, frac, req.cpu_milli, req.host_memory_mb)
-                    got = scored[(sig, had, frac)] = _score(cap, sig, after)
-                score = got
+                sig, had = cap.signature(n.name), round(1.0 - used_f, 6)
+                after = after_share(sig, had, frac, req.cpu_milli, req.host_memory_mb)
+                score = _score(cap, sig, after)
             fit = 0.0 if fgd else left  # best fit without fragmentation scores
             if best is None or (*score, fit, n.name, dev) < best[:5]:
                 best = (*score, fit, n.name, dev, n, frac)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mlops_gpu.core.capacity import Capacity
-from mlops_gpu.core.placement import NodeFilter, eligible_nodes, indexed_buckets, place
+from mlops_gpu.core.placement import NodeFilter, eligible_nodes, free_counts, place
 from mlops_gpu.core.quota import QuotaBook
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Placement, Run
@@ -180,16 +180,15 @@ def _could_fit_without_all(
     snap: Snapshot, cap: Capacity, run: Run, t: str, cands: list[Run]
 ) -> bool:
     """Whether a whole-GPU ``run`` might fit on ``t`` with every candidate gone: per backend,
-    the nodes with ``gpus`` free now (the free-count index) plus the nodes that reach it with
+    the nodes with ``gpus`` free now plus the nodes that reach it with
     the candidates' devices back, at least ``nodes`` of them. Only nodes the candidates hold
     are looked at, so the test costs what the pool holds, not the cluster's size. An upper
     bound (host resources are not checked), so False is certain."""
     req = run.request
-    count: dict[str, int] = {}  # the backends that may host it: their nodes already fitting
-    for backend, _ in indexed_buckets(snap, cap, t, run.spec.backend, req.nodes):
-        count[backend] = cap.count_at_least((t, backend), req.gpus)
-        if count[backend] >= req.nodes:
-            return True
+    # the backends that may host it: their nodes already fitting
+    count = free_counts(snap, cap, t, run.spec.backend, req.nodes, req.gpus)
+    if any(k >= req.nodes for k in count.values()):
+        return True
     freed: dict[str, int] = defaultdict(int)
     for a in cands:
         for slot in _placement(a).slots:

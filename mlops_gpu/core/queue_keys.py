@@ -1,5 +1,5 @@
 """The keys a ``State`` files pending runs by: which queue (``shape_key``), the place in it
-(``order_key``), a run's age (``age_of``), and the index entries built from them.
+(``order_key``) and a run's age (``age_of``).
 
 Invariants:
 - Runs with the same ``shape_key`` (project aside: the queues are per project) are
@@ -24,8 +24,6 @@ from mlops_gpu.model import Run
 ShapeKey = tuple[object, ...]
 #: A run's age: (submit time, seq, run id); the smallest has waited longest
 Age = tuple[float, int, str]
-#: (-class value, age of the queue's oldest run, project, shape key), one per queue
-OldestEntry = tuple[int, Age, str, ShapeKey]
 
 
 def age_of(run: Run) -> Age:

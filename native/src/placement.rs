@@ -1,5 +1,5 @@
-//! Best-fit placement of whole-GPU runs over the free-count buckets
-//! (`mlops_gpu.core.placement._place_whole_indexed`): per backend, the first `nodes` nodes
+//! Best-fit placement of whole-GPU runs over the free-count buckets (the reference scans the
+//! nodes: `mlops_gpu.core.placement._place_whole`): per backend, the first `nodes` nodes
 //! that fit, fewest free devices first, then by name; the backend whose choice leaves the
 //! fewest free devices (then the names) wins; each node gives its first free devices. A run
 //! with a topology key is placed by `topology`; a one-node run under fragmentation-aware

@@ -224,20 +224,3 @@ def test_every_decision_keeps_the_invariants(snap: Snapshot) -> None:
     explained = {p.run_id for p in d.pending}
     assert explained == set(pending)
     assert all(p.reason for p in d.pending)
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(snapshots(), st.integers(1, 8), st.integers(1, 3), st.sampled_from(TYPES))
-def test_indexed_placement_matches_the_plain_scan(
-    snap: Snapshot, gpus: int, width: int, gpu_type: str
-) -> None:
-    from mlops_gpu.core.capacity import Capacity
-    from mlops_gpu.core.placement import _place_whole, eligible_nodes, place
-
-    cap = Capacity(snap)
-    probe = make_run("probe", "p0", gpus=gpus, nodes=width)
-    indexed = place(snap, cap, probe, gpu_type)
-    plain = _place_whole(
-        cap, eligible_nodes(snap, cap, probe, gpu_type), probe.request, gpu_type, None
-    )
-    assert indexed == plain
