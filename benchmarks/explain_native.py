@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import core_throughput
 
-from mlops_gpu.core.cycle import Cycle
+from mlops_gpu.core import cycle, cycle_explain, cycle_reserve
+from mlops_gpu.core.cycle_books import CycleBooks
 from mlops_gpu.core.decision import PendingReason
 from mlops_gpu.core.state import State
 from mlops_gpu.engines.native import NativeEngine
@@ -33,9 +34,10 @@ def python_cycle(
     eng: NativeEngine, now: float, usage_history: Mapping[tuple[str, str], float] | None = None
 ) -> list[PendingReason]:
     """The explanation of a Python core's cycle on the engine's state (the former path)."""
-    cycle = Cycle(State.from_snapshot(eng.snapshot(now)), now, usage_history)
-    cycle.run()
-    return cycle.explain()
+    books = CycleBooks(State(eng.snapshot(now)), now, usage_history)
+    cycle_reserve.work_out(books)
+    cycle.schedule(books)
+    return cycle_explain.explain(books)
 
 
 def timed(repeat: int, f: object, *args: object) -> tuple[float, list[PendingReason]]:

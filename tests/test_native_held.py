@@ -252,7 +252,7 @@ def test_a_device_two_runs_hold_stays_held_until_both_end(
     ref = FromScratch(template)
     for r in loaded:
         ref.add_active(r)
-    cap = State.from_snapshot(ref.snapshot(0.0)).cap
+    cap = State(ref.snapshot(0.0)).cap
     for rid, want in (("h", (["0", "3"], ["s0"])), ("k", (["0", "1", "2", "3"], ["s0", "s1"]))):
         run = ref.active[rid]
         assert run.placement is not None

@@ -187,7 +187,7 @@ def test_a_placed_memory_cap_over_quota_is_judged_by_its_share(native: Any) -> N
     """p1's run holds half of s0; p0 has no quota of its own, and its cohort half a GPU idle
     to lend. A 50 GB cap of p0 fits on s1 (80 GB), where it is charged 0.625 of a GPU: more
     than the cohort lends, so it waits on quota, and the reason says it needs 0.625 (the
-    placement's share, as ``Cycle._try`` judged it), not the whole GPU an unplaced memory cap
+    placement's share, as ``cycle._try`` judged it), not the whole GPU an unplaced memory cap
     counts as (the random comparison found the native engine naming 1)."""
     t = TYPES[0]
     template = make_snapshot(

@@ -22,18 +22,18 @@ from mlops_gpu.core.queue_keys import Age, age_of, shape_key
 from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
-    from mlops_gpu.core.cycle_victims import VictimRules
+    from mlops_gpu.core.cycle_books import CycleBooks
     from mlops_gpu.core.queue_keys import ShapeKey
 
 
-def node_sets(c: VictimRules, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
+def node_sets(c: CycleBooks, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
     """Whether one backend has ``nodes`` nodes of ``gpu_type`` with ``gpus`` free each now
     (host resources not checked)."""
     counts = free_counts(c.snap, c.cap, gpu_type, backend, nodes, gpus)
     return any(k >= nodes for k in counts.values())
 
 
-def anchor(c: VictimRules) -> tuple[Run, list[str]] | None:
+def anchor(c: CycleBooks) -> tuple[Run, list[str]] | None:
     """The run the EASY reservation is for, with the GPU types it could ever be admitted on, or
     None. Candidates are the queued whole-GPU runs that fit an empty cluster, whose quota could
     ever admit them (``backfill.could_be_admitted``), and that are blocked as the cycle begins
@@ -53,7 +53,7 @@ def anchor(c: VictimRules) -> tuple[Run, list[str]] | None:
     kept = st.pending.get(st.anchor) if st.anchor is not None else None
     if kept is not None and kept.id in st.order_keys:
         sk = shape_key(st.template, kept)
-        level = c._level_of(kept.project, int(sk[0]))  # type: ignore[call-overload]
+        level = c.level_of(kept.project, int(sk[0]))  # type: ignore[call-overload]
         types = _types(c, kept) if level is not None else []
         if types:
             best = ((-level, age_of(kept)), kept, types)  # type: ignore[operator]
@@ -62,7 +62,7 @@ def anchor(c: VictimRules) -> tuple[Run, list[str]] | None:
         ((-level, age_of(_oldest(q))), project, sk)
         for project, subqueues in st.queues.items()
         for sk, q in subqueues.items()
-        if q and (level := c._level_of(project, int(sk[0]))) is not None  # type: ignore[call-overload]
+        if q and (level := c.level_of(project, int(sk[0]))) is not None  # type: ignore[call-overload]
     )
     for key, project, sk in heads:
         if best is not None and key >= best[0]:
@@ -74,7 +74,7 @@ def anchor(c: VictimRules) -> tuple[Run, list[str]] | None:
     return None if best is None else (best[1], best[2])
 
 
-def overtaken(c: VictimRules) -> str | None:
+def overtaken(c: CycleBooks) -> str | None:
     """The anchor an engine keeps after cycle ``c`` when ``c`` had none or admitted it: the run
     of the highest class that has waited longest (as ``anchor``) among the queued runs that
     could ever be admitted (``_types``) and that ``c`` overtook: it did not admit them while it
@@ -87,14 +87,14 @@ def overtaken(c: VictimRules) -> str | None:
     youngest: dict[int, Age] = {}  # class -> the latest run it admitted
     for rid in admitted:
         run = st.pending[rid]
-        level = c._level_of(run.project, c.snap.priority_of(run))
+        level = c.level_of(run.project, c.snap.priority_of(run))
         age = age_of(run)
         if level is not None and (level not in youngest or youngest[level] < age):
             youngest[level] = age
     best: tuple[tuple[int, Age], str] | None = None
     for project, subqueues in st.queues.items():
         for sk, q in subqueues.items():
-            level = c._level_of(project, int(sk[0]))  # type: ignore[call-overload]
+            level = c.level_of(project, int(sk[0]))  # type: ignore[call-overload]
             if not q or level not in youngest:
                 continue
             for age in sorted(map(age_of, q)):  # its oldest run not admitted
@@ -108,7 +108,7 @@ def overtaken(c: VictimRules) -> str | None:
     return None if best is None else best[1]
 
 
-def _types(c: VictimRules, run: Run) -> list[str]:
+def _types(c: CycleBooks, run: Run) -> list[str]:
     """The GPU types a whole-GPU run could ever be admitted on (an empty cluster hosts it, its
     quota could admit it); [] for other shapes."""
     if run.request.shape != "whole":
@@ -120,7 +120,7 @@ def _types(c: VictimRules, run: Run) -> list[str]:
     ]
 
 
-def _blocked(c: VictimRules, project: str, sk: ShapeKey) -> tuple[Run, list[str]] | None:
+def _blocked(c: CycleBooks, project: str, sk: ShapeKey) -> tuple[Run, list[str]] | None:
     """The queue's oldest run with ``_types``, if it is blocked now: on none of them do both
     quota admit it and a node set take it; else None."""
     st = c.state

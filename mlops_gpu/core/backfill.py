@@ -22,7 +22,7 @@ anchor's project on its GPU type may take quota only on the same terms: it ends 
 or the anchor's amount still fits the quota at ``at`` after it took its share. So nothing takes
 what the anchor waits for, and it starts once the runs holding its GPUs and quota end. A
 preemption plan is held to the same terms (its victims' GPUs and quota count as free), unless
-its run is the anchor or of a higher class (``Cycle._preempt_hold``).
+its run is the anchor or of a higher class (``cycle_reserve.preempt_hold``).
 
 ETA (for every pending run): per GPU type, the earliest time the GPUs free now plus
 those released by then cover the run's need plus the needs of the pending runs ahead of it;
@@ -90,7 +90,7 @@ class Reservation:
     quota_unknown: bool = False
     #: whether the anchor must borrow on ``gpu_type``: then it holds nothing from a run of
     #: another project within that project's nominal quota (a loan never comes before an
-    #: owner's use; ``Cycle._backfill_filter``)
+    #: owner's use; ``cycle_reserve.backfill_filter``)
     borrows: bool = False
     #: node -> GPUs that runs of the anchor's own project without max_runtime surely release
     #: there before ``at`` (its quota waits for them to end; ``freed_by_quota``)

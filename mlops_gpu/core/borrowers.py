@@ -5,9 +5,9 @@ on for more than ``shortest_preempt_ratio`` x R's whole ``max_runtime``. With
 ``policy.shortest_preempt_borrowers`` (off by default) R may also preempt such a run V of
 ANOTHER project when all of these hold:
 - V's project P is in R's cohort tree and borrowed V's GPU type when the cycle began
-  (``Cycle._borrowed_at_start``, the usage the reclaim of lent quota reads);
+  (``CycleBooks.borrowed_at_start``, the usage the reclaim of lent quota reads);
 - V is of R's class and expected to run on for more than the ratio x R's ``max_runtime``
-  (``Cycle._outlasts``; a run without ``max_runtime`` never is);
+  (``CycleBooks.outlasts``; a run without ``max_runtime`` never is);
 - P's fair share with V gone (``Shares.share_with``, from the shares as the cycle's order reads
   them at that moment) stays more than ``borrower_share_ratio`` (>= 1) times R's project's with
   R admitted (each victim alone in ``share_above``, the whole plan in ``keeps``): the move
@@ -16,7 +16,7 @@ ANOTHER project when all of these hold:
   that means the same at every scale; without fair share every share is 0: the rule never
   applies);
 - V is ready as a same-class victim of R's own project must be (the Day-one rules,
-  ``Cycle._ready``: a checkpoint reported unless ``preempt_uncheckpointed``, and at least
+  ``cycle_victims.ready``: a checkpoint reported unless ``preempt_uncheckpointed``, and at least
   ``min_runtime_before_preemption_s`` run);
 - the plan does not trade places (``keeps``): with the plan's victims gone, either R's project
   stays within its nominal quota with R placed, or no such victim would be within its own
@@ -43,18 +43,18 @@ from mlops_gpu.core.placement import request_amount
 from mlops_gpu.model import Placement, Run
 
 if TYPE_CHECKING:
-    from mlops_gpu.core.cycle_victims import VictimRules
+    from mlops_gpu.core.cycle_books import CycleBooks
 
 _EPS = 1e-9
 
 
-def enabled(c: VictimRules) -> bool:
+def enabled(c: CycleBooks) -> bool:
     """Whether the rule applies in this cycle's policy."""
     p = c.snap.policy
     return p.shortest_preempt_borrowers and p.order == "shortest" and p.preemption
 
 
-def may_ever(c: VictimRules, run: Run, victim: Run) -> bool:
+def may_ever(c: CycleBooks, run: Run, victim: Run) -> bool:
     """The rule's conditions that time cannot make true (``victim`` of another project)."""
     if not enabled(c) or victim.placement is None:
         return False
@@ -64,13 +64,13 @@ def may_ever(c: VictimRules, run: Run, victim: Run) -> bool:
     root = c.quota.root.get(victim.project)
     if root is None or root != c.quota.root.get(run.project):
         return False
-    if not c._borrowed_at_start(victim.project, victim.placement.gpu_type):
+    if not c.borrowed_at_start(victim.project, victim.placement.gpu_type):
         return False
     end = expected_end(snap, victim)
-    return end is not None and c._outlasts(run, end - snap.now)
+    return end is not None and c.outlasts(run, end - snap.now)
 
 
-def share_above(c: VictimRules, run: Run, victim: Run) -> bool:
+def share_above(c: CycleBooks, run: Run, victim: Run) -> bool:
     """Whether ``victim``'s project's fair share without it stays above the ratio x
     ``run``'s project's with ``run`` admitted on the victim's GPU type."""
     placed = victim.placement
@@ -81,15 +81,15 @@ def share_above(c: VictimRules, run: Run, victim: Run) -> bool:
     return theirs > mine * c.snap.policy.borrower_share_ratio + _EPS
 
 
-def _above(c: VictimRules, theirs: str, mine: str) -> bool:
+def _above(c: CycleBooks, theirs: str, mine: str) -> bool:
     ratio = c.snap.policy.borrower_share_ratio
     return c.shares.share(theirs) > c.shares.share(mine) * ratio + _EPS
 
 
-def possible(c: VictimRules, run: Run, gpu_type: str) -> bool:
+def possible(c: CycleBooks, run: Run, gpu_type: str) -> bool:
     """Whether a run of another project might be the rule's victim for ``run`` on
     ``gpu_type`` now (an over-estimate of ``may_ever`` and ``share_above``; False is
-    certain; the shares before the move bound those after it): ``Cycle._victims_possible``
+    certain; the shares before the move bound those after it): ``cycle_victims.possible``
     asks it."""
     if not enabled(c):
         return False
@@ -98,28 +98,28 @@ def possible(c: VictimRules, run: Run, gpu_type: str) -> bool:
         return False
     cls = c.snap.priority_of(run)
     for m in c.lenders_at_start(root, gpu_type):
-        if m == run.project or not c._outlasts(run, _to_go(c, m, gpu_type, cls)):
+        if m == run.project or not c.outlasts(run, _to_go(c, m, gpu_type, cls)):
             continue
         if _above(c, m, run.project):
             return True
     return False
 
 
-def _to_go(c: VictimRules, project: str, gpu_type: str, cls: int) -> float:
+def _to_go(c: CycleBooks, project: str, gpu_type: str, cls: int) -> float:
     return c.state.longest_to_go(project, gpu_type, cls, c.snap.now)
 
 
-def taken_by_rule(c: VictimRules, run: Run, victim: Run) -> bool:
+def taken_by_rule(c: CycleBooks, run: Run, victim: Run) -> bool:
     """Whether ``victim`` (chosen for ``run``) was taken by this rule, not by the reclaim of
     lent quota or as a lower class: for the plan's check and the preemption's message."""
     return (
         victim.project != run.project
         and c.snap.priority_of(victim) == c.snap.priority_of(run)
-        and not c._reclaims(run, victim)
+        and not c.reclaims(run, victim)
     )
 
 
-def keeps(c: VictimRules, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
+def keeps(c: CycleBooks, run: Run, victims: Iterable[Run], placement: Placement) -> bool:
     """Whether the plan keeps the order of shares and does not trade places (see the module
     docstring): ``ready`` judged each victim alone, this judges the plan's whole move."""
     victims = list(victims)
@@ -142,7 +142,7 @@ def keeps(c: VictimRules, run: Run, victims: Iterable[Run], placement: Placement
 
 
 def _keeps_order(
-    c: VictimRules, run: Run, victims: list[Run], taken: list[Run], placement: Placement
+    c: CycleBooks, run: Run, victims: list[Run], taken: list[Run], placement: Placement
 ) -> bool:
     """With every victim gone and ``run`` placed, each project a victim was taken from by this
     rule keeps a share above the ratio x ``run``'s project's."""
@@ -159,7 +159,7 @@ def _keeps_order(
     )
 
 
-def why(c: VictimRules, run: Run, victim: Run) -> str:
+def why(c: CycleBooks, run: Run, victim: Run) -> str:
     """The preemption's message for a victim taken by this rule."""
     s = c.shares
     return taken_text(run, victim.project, s.share(victim.project), s.share(run.project))

@@ -1,12 +1,12 @@
-"""``ReservationHold``: the anchor's EASY backfill reservation (step 6 of ``policy``) and what
+"""``work_out``: the anchor's EASY backfill reservation (step 6 of ``policy``), and what
 it holds against the other runs of a cycle.
 
 Invariants:
 - The reservation is worked out once per cycle, from the cycle's starting state, before the
   first admission (``_try`` asks for it before placing), for the anchor ``anchor.anchor``
-  names; it is dropped when the anchor is admitted (``CycleBooks._admit``).
+  names; it is dropped when the anchor is admitted (``CycleBooks.admit``).
 - The anchor itself is never held back by its reservation; a run of a higher class than the
-  anchor's ignores it when it preempts (``_preempt_hold``: priority wins).
+  anchor's ignores it when it preempts (``preempt_hold``: priority wins).
 - Another run may take what the reservation holds (nodes, quota) only when it is shown to end
   before the reservation's time (``Reservation.allows``, ``allows_quota``); a run within its own
   nominal quota may also take what a borrowing anchor would borrow.
@@ -28,119 +28,111 @@ from mlops_gpu.core.backfill import (
     reserve,
     timelines,
 )
-from mlops_gpu.core.cycle_victims import VictimRules
+from mlops_gpu.core.cycle_books import CycleBooks
 from mlops_gpu.core.placement import request_amount
 from mlops_gpu.core.preempt import Hold
 from mlops_gpu.model import Run
 
 
-class ReservationHold(VictimRules):
-    """The anchor's reservation and what it holds from the others."""
+def work_out(c: CycleBooks) -> None:
+    """Step 6: the anchor (``anchor.anchor``) and its reservation (``c.reservation``), from the
+    cycle's starting state, before any admission. It is dropped once the anchor is admitted
+    (``CycleBooks.admit``)."""
+    if not c.snap.policy.backfill:
+        return
+    anchor = anchors.anchor(c)
+    if anchor is None:
+        return
+    run, types = anchor
+    c.anchor = run.id
+    # the nodes' timelines of expected ends, from the active runs
+    lines = timelines(c.state.view(c.snap.now))
+    c.reservation = reserve(c.snap, c.cap, run, types, lines, lambda t: _quota_of(c, run, t))
+    if c.reservation is not None:
+        _hold_terms(c, run, c.reservation)
 
-    @property
-    def reservation(self) -> Reservation | None:
-        """The anchor's reservation, worked out from the cycle's starting state: the first use
-        comes before the first admission (``_try`` asks for it before placing). It is dropped
-        once the anchor is admitted."""
-        if not self._reserved:
-            self._reserved = True
-            if self.snap.policy.backfill:
-                anchor = anchors.anchor(self)
-                if anchor is not None:
-                    run, types = anchor
-                    self.anchor = run.id
-                    # the nodes' timelines of expected ends, from the active runs
-                    lines = timelines(self.state.view(self.snap.now))
-                    self._reservation = reserve(
-                        self.snap,
-                        self.cap,
-                        run,
-                        types,
-                        lines,
-                        lambda t: self._quota_of(run, t),
-                    )
-                    if self._reservation is not None:
-                        self._hold_terms(run, self._reservation)
-        return self._reservation
 
-    def _hold_terms(self, run: Run, res: Reservation) -> None:
-        """What the reservation does not hold against others: whether the anchor borrows
-        (then runs within their own nominal quota go first), and the GPUs its own project's
-        runs without max_runtime surely free on its nodes before it (its quota waits for them)."""
-        t, amount = res.gpu_type, request_amount(run)
-        res.borrows = not self.quota.within_nominal(run.project, t, amount)
-        if res.limit is None:
-            return
-        short = self.quota.used[(run.project, t)] + amount - res.limit - res.released
-        unknown_on: dict[str, int] = defaultdict(int)
-        for a in self.state.held.get((run.project, t), {}).values():
-            if a.placement is not None and expected_end(self.snap, a) is None:
-                for slot in a.placement.slots:
-                    unknown_on[slot.node] += len(slot.devices)
-        res.freed = freed_by_quota(short, unknown_on, res.nodes)
+def _hold_terms(c: CycleBooks, run: Run, res: Reservation) -> None:
+    """What the reservation does not hold against others: whether the anchor borrows
+    (then runs within their own nominal quota go first), and the GPUs its own project's
+    runs without max_runtime surely free on its nodes before it (its quota waits for them)."""
+    t, amount = res.gpu_type, request_amount(run)
+    res.borrows = not c.quota.within_nominal(run.project, t, amount)
+    if res.limit is None:
+        return
+    short = c.quota.used[(run.project, t)] + amount - res.limit - res.released
+    unknown_on: dict[str, int] = defaultdict(int)
+    for a in c.state.held.get((run.project, t), {}).values():
+        if a.placement is not None and expected_end(c.snap, a) is None:
+            for slot in a.placement.slots:
+                unknown_on[slot.node] += len(slot.devices)
+    res.freed = freed_by_quota(short, unknown_on, res.nodes)
 
-    def _quota_of(
-        self, run: Run, gpu_type: str
-    ) -> tuple[float | None, float, list[tuple[float | None, float]]]:
-        """``backfill.QuotaOf`` for the anchor ``run``: the quota it counts on, its project's
-        usage, and the expected ends of the project's own runs on the type."""
-        limit = quota_limit(
-            self.quota, run.project, gpu_type, request_amount(run), run.spec.preemptible
+
+def _quota_of(
+    c: CycleBooks, run: Run, gpu_type: str
+) -> tuple[float | None, float, list[tuple[float | None, float]]]:
+    """``backfill.QuotaOf`` for the anchor ``run``: the quota it counts on, its project's
+    usage, and the expected ends of the project's own runs on the type."""
+    limit = quota_limit(c.quota, run.project, gpu_type, request_amount(run), run.spec.preemptible)
+    used = c.quota.used[(run.project, gpu_type)]
+    if limit is None:
+        return None, used, []
+    snap = c.snap
+    ends = [
+        (expected_end(snap, a), float(a.placement.gpu_amount))  # type: ignore[union-attr]
+        for a in c.state.held.get((run.project, gpu_type), {}).values()
+    ]
+    return limit, used, ends
+
+
+def kept_anchor(c: CycleBooks) -> str | None:
+    """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
+    this cycle's, unless it was admitted; else the oldest run the cycle overtook
+    (``anchor.overtaken``). (Asked after ``run``: when no run was tried the reservation
+    was not worked out, and nothing was admitted, so the starting state is still there to
+    work it out from.)"""
+    _ = c.reservation
+    admitted = {a.run_id for a in c.admissions}
+    if c.anchor is not None and c.anchor not in admitted:
+        return c.anchor
+    return anchors.overtaken(c) if c.snap.policy.backfill else None
+
+
+def backfill_filter(c: CycleBooks, run: Run) -> Callable[..., bool] | None:
+    res = c.reservation
+    if res is None or res.run_id == run.id:
+        return None
+    ends = None if run.spec.max_runtime_s is None else c.snap.now + run.spec.max_runtime_s
+    if res.borrows and run.project != res.project:
+        amount, quota = request_amount(run), c.quota
+        return lambda node, free_after: (
+            quota.within_nominal(run.project, node.gpu_type, amount)
+            or res.allows(node, free_after, ends)
         )
-        used = self.quota.used[(run.project, gpu_type)]
-        if limit is None:
-            return None, used, []
-        snap = self.snap
-        ends = [
-            (expected_end(snap, a), float(a.placement.gpu_amount))  # type: ignore[union-attr]
-            for a in self.state.held.get((run.project, gpu_type), {}).values()
-        ]
-        return limit, used, ends
+    return lambda node, free_after: res.allows(node, free_after, ends)
 
-    def kept_anchor(self) -> str | None:
-        """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
-        this cycle's, unless it was admitted; else the oldest run the cycle overtook
-        (``anchor.overtaken``). (Asked after ``run``: when no run was tried the reservation
-        was not worked out, and nothing was admitted, so the starting state is still there to
-        work it out from.)"""
-        _ = self.reservation
-        admitted = {a.run_id for a in self.admissions}
-        if self.anchor is not None and self.anchor not in admitted:
-            return self.anchor
-        return anchors.overtaken(self) if self.snap.policy.backfill else None
 
-    def _backfill_filter(self, run: Run) -> Callable[..., bool] | None:
-        res = self.reservation
-        if res is None or res.run_id == run.id:
-            return None
-        ends = None if run.spec.max_runtime_s is None else self.snap.now + run.spec.max_runtime_s
-        if res.borrows and run.project != res.project:
-            amount, quota = request_amount(run), self.quota
-            return lambda node, free_after: (
-                quota.within_nominal(run.project, node.gpu_type, amount)
-                or res.allows(node, free_after, ends)
-            )
-        return lambda node, free_after: res.allows(node, free_after, ends)
+def preempt_hold(c: CycleBooks, run: Run) -> Hold:
+    """What ``run``'s preemption plan must leave to the reservation: as for backfill, unless
+    ``run`` is the anchor or of a higher class (priority wins)."""
+    res = c.reservation
+    if res is None or res.run_id == run.id:
+        return None
+    anchor = c.state.pending[res.run_id]
+    if c.level(run) > c.level(anchor):
+        return None
+    flt = backfill_filter(c, run)
+    assert flt is not None
+    return flt, lambda t, amount: not quota_held(c, run, t, amount)
 
-    def _preempt_hold(self, run: Run) -> Hold:
-        """What ``run``'s preemption plan must leave to the reservation: as for backfill, unless
-        ``run`` is the anchor or of a higher class (priority wins)."""
-        res = self.reservation
-        if res is None or res.run_id == run.id:
-            return None
-        anchor = self.state.pending[res.run_id]
-        if self._level(run) > self._level(anchor):
-            return None
-        flt = self._backfill_filter(run)
-        assert flt is not None
-        return flt, lambda t, amount: not self._quota_held(run, t, amount)
 
-    def _quota_held(self, run: Run, gpu_type: str, amount: float) -> bool:
-        """Whether the reservation holds quota that ``run`` taking ``amount`` would take."""
-        res = self.reservation
-        if res is None or res.run_id == run.id:
-            return False
-        mr = run.spec.max_runtime_s
-        ends = None if mr is None else self.snap.now + mr
-        used = self.quota.used[(run.project, gpu_type)]
-        return not res.allows_quota(run.project, gpu_type, used + amount, ends)
+def quota_held(c: CycleBooks, run: Run, gpu_type: str, amount: float) -> bool:
+    """Whether the reservation holds quota that ``run`` taking ``amount`` would take."""
+    res = c.reservation
+    if res is None or res.run_id == run.id:
+        return False
+    mr = run.spec.max_runtime_s
+    ends = None if mr is None else c.snap.now + mr
+    used = c.quota.used[(run.project, gpu_type)]
+    return not res.allows_quota(run.project, gpu_type, used + amount, ends)

@@ -46,17 +46,6 @@ def budget_exceeded(snap: Snapshot, project: str) -> str | None:
     return None
 
 
-def effective_priority(snap: Snapshot, run: Run, budget_note: str | None) -> int:
-    """The run's class value, or its budget's ``lower_to`` class once the budget is spent."""
-    if budget_note is not None:
-        b = snap.projects[run.project].budget
-        if b is not None and b.action == "lower" and b.lower_to is not None:
-            lowered = snap.priority_classes.get(b.lower_to)
-            if lowered is not None:
-                return min(lowered, snap.priority_of(run))
-    return snap.priority_of(run)
-
-
 def las_level(snap: Snapshot, attained_gpu_s: float) -> int:
     """0 for the least attained service; one more per threshold passed."""
     return bisect_right(snap.policy.las_thresholds_gpu_s, attained_gpu_s)

@@ -317,15 +317,12 @@ def _place_mig(
     return Placement(node.backend, gpu_type, (_slot(req, node.name, ids, mig_share(req.mig)),))
 
 
-def could_ever_fit(
-    nodes: tuple[Node, ...],
-    capabilities: Mapping[str, BackendCapabilities],
-    run: Run,
-    gpu_type: str,
-) -> bool:
-    """Whether an empty cluster of ``nodes`` could host the run on ``gpu_type`` (ignoring
-    quotas). Nodes that are unschedulable now may come back: this judges the cluster's shape,
-    not its state."""
+def empty_cluster(
+    nodes: tuple[Node, ...], capabilities: Mapping[str, BackendCapabilities]
+) -> tuple[Snapshot, Capacity]:
+    """The cluster of ``nodes`` with nothing running and every node schedulable (nodes that
+    are unschedulable now may come back): ``place`` on it says whether a run could ever fit,
+    judging the cluster's shape, not its state (``place`` changes nothing: one serves many)."""
     empty = Snapshot(
         now=0.0,
         nodes=tuple(n if n.schedulable else replace(n, schedulable=True) for n in nodes),
@@ -336,4 +333,4 @@ def could_ever_fit(
         priority_classes={},
         capabilities=capabilities,
     )
-    return place(empty, Capacity(empty), run, gpu_type) is not None
+    return empty, Capacity(empty)

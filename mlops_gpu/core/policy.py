@@ -14,16 +14,17 @@
    respects the backfill reservation, and the project's quota (``QuotaBook.problem``; only a
    preemptible run may borrow: a loan must be reclaimable);
 5. preempt: a run that does not fit may get victims (``preempt.find_plan``; who may be one:
-   ``_may_preempt``). It is admitted in the same decision, on the placement the plan found,
-   so no victim is stopped for nothing: the victims hold nothing from then on (their devices
-   free, the preemptor's taken), and the controller launches the preemptor once they have
-   exited. A victim of the run's own project and class must have reported a checkpoint
-   (unless ``preempt_uncheckpointed``) and run ``min_runtime_before_preemption_s``
-   (``_ready``). A plan that takes runs of the run's own class is dropped when they would win
-   their GPUs back at once (``_keeps_what_it_frees``). Victims of the lowest classes go first
-   (``preempt``), so a reclaim ends: a higher-class victim, requeued, would preempt its
-   project's lower-class runs in turn. A plan leaves the reservation (6.) what backfill leaves
-   it, unless its run is the anchor or of a higher class (``_preempt_hold``);
+   ``cycle_victims.may_preempt``). It is admitted in the same decision, on the placement the
+   plan found, so no victim is stopped for nothing: the victims hold nothing from then on
+   (their devices free, the preemptor's taken), and the controller launches the preemptor once
+   they have exited. A victim of the run's own project and class must have reported a
+   checkpoint (unless ``preempt_uncheckpointed``) and run ``min_runtime_before_preemption_s``
+   (``cycle_victims.ready``). A plan that takes runs of the run's own class is dropped when
+   they would win their GPUs back at once (``cycle._keeps_what_it_frees``). Victims of the
+   lowest classes go first (``preempt``), so a reclaim ends: a higher-class victim, requeued,
+   would preempt its project's lower-class runs in turn. A plan leaves the reservation (6.)
+   what backfill leaves it, unless its run is the anchor or of a higher class
+   (``cycle_reserve.preempt_hold``);
 6. reserve: the anchor (``anchor.anchor``), the run of the highest class that has waited
    longest (submit time, seq, id; not the order's head) among those blocked by capacity or by
    its own project's quota when the cycle begins and that could ever be admitted, or the
@@ -48,19 +49,19 @@ interchangeable runs by its head: when the head is blocked and its
 followers could do nothing the head could not (no reservation to work around, no possible
 victims), they wait for the same reason without being tried one by one.
 
-Every cycle visits every queue and judges every head whose turn comes (``Cycle._try``, or
-``Cycle._surely_blocked`` where the answer is certain): nothing is skipped for having been
+Every cycle visits every queue and judges every head whose turn comes (``cycle._try``, or
+``cycle._surely_blocked`` where the answer is certain): nothing is skipped for having been
 blocked before, and nothing is remembered from one cycle to the next but the kept anchor.
 This Python core is the plain reference (the tests' oracle, ``simulate --engine reference``
-and the engine where the Rust one is not built, ``engine.FromScratch``); speed is the Rust
-engine's job (``engines.native``).
+and the engine where the Rust one is not built, ``engines.reference.FromScratch``); speed is
+the Rust engine's job (``engines.native``).
 
 Where the steps live: this module is the entry (``decide``, ``decide_keeping``, which calls
-the steps in turn, each under its number) and the specification above; ``cycle.Cycle`` is one
-cycle, built in layers, each its own module:
-``cycle_books`` (1., what the cycle holds, and 2., the budget's level), ``cycle_victims`` (who
-may be a victim, 5.), ``cycle_reserve`` (the reservation, 6.), ``cycle_explain`` (7.) and
-``cycle`` (3., 4. and the preemption of 5.).
+the steps in turn, each under its number) and the specification above. Each step is a module
+of plain functions over one object, the cycle's books (``cycle_books.CycleBooks``: 1., what
+the cycle holds, and 2., the budget's level): ``cycle_reserve`` (the reservation, 6.),
+``cycle`` (3., 4. and the preemption of 5.; who may be a victim: ``cycle_victims``) and
+``cycle_explain`` (7.).
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from mlops_gpu.core import eligibility
-from mlops_gpu.core.cycle import Cycle
+from mlops_gpu.core import cycle, cycle_explain, cycle_reserve, eligibility
+from mlops_gpu.core.cycle_books import CycleBooks
 from mlops_gpu.core.decision import Decision, PendingReason
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.core.state import State
@@ -83,7 +84,7 @@ def decide_default(snap: Snapshot, explain: bool = True) -> Decision:
 
 def decide_keeping(snap: Snapshot, explain: bool = True) -> tuple[Decision, str | None]:
     """``decide_default``, and the anchor an engine applying the decision keeps for the next
-    cycle (``Snapshot.anchor``; ``Cycle.kept_anchor``). The policy sees only the runs
+    cycle (``Snapshot.anchor``; ``cycle_reserve.kept_anchor``). The policy sees only the runs
     ``eligibility.gate`` passes; the others get its reasons (in the snapshot's order)."""
     # (job control first: holds, begin times, dependencies, array limits keep runs out)
     g = eligibility.gate(snap)
@@ -97,17 +98,17 @@ def decide_keeping(snap: Snapshot, explain: bool = True) -> tuple[Decision, str 
         return replace(d, doomed=g.doomed), kept
     # 1. snapshot -> free devices, quota usage (``State``: ``Capacity``, ``QuotaBook``), and
     # 2. triage: unknown project or class, backoff (``State``); spent budgets (``CycleBooks``)
-    cycle = Cycle(State.from_snapshot(snap), snap.now, snap.usage_history, snap.spent)
+    books = CycleBooks(State(snap), snap.now, snap.usage_history, snap.spent)
     # 6. reserve: the anchor and its reservation, from the cycle's starting state
-    _ = cycle.reservation
+    cycle_reserve.work_out(books)
     # 3. order, 4. fit, 5. preempt: each queue head in its turn
-    d = cycle.run()
+    d = cycle.schedule(books)
     # 6. the anchor kept for the next cycle (this one's, or the run it overtook)
-    kept = cycle.kept_anchor()
+    kept = cycle_reserve.kept_anchor(books)
     if not explain:
         return Decision(d.admissions, d.preemptions, ()), kept
     # 7. explain: a reason (and ETA) for every run not admitted
-    reasons = {p.run_id: p for p in cycle.explain()}
+    reasons = {p.run_id: p for p in cycle_explain.explain(books)}
     pending = tuple(reasons[r.id] for r in snap.pending if r.id in reasons)
     return Decision(d.admissions, d.preemptions, pending), kept
 

@@ -5,7 +5,7 @@ Who may be a victim of run R (on the GPU type R would use):
   also one of equal priority that has attained more service, in a later LAS level);
 - a preemptible run of another project of R's cohort tree that is borrowing that type, when R
   would stay within its own nominal quota (reclaiming lent quota).
-Same-class victims (R's project and class) must also be ready (``Cycle._ready``: a checkpoint
+Same-class victims (R's project and class) must also be ready (``cycle_victims.ready``: a checkpoint
 reported, the minimum runtime run). Runs already being preempted hold nothing in the core (their
 devices are free or their preemptor's), so they are neither counted nor chosen again. Among
 sufficient sets, the search prefers victims of the lowest classes (the highest class among
@@ -51,8 +51,9 @@ def lost_gpu_s(snap: Snapshot, run: Run) -> float:
     return run.placement.gpu_amount * max(snap.now - since, 0.0)
 
 
-#: What a plan must leave to the anchor's reservation (``Cycle._preempt_hold``): a node filter
-#: for ``place``, and whether the run may take an amount of a GPU type's quota; None: nothing.
+#: What a plan must leave to the anchor's reservation (``cycle_reserve.preempt_hold``): a node
+#: filter for ``place``, and whether the run may take an amount of a GPU type's quota; None:
+#: nothing.
 Hold = tuple[NodeFilter, Callable[[str, float], bool]] | None
 
 

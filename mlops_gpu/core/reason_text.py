@@ -1,6 +1,6 @@
 """The sentences of pending reasons, one table for both engines: each function renders one
 reason code (or one part of one) from its parameters. The Python core's cycle
-(``cycle.Cycle``, ``quota.QuotaBook.problem``, ``backfill.EtaBook``) and the Rust engine's
+(``cycle.schedule``, ``quota.QuotaBook.problem``, ``backfill.EtaBook``) and the Rust engine's
 explanation (``native.NativeEngine.explain_all``, from the codes and parameters the engine
 returns) both call them, so a reason reads the same whichever engine decided.
 

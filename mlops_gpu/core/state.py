@@ -1,7 +1,7 @@
 """``State``: everything a scheduling cycle reads, built once from a snapshot for one cycle.
 
 Invariants:
-- A ``State`` is built from one snapshot (``from_snapshot``) and serves one cycle; nothing
+- A ``State`` is built from one snapshot (``State(snap)``) and serves one cycle; nothing
   keeps it up to date between cycles (the engine builds the next one from the next snapshot).
   What the cycle itself changes while it runs (its admissions take devices and quota, its
   victims give theirs back) goes through ``cap`` and ``quota``, changed in place; every other
@@ -33,7 +33,7 @@ from dataclasses import replace
 from mlops_gpu.core.backfill import start_of
 from mlops_gpu.core.capacity import Capacity
 from mlops_gpu.core.held import as_held
-from mlops_gpu.core.placement import could_ever_fit
+from mlops_gpu.core.placement import empty_cluster, place
 from mlops_gpu.core.queue_keys import ShapeKey, order_key, shape_key
 from mlops_gpu.core.quota import QuotaBook
 from mlops_gpu.core.snapshot import Snapshot
@@ -62,6 +62,8 @@ class State:
         self.quota = QuotaBook(self.template, self.cap.used)
         self.capacity_by_type = self.cap.capacity_by_type
         self.types = sorted({n.gpu_type for n in snap.nodes})
+        #: the cluster empty, every node schedulable: what a run could ever fit (``ever_fits``)
+        self.empty = empty_cluster(snap.nodes, snap.capabilities)
         self.active: dict[str, Run] = {}
         self.going: set[str] = set()
         self.pending: dict[str, Run] = {r.id: r for r in snap.pending}
@@ -74,7 +76,7 @@ class State:
         #: victim
         self.running: dict[tuple[str, str], dict[str, Run]] = defaultdict(dict)
         #: (project, GPU type) -> its active runs not being preempted (the anchor's quota hold
-        #: reads their ends: ``Cycle._quota_of``)
+        #: reads their ends: ``cycle_reserve._quota_of``)
         self.held: dict[tuple[str, str], dict[str, Run]] = defaultdict(dict)
         #: the run the engine kept the reservation for after its last cycle (``Snapshot.anchor``)
         self.anchor: str | None = snap.anchor
@@ -83,10 +85,6 @@ class State:
         for r in snap.pending:
             self._file(r)
         self._sort()
-
-    @staticmethod
-    def from_snapshot(snap: Snapshot) -> State:
-        return State(snap)
 
     def view(
         self,
@@ -167,13 +165,8 @@ class State:
 
     def ever_fits(self, run: Run) -> list[str]:
         """The acceptable GPU types on which an empty cluster could host the run."""
-        t = self.template
-        return [g for g in self.types_of(run) if could_ever_fit(t.nodes, t.capabilities, run, g)]
+        return [g for g in self.types_of(run) if place(*self.empty, run, g) is not None]
 
     def types_of(self, run: Run) -> list[str]:
         """The cluster's GPU types the run accepts."""
         return [t for t in self.types if run.request.accepts(t)]
-
-    def in_backoff(self) -> list[Run]:
-        """The runs in backoff, in the order their backoff ends."""
-        return list(self.backoff)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from mlops_gpu.core.placement import could_ever_fit
+from mlops_gpu.core.placement import empty_cluster, place
 from mlops_gpu.model import BackendCapabilities, GpuType, Node, Phase, Project, Run, RunSpec
 
 
@@ -48,7 +48,8 @@ def request_problems(
     caps = dict(capabilities or {})
     probe = Run(id="probe", seq=0, spec=spec, phase=Phase.PENDING, attempt=1, submitted_at=0.0)
     types = [t for t in sorted({n.gpu_type for n in nodes}) if spec.request.accepts(t)]
-    if any(could_ever_fit(nodes, caps, probe, t) for t in types):
+    empty = empty_cluster(nodes, caps)
+    if any(place(*empty, probe, t) is not None for t in types):
         return out
     out.append(_why_unhostable(spec, nodes, caps))
     return out

@@ -357,9 +357,9 @@ class NativeEngine:
     def _spent(
         self, spent: Mapping[str, tuple[float, float]] | None
     ) -> list[_engine.BudgetSpent] | None:
-        """The projects whose budget is spent, and what that does (``Cycle._level_of``): their
+        """The projects whose budget is spent, and what that does (``CycleBooks.level_of``): their
         runs wait, or are served at the ``lower_to`` class (one the cluster does not define
-        changes nothing, as in ``Cycle``)."""
+        changes nothing, as in ``core.cycle``)."""
         t = self.template
         if not self._budgeted:
             return None

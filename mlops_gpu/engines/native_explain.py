@@ -2,9 +2,9 @@
 parameters and ETAs the Rust engine works out (``_engine.Engine.explain``), rendered into
 sentences by ``reason_text``, the table the Python core's cycle renders its own with.
 
-What the engine never sees is explained here, as ``Cycle.explain`` does: runs with an unknown
-project or class (``invalid``), runs waiting out their backoff, and the runs of projects whose
-spent budget makes them wait. Everything else (codes, parameters, ETAs, the order runs are
+What the engine never sees is explained here, as ``cycle_explain.explain`` does: runs with an
+unknown project or class (``invalid``), runs waiting out their backoff, and the runs of projects
+whose spent budget makes them wait. Everything else (codes, parameters, ETAs, the order runs are
 booked in) comes from the engine.
 
 Invariant: the same ``PendingReason`` for every run as a cycle of the Python core on the same

@@ -28,7 +28,7 @@ project the cluster no longer has too, as ``core.held`` says, checked by
   resources do: ``PartSpec.shared_node``); where fragmentation-aware placement weighs the
   cluster, MIG slices are placed best fit as elsewhere, book their host CPU and memory on
   the node (which its signature shows) and add no shape to the mix (``Capacity._host``), and
-  a MIG run's GPU types are not reordered (``Cycle._try``), as in the Python core (compared
+  a MIG run's GPU types are not reordered (``cycle._try``), as in the Python core (compared
   by ``tests/test_native_fragmentation.py``, whose clusters have MIG nodes and runs);
   active runs holding slices or parts cross with each slot's share
   (``_engine.SlotShare``), and what they are charged where a slot's node is gone
@@ -47,7 +47,7 @@ project the cluster no longer has too, as ``core.held`` says, checked by
   ``_engine.Preempted.borrower_shares``), and project budgets: each cycle the projects whose
   budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given) cross as
   ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
-  ``lower_to`` class (``action: lower``), as ``Cycle._level_of`` has it.
+  ``lower_to`` class (``action: lower``), as ``CycleBooks.level_of`` has it.
 
 Invariant: everything not refused here is decided by the Rust engine exactly
 as by the Python core (``tests/test_native_core.py``, ``tests/test_native_fragmentation.py``
