@@ -91,7 +91,7 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         class,
         gpus,
         nodes: 1,
-        types: vec![0],
+        types: vec![0].into(),
         accepts: 0,
         request_types: 0,
         pinned: None,
