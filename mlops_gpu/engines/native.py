@@ -38,11 +38,10 @@ from types import ModuleType
 
 from mlops_gpu.core import borrowers
 from mlops_gpu.core.decision import Admission, Decision, PendingReason, Preemption
-from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.held import as_held
 from mlops_gpu.core.quota import cohort_roots
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.engines import native_explain, native_nodes, native_support
+from mlops_gpu.engines import native_explain, native_nodes, native_objects, native_support
 from mlops_gpu.engines.native_support import NotSupported, unsupported
 from mlops_gpu.engines.run_copy import going, running
 from mlops_gpu.model import NodeSlot, Placement, Run
@@ -74,6 +73,14 @@ def installed() -> ModuleType | None:
 
 
 __all__ = ["NativeEngine", "NotSupported", "installed", "unsupported"]
+
+# The cycle's result objects, built as their dataclasses build them at about half the cost
+# (``native_objects``: every field given, in order)
+_NODE_SLOT = native_objects.build(NodeSlot)
+_PLACEMENT = native_objects.build(Placement)
+_ADMISSION = native_objects.build(Admission)
+_PREEMPTION = native_objects.build(Preemption)
+_DECISION = native_objects.build(Decision)
 
 
 class NativeEngine:
@@ -343,42 +350,6 @@ class NativeEngine:
         return self._engine.anchor()
 
     # -- cycles -------------------------------------------------------------------------
-    def _history(self, usage_history: Mapping[tuple[str, str], float] | None) -> list[float] | None:
-        hist = self.template.usage_history if usage_history is None else usage_history
-        if not hist:
-            return None
-        out = [0.0] * ((len(self.projects) + 1) * len(self.types))  # (+1: ``held``'s)
-        for (project, t), gpu_s in hist.items():
-            p, ti = self._project_ix.get(project), self._type_ix.get(t)
-            if p is not None and ti is not None:
-                out[p * len(self.types) + ti] += gpu_s
-        return out
-
-    def _spent(
-        self, spent: Mapping[str, tuple[float, float]] | None
-    ) -> list[_engine.BudgetSpent] | None:
-        """The projects whose budget is spent, and what that does (``CycleBooks.level_of``): their
-        runs wait, or are served at the ``lower_to`` class (one the cluster does not define
-        changes nothing, as in ``core.cycle``)."""
-        t = self.template
-        if not self._budgeted:
-            return None
-        snap = replace(t, spent=t.spent if spent is None else spent)
-        out = []
-        for name in self._budgeted:
-            budget = t.projects[name].budget
-            assert budget is not None
-            if budget_exceeded(snap, name) is None:
-                continue
-            if budget.action == "wait":
-                lower_to = None
-            else:
-                lower_to = t.priority_classes.get(budget.lower_to or "")
-                if lower_to is None:
-                    continue
-            out.append(_engine.BudgetSpent(project=self._project_ix[name], lower_to=lower_to))
-        return out
-
     def cycle(
         self,
         now: float,
@@ -391,23 +362,34 @@ class NativeEngine:
         window (default: the template's), as ``FromScratch.cycle`` takes it."""
         self._due(now)
         admitted, preempted = self._engine.cycle(
-            now, self._history(usage_history), self._spent(spent)
+            now,
+            native_support.history(self, usage_history),
+            native_support.spent(self, spent, _engine),
         )
         admissions = []
-        names, dev_names = self._node_names, self._dev_names
+        names, dev_names, backends, types = (
+            self._node_names,
+            self._dev_names,
+            self.backends,
+            self.types,
+        )
+        pending, active, queued = self.pending, self.active, self._queued
+        slot, place, admission = _NODE_SLOT, _PLACEMENT, _ADMISSION
         for a in admitted:
             rid = a.run_id
-            run = self.pending.pop(rid)
-            self._queued.discard(rid)
-            req = run.request
-            memory = req.gpu_memory_mb if req.shape == "shared" else None
+            run = pending.pop(rid)
+            queued.discard(rid)
+            req = run.spec.request
+            # (a memory cap is kept only on a shared device: ``req.shape == "shared"``, read
+            # without the property's calls)
+            memory = req.gpu_memory_mb if req.mig is None else None
             fraction, cpu, host_memory = a.fraction, req.cpu_milli, req.host_memory_mb
-            placement = Placement(
-                self.backends[a.backend],
-                self.types[a.gpu_type],
+            placement = place(
+                backends[a.backend],
+                types[a.gpu_type],
                 tuple(
                     [
-                        NodeSlot(
+                        slot(
                             names[n],
                             tuple(map(dev_names[n].__getitem__, devs)),
                             fraction,
@@ -419,8 +401,8 @@ class NativeEngine:
                     ]
                 ),
             )
-            admissions.append(Admission(rid, placement))
-            self.active[rid] = running(run, placement, now)
+            admissions.append(admission(rid, placement))
+            active[rid] = running(run, placement, now)
         preemptions = []
         for pr in preempted:
             vid, for_id, lost = pr.run_id, pr.for_run_id, pr.lost_gpu_s
@@ -435,9 +417,9 @@ class NativeEngine:
                     f"{v.project} was borrowing"
                 )
             ck = v.spec.checkpoint
-            preemptions.append(Preemption(vid, why, ck.signal, ck.grace_s, for_id, lost))
+            preemptions.append(_PREEMPTION(vid, why, ck.signal, ck.grace_s, for_id, lost))
             self.active[vid] = going(v)
-        return Decision(tuple(admissions), tuple(preemptions), ())
+        return _DECISION(tuple(admissions), tuple(preemptions), (), ())  # type: ignore[no-any-return]
 
     @property
     def queued(self) -> set[str]:
@@ -462,7 +444,11 @@ class NativeEngine:
         """The extension's explanation of a cycle at ``now`` (nothing is applied): codes,
         parameters and ETAs (``native_explain`` renders them)."""
         self._due(now)
-        return self._engine.explain(now, self._history(usage_history), self._spent(spent))
+        return self._engine.explain(
+            now,
+            native_support.history(self, usage_history),
+            native_support.spent(self, spent, _engine),
+        )
 
     def explain_all(
         self,

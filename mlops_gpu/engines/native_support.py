@@ -56,10 +56,12 @@ and ``tests/test_native_held.py`` compare them).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Run
 
@@ -118,3 +120,45 @@ def held(eng: NativeEngine, run: Run, e: ModuleType) -> tuple[_engine.RunSpec, _
         shares=shares,
         charged=charged,
     )
+
+
+def history(
+    eng: NativeEngine, usage_history: Mapping[tuple[str, str], float] | None
+) -> list[float] | None:
+    """The usage history a cycle is given (default: the template's), per (project, GPU type)
+    in the extension's numbering, or None where there is none."""
+    hist = eng.template.usage_history if usage_history is None else usage_history
+    if not hist:
+        return None
+    out = [0.0] * ((len(eng.projects) + 1) * len(eng.types))  # (+1: ``held``'s)
+    for (project, t), gpu_s in hist.items():
+        p, ti = eng._project_ix.get(project), eng._type_ix.get(t)
+        if p is not None and ti is not None:
+            out[p * len(eng.types) + ti] += gpu_s
+    return out
+
+
+def spent(
+    eng: NativeEngine, spent: Mapping[str, tuple[float, float]] | None, e: ModuleType
+) -> list[_engine.BudgetSpent] | None:
+    """The projects whose budget is spent, and what that does (``CycleBooks.level_of``): their
+    runs wait, or are served at the ``lower_to`` class (one the cluster does not define
+    changes nothing, as in ``core.cycle``)."""
+    t = eng.template
+    if not eng._budgeted:
+        return None
+    snap = replace(t, spent=t.spent if spent is None else spent)
+    out = []
+    for name in eng._budgeted:
+        budget = t.projects[name].budget
+        assert budget is not None
+        if budget_exceeded(snap, name) is None:
+            continue
+        if budget.action == "wait":
+            lower_to = None
+        else:
+            lower_to = t.priority_classes.get(budget.lower_to or "")
+            if lower_to is None:
+                continue
+        out.append(e.BudgetSpent(project=eng._project_ix[name], lower_to=lower_to))
+    return out

@@ -217,10 +217,28 @@ pub fn anchor(c: &Cycle) -> Option<(usize, Vec<usize>)> {
             }
         }
     }
-    for qs in &st.queues {
+    for (p, qs) in st.queues.iter().enumerate() {
         for q in qs {
+            // (its runs' project and class are the queue's: the level and the age kept in
+            // the queue rule most queues out without reading their oldest run; a tie on
+            // both leaves it to `better`, which reads the ids)
+            let Some(at) = c.level(p, q.key.class) else {
+                continue;
+            };
+            if let Some((j, _)) = &best {
+                let o = &st.runs[*j];
+                let (submitted, seq) = q.oldest_age;
+                let worse = Reverse(Some(at))
+                    .cmp(&Reverse(level(*j)))
+                    .then(submitted.partial_cmp(&o.submitted_at).expect("no NaN"))
+                    .then(seq.cmp(&o.seq))
+                    .is_gt();
+                if worse {
+                    continue;
+                }
+            }
             let i = q.oldest;
-            if level(i).is_none() || !better(i, &best) {
+            if !better(i, &best) {
                 continue;
             }
             // Blocked: on none of the types it could ever be admitted on (`types_of`) do both

@@ -24,6 +24,7 @@ use crate::budget::{level, Limit};
 use crate::capacity::Placement;
 use crate::explain::Log;
 use crate::model::Model;
+use crate::preempt::PoolSeen;
 use crate::quota::room;
 use crate::state::{key_cmp, Key, State};
 use trial::Outcome;
@@ -125,6 +126,8 @@ pub struct Cycle<'a> {
     pub log: Option<Box<Log>>,
     /// Scratch: a turn's range heads (`turn`), kept to spare an allocation per turn.
     heads: Vec<Head>,
+    /// Per (project, type): what `victims_possible` read of its pool this cycle, if it did.
+    pub pools_seen: RefCell<Vec<Option<PoolSeen>>>,
 }
 
 impl<'a> Cycle<'a> {
@@ -166,6 +169,7 @@ impl<'a> Cycle<'a> {
             rooms: RefCell::new(vec![(0, 0.0); n * m.n_types]),
             log: None,
             heads: Vec::new(),
+            pools_seen: RefCell::new(vec![None; n * m.n_types]),
         };
         if m.policy.backfill {
             if let Some((run, types)) = anchor(&c) {

@@ -373,7 +373,7 @@ impl Engine {
             class: r.priority,
             gpus: r.gpus,
             nodes: r.nodes,
-            types: r.gpu_types,
+            types: r.gpu_types.into(),
             pinned: r.backend,
             topology: r.topology_key,
             topology_required: r.topology_required,

@@ -30,6 +30,17 @@ use crate::model::Order;
 use crate::placement::{place, Filter};
 use crate::quota::{admits, within_nominal};
 
+/// What a pool (project, type) holds, as `victims_possible` asks of it for one class: its
+/// lowest class, whether it holds `class`, and the latest expected end among its runs of
+/// `class` (`Cycle::pool_seen`).
+#[derive(Clone, Copy)]
+pub struct PoolSeen {
+    class: i64,
+    lowest: Option<i64>,
+    has_class: bool,
+    latest_end: Option<f64>,
+}
+
 pub struct Plan {
     pub victims: Vec<usize>,
     pub placement: Placement,
@@ -55,9 +66,9 @@ impl Cycle<'_> {
         let (m, st) = (self.m, &*self.st);
         let r = &st.runs[i];
         for &t in &r.types {
-            let pool = &st.pools[m.pt(r.project, t)];
-            if let Some((&lowest, _)) = pool.iter().next() {
-                if lowest < r.class || (pool.contains_key(&r.class) && self.peers(i, t)) {
+            let seen = self.pool_seen(m.pt(r.project, t), r.class);
+            if let Some(lowest) = seen.lowest {
+                if lowest < r.class || (seen.has_class && self.peers(i, seen.latest_end)) {
                     return true;
                 }
             }
@@ -82,10 +93,31 @@ impl Cycle<'_> {
         false
     }
 
-    /// Whether a run of `i`'s project and class on `t` might be its victim (`Cycle.peers`).
-    fn peers(&self, i: usize, t: usize) -> bool {
-        let r = &self.st.runs[i];
-        let to_go = match self.st.latest_victim_end(self.m, r.project, t, r.class) {
+    /// What `victims_possible` reads of pool `pt` for `class`, remembered for the cycle (no
+    /// pool changes during a cycle: victims leave their pools when it is applied), so that the
+    /// pools' `BTreeMap`s are walked once per (project, type) and cycle, not once per head.
+    fn pool_seen(&self, pt: usize, class: i64) -> PoolSeen {
+        if let Some(seen) = self.pools_seen.borrow()[pt].filter(|s| s.class == class) {
+            return seen;
+        }
+        let pool = &self.st.pools[pt];
+        let seen = PoolSeen {
+            class,
+            lowest: pool.keys().next().copied(),
+            has_class: pool.contains_key(&class),
+            latest_end: pool
+                .get(&class)
+                .and_then(|pool| pool.ends.last().map(|x| x.end)),
+        };
+        self.pools_seen.borrow_mut()[pt] = Some(seen);
+        seen
+    }
+
+    /// Whether a run of `i`'s project and class on a type might be its victim
+    /// (`Cycle.peers`); `latest_end`: the latest expected end among them
+    /// (`State::latest_victim_end`).
+    fn peers(&self, i: usize, latest_end: Option<f64>) -> bool {
+        let to_go = match latest_end {
             None => -1.0,
             Some(end) => (end - self.now).max(0.0),
         };

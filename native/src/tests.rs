@@ -91,7 +91,7 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         class,
         gpus,
         nodes: 1,
-        types: vec![0],
+        types: vec![0].into(),
         accepts: 0,
         request_types: 0,
         pinned: None,
@@ -321,4 +321,26 @@ fn the_quota_the_anchor_waits_for_is_held_and_the_kept_anchor_starts_first() {
     }
     // everything is free: under `shortest` "long" comes first, but "big" keeps its reservation
     assert_eq!(cycle(&m, &mut st, 60.0).0, vec!["big".to_string()]);
+}
+
+#[test]
+fn a_queue_keeps_its_oldest_runs_age_through_enqueues_and_dequeues() {
+    // (`backfill::anchor` compares queues by this copy, not by the run)
+    let m = backfill_model(16.0);
+    let mut st = holders(&m, 0, None);
+    let kept = |st: &State| {
+        let q = &st.queues[0][0];
+        let o = &st.runs[q.oldest];
+        assert_eq!(q.oldest_age, (o.submitted_at, o.seq));
+        o.id.clone()
+    };
+    queued(&mut st, "b", 11, 2, Some(60.0), 5.0);
+    assert_eq!(kept(&st), "b");
+    queued(&mut st, "a", 10, 2, Some(90.0), 1.0); // older, later in the order
+    queued(&mut st, "c", 12, 2, Some(30.0), 7.0);
+    assert_eq!(kept(&st), "a");
+    st.dequeue(st.by_id["a"]);
+    assert_eq!(kept(&st), "b");
+    st.dequeue(st.by_id["c"]);
+    assert_eq!(kept(&st), "b");
 }

@@ -77,3 +77,63 @@ def test_pending_reasons_are_the_dataclass_s() -> None:
     assert hash(got[1]) == hash(PendingReason("b", ReasonCode.NO_CAPACITY, "y", 3.0))
     with pytest.raises(dataclasses.FrozenInstanceError):
         got[0].eta = 1.0  # type: ignore[misc]
+
+
+def _same(got: object, want: object) -> None:
+    """Equal, of the same class, field for field (each field's value and type), hashed alike
+    and as frozen."""
+    assert type(got) is type(want) and got == want
+    try:
+        assert hash(got) == hash(want)
+    except TypeError:  # (a run holds mappings: unhashable, and its copy as well)
+        with pytest.raises(TypeError):
+            hash(got)
+    for f in fields(want):  # type: ignore[arg-type]
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        assert a == b and type(a) is type(b), f.name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(got, fields(want)[0].name, None)  # type: ignore[arg-type]
+
+
+def test_built_objects_are_the_dataclasses_own() -> None:
+    from mlops_gpu.core.decision import Admission, Decision, Preemption
+    from mlops_gpu.engines.native_objects import build
+
+    slot_args = ("n1", ("0", "1"), 0.5, 2048, 1500, 4096)
+    slot = build(NodeSlot)(*slot_args)
+    _same(slot, NodeSlot(*slot_args))
+    placement = build(Placement)("b", "a100", (slot,))
+    _same(placement, Placement("b", "a100", (NodeSlot(*slot_args),)))
+    _same(build(Admission)("r1", placement), Admission("r1", placement))
+    pre_args = ("v", "why", "SIGTERM", 30.0, "r1", 12.5)
+    preemption = build(Preemption)(*pre_args)
+    _same(preemption, Preemption(*pre_args))
+    adm = (Admission("r1", placement),)
+    _same(build(Decision)(adm, (preemption,), (), ()), Decision(adm, (Preemption(*pre_args),)))
+    # a differing field makes them unequal (the comparison above can fail)
+    assert build(NodeSlot)(*slot_args[:-1], 1) != NodeSlot(*slot_args)
+
+
+def test_copier_is_replace_and_refuses_what_it_cannot_copy() -> None:
+    from mlops_gpu.engines.native_objects import build, copier
+
+    run = _every_field_set()
+    got = copier(Run, ("attempt", "reason"))(run, 9, "changed")
+    _same(got, replace(run, attempt=9, reason="changed"))
+    with pytest.raises(TypeError, match="no field"):
+        copier(Run, ("no_such_field",))
+
+    @dataclasses.dataclass(frozen=True)
+    class NotSlotted:
+        x: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        x: int
+
+        def __post_init__(self) -> None:
+            pass
+
+    for cls in (NotSlotted, Checked):
+        with pytest.raises(TypeError):
+            build(cls)

@@ -68,7 +68,7 @@ impl Cycle<'_> {
             inline[..own.len()].copy_from_slice(own);
             &mut inline[..own.len()]
         } else {
-            spilled.clone_from(own);
+            spilled.extend_from_slice(own);
             &mut spilled
         };
         // (not a MIG request's: `Cycle._try` orders only the others)
