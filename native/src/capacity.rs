@@ -18,12 +18,15 @@
 //!   parts of it;
 //! - a shared device's fraction in `shared` is `share_units[(node, device)]` over `UNIT`: the
 //!   shares summed as integers, so it depends only on who holds the device, never on the
-//!   order they came and went in (`Capacity.share_units`).
+//!   order they came and went in (`Capacity.share_units`);
+//! - every give-back goes through `release`, which tells `nofit` (its memo of requests that
+//!   found no place is exact only so).
 
 use std::collections::HashMap;
 
 use crate::fragmentation::{Mix, Shape};
 use crate::model::Model;
+use crate::nofit::NoFit;
 use crate::parts::{self, SlotShare};
 use crate::pyfloat;
 
@@ -99,6 +102,8 @@ pub struct Capacity {
     /// The shapes of the slots held on GPUs, kept while fragmentation-aware placement is on
     /// (`fragmentation`).
     pub mix: Mix,
+    /// What placement found no room for until the next give-back where it could (`nofit`).
+    pub nofit: NoFit,
 }
 
 impl Capacity {
@@ -137,6 +142,7 @@ impl Capacity {
             again: HashMap::new(),
             share_units: HashMap::new(),
             mix: Mix::new(m.n_types),
+            nofit: NoFit::new(m),
         }
     }
 
@@ -175,6 +181,7 @@ impl Capacity {
                 self.release_parts(m, *node, devs, share);
             }
             self.book_host(*node, p.host, 1);
+            self.nofit.given_back(m, *node);
             if let Some(s) = self.shape(m, p, k) {
                 self.mix.remove(s);
             }

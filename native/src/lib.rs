@@ -23,6 +23,7 @@ mod fgd;
 mod fragmentation;
 mod mig;
 mod model;
+mod nofit;
 pub mod parts;
 mod placement;
 mod preempt;

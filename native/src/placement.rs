@@ -11,6 +11,7 @@ use crate::capacity::{Capacity, Placement};
 use crate::fgd::{place_whole_fgd, score, signature};
 use crate::fragmentation::after_host;
 use crate::model::Model;
+use crate::nofit;
 use crate::parts::{self, Shape};
 use crate::pyfloat;
 use crate::state::Run;
@@ -25,7 +26,28 @@ pub fn group_serves(m: &Model, g: usize, t: usize, r: &Run) -> bool {
     ty == t && r.pinned.is_none_or(|p| p == backend) && (r.nodes <= 1 || m.multi_node[backend])
 }
 
+/// `place_scan`, where `cap.nofit` does not already know that the run finds no place (a
+/// request that found none without a filter is remembered: see `nofit`).
 pub fn place(m: &Model, cap: &Capacity, r: &Run, t: usize, flt: Filter<'_>) -> Option<Placement> {
+    let key = nofit::key(r, t);
+    if cap.nofit.known(&key, r) {
+        return None;
+    }
+    let placed = place_scan(m, cap, r, t, flt);
+    if placed.is_none() && flt.is_none() {
+        cap.nofit.remember(key, r);
+    }
+    placed
+}
+
+/// Where the run fits on `t` now, walking the nodes (the specification `place` remembers).
+pub fn place_scan(
+    m: &Model,
+    cap: &Capacity,
+    r: &Run,
+    t: usize,
+    flt: Filter<'_>,
+) -> Option<Placement> {
     match r.shape {
         Shape::Mig { profile, share } => {
             return crate::mig::place_mig(m, cap, r, t, flt, profile, share)

@@ -8,6 +8,7 @@ mod borrowers;
 mod budget;
 mod explain;
 mod host;
+mod nofit;
 mod parts;
 mod reclaim;
 mod topology;
