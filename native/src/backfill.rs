@@ -45,7 +45,7 @@ pub struct Reservation {
 
 impl Reservation {
     /// Whether it holds nothing from run `r` on `t`: a borrowing anchor never holds back a
-    /// run of another project within that project's nominal quota (`Cycle._backfill_filter`).
+    /// run of another project within that project's nominal quota (`cycle_reserve.backfill_filter`).
     pub fn exempts(&self, m: &Model, st: &State, r: &Run, t: usize) -> bool {
         self.borrows
             && st.runs[self.run].project != r.project
@@ -138,7 +138,7 @@ pub(crate) fn ever_fits(m: &Model, r: &Run, t: usize) -> bool {
 /// `ever_fits` for a MIG, shared or CPU-only request (one node): a node of the type serving
 /// the shape (`placement::serves_shape`), with enough slices of the profile, or a device that
 /// holds the fraction and the memory asked for, or the host resources alone, when empty (`place_mig`/`place_shared` on an empty
-/// cluster, as `placement.could_ever_fit` places).
+/// cluster, as `placement.empty_cluster` places).
 fn parts_ever_fit(m: &Model, r: &Run, t: usize) -> bool {
     m.of_type[t].iter().any(|&n| {
         let node = &m.nodes[n];

@@ -1,4 +1,4 @@
-//! Spent budgets (`fairshare.budget_exceeded`, `Cycle._level_of`): a project whose budget for
+//! Spent budgets (`fairshare.budget_exceeded`, `CycleBooks.level_of`): a project whose budget for
 //! the current window is spent either waits (`action: wait`: none of its runs is served this
 //! cycle, none is the anchor) or is served at its budget's `lower_to` class (`action: lower`:
 //! each run at the lower of its own class and that one). What is spent is the caller's to

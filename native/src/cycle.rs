@@ -1,4 +1,4 @@
-//! One scheduling cycle (`mlops_gpu.core.policy.Cycle`, every queue visited): first the runs
+//! One scheduling cycle (`mlops_gpu.core.cycle.schedule`, every queue visited): first the runs
 //! within nominal quota, classes from the highest, then the runs that borrow, classes from the
 //! highest again (under strict FIFO a project whose head borrows waits, whole, for the second
 //! pass); within a class the project with the lowest weighted dominant share takes its
@@ -220,12 +220,12 @@ impl<'a> Cycle<'a> {
     }
 
     /// The class value project `p`'s runs of `class` are served at, or None when its spent
-    /// budget makes them wait (`Cycle._level_of`).
+    /// budget makes them wait (`CycleBooks.level_of`).
     pub fn level(&self, p: usize, class: i64) -> Option<i64> {
         level(self.limits.get(p).copied().unwrap_or(Limit::Free), class)
     }
 
-    /// `level` of run `i`, 0 when it waits (`Cycle._level`).
+    /// `level` of run `i`, 0 when it waits (`CycleBooks.level`).
     pub fn level_of_run(&self, i: usize) -> i64 {
         let r = &self.st.runs[i];
         self.level(r.project, r.class).unwrap_or(0)
@@ -436,7 +436,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// Strict FIFO: a run that waits only for the reservation of an older run of its own
-    /// project does not block the project (`Cycle._held_for_own`).
+    /// project does not block the project (`cycle._held_for_own`).
     fn held_for_own(&self, outcome: &Outcome, p: usize) -> bool {
         *outcome == Outcome::Reserved
             && self

@@ -196,7 +196,7 @@ impl EtaBook {
 }
 
 /// Whose runs hold the quota a run of a project waits for on a type, and when they free it
-/// (`Cycle._quota_term`): the holders (one project, or a cohort tree's members), their usage,
+/// (`cycle_explain._quota_term`): the holders (one project, or a cohort tree's members), their usage,
 /// the limit (None: unknown), their runs' known ends and the GPUs released by each in turn.
 pub struct QuotaTerm {
     pub single: Option<usize>,
@@ -206,7 +206,7 @@ pub struct QuotaTerm {
     pub cum: Vec<f64>,
 }
 
-/// `Cycle._quota_term` for `project` on `t` (a run that is `preemptible` or not).
+/// `cycle_explain._quota_term` for `project` on `t` (a run that is `preemptible` or not).
 pub fn quota_term(c: &Cycle, project: usize, t: usize, preemptible: bool) -> QuotaTerm {
     let m: &Model = c.m;
     let q = m.term(project, t);

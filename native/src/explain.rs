@@ -1,4 +1,4 @@
-//! Why each pending run waits (`mlops_gpu.core.policy.Cycle.explain`): a reason code with its
+//! Why each pending run waits (`mlops_gpu.core.cycle_explain.explain`): a reason code with its
 //! parameters, and an estimated start time (`eta`), for every run a cycle met and did not
 //! admit. The sentences are rendered in Python from the codes and parameters
 //! (`mlops_gpu/core/reason_text.py`), one table for both engines.
@@ -6,7 +6,7 @@
 //! A cycle run for an explanation keeps a `Log`: the runs in the order it met them, each with
 //! the range of its queue that shares its reason (its followers); the runs it judged surely
 //! blocked without trying them (`lazy`: their reason is worked out at the end of the cycle, as
-//! `Cycle._diagnose`); under strict FIFO the ranges held behind a blocked head. A reason is
+//! `cycle_explain._diagnose`); under strict FIFO the ranges held behind a blocked head. A reason is
 //! worked out when its run is judged (quota usage, free blocks and borrowers are those of that
 //! moment), and the ETAs once the cycle has ended, in the order met (`eta::EtaBook`).
 //!
@@ -31,7 +31,7 @@ const SHOWN_UNKNOWN: usize = 10;
 /// borrowing limit reached; `value`: its usage), `alone` (no cohort; usage), `nominal` (not
 /// preemptible: nominal only; usage) or `cohort` (`value`: what the cohort has idle to lend);
 /// `amount`: what the run would add (its placement's share where it was placed on the type,
-/// else its request's: `Cycle._try`).
+/// else its request's: `cycle._try`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuotaProblem {
     pub gpu_type: usize,
@@ -147,9 +147,9 @@ impl Log {
     }
 }
 
-/// The reason of a run found blocked now (`Cycle._try`'s end, `Cycle._diagnose`): over quota
+/// The reason of a run found blocked now (`cycle._try`'s end, `cycle_explain._diagnose`): over quota
 /// on every type, else waiting for capacity. `types`: the run's types in the order they were
-/// tried (`Cycle._try` orders several by headroom and fragmentation; the sentence names them
+/// tried (`cycle._try` orders several by headroom and fragmentation; the sentence names them
 /// so).
 pub fn blocked(c: &Cycle, i: usize, types: &[usize], amounts: Option<&[f64]>) -> Reason {
     let (m, r) = (c.m, &c.st.runs[i]);
@@ -285,7 +285,7 @@ fn problem(c: &Cycle, i: usize, t: usize, amount: f64) -> Option<QuotaProblem> {
     })
 }
 
-/// The reason of a run that fits but for the reservation (`Cycle._try`): free GPUs are held
+/// The reason of a run that fits but for the reservation (`cycle._try`): free GPUs are held
 /// (`gpus_held`) or its project's quota is.
 pub fn reserved(c: &Cycle, i: usize, gpus_held: bool, types: &[usize]) -> Reason {
     let res = c.reservation.as_ref().expect("reserved");
@@ -304,7 +304,7 @@ pub fn reserved(c: &Cycle, i: usize, gpus_held: bool, types: &[usize]) -> Reason
     }
 }
 
-/// The explanation of cycle `c`, which ran with a `Log` (`Cycle.explain`, less the runs the
+/// The explanation of cycle `c`, which ran with a `Log` (`cycle_explain.explain`, less the runs the
 /// Python side explains itself: invalid, in backoff, or waiting for their budget).
 pub fn finish(c: &mut Cycle) -> Explanation {
     let mut log = c.log.take().expect("a cycle run to explain");
@@ -420,7 +420,7 @@ impl Booker {
     }
 
     /// The earliest time the quota run `i` waits for frees on any of its types
-    /// (`Cycle._quota_eta`), or why there is none.
+    /// (`cycle_explain._quota_eta`), or why there is none.
     fn quota_eta(&mut self, c: &Cycle, i: usize) -> (Option<f64>, Option<NoEta>) {
         let r = &c.st.runs[i];
         let mut best: (Option<f64>, Option<NoEta>) = (None, Some(NoEta::Plain));

@@ -146,7 +146,7 @@ impl Cycle<'_> {
     }
 
     /// Whether `v`, of run `i`'s project and class, may be its victim
-    /// (`Cycle._may_preempt`'s same-class rule): it reported a checkpoint (or the policy
+    /// (`cycle_victims.may_preempt`'s same-class rule): it reported a checkpoint (or the policy
     /// preempts runs without one), has run at least the guaranteed minimum, and is further back
     /// in the order than `i`.
     fn same_class_victim(&self, i: usize, v: usize) -> bool {
@@ -221,7 +221,7 @@ impl Cycle<'_> {
     }
 
     /// Choose victims for run `i` and admit it on the devices they free: true when it did
-    /// (`Cycle._preempt`).
+    /// (`cycle._preempt`).
     pub fn preempt(&mut self, i: usize, types: &[usize]) -> bool {
         let mut best: Option<Plan> = None;
         for &t in types {
@@ -270,7 +270,7 @@ impl Cycle<'_> {
         fits
     }
 
-    /// What run `i`'s plan on `t` must leave to the reservation (`Cycle._preempt_hold`): as
+    /// What run `i`'s plan on `t` must leave to the reservation (`cycle_reserve.preempt_hold`): as
     /// for backfill (a borrowing anchor holds nothing from another project's run within its
     /// own nominal quota), unless it is the anchor or of a higher class (priority wins).
     fn hold(&self, i: usize, t: usize) -> Filter<'_> {
@@ -285,7 +285,7 @@ impl Cycle<'_> {
         Some((res, r.max_runtime.map(|mr| self.now + mr)))
     }
 
-    /// Whether a reservation holds run `i`'s plans at all (`Cycle._preempt_hold` is not None):
+    /// Whether a reservation holds run `i`'s plans at all (`cycle_reserve.preempt_hold` is not None):
     /// there is one, `i` is not its anchor nor of a higher level. (A run it exempts on a type
     /// is held by a filter that lets everything through there, but held: `plan_for_type`
     /// then still asks `fits_without`, as Python's does. Found while holdings were float sums,
@@ -310,7 +310,7 @@ impl Cycle<'_> {
     }
 
     /// Whether a run preempting runs of its own class gets the GPUs it frees
-    /// (`Cycle._keeps_what_it_frees`): within nominal once its victims of its project are
+    /// (`cycle._keeps_what_it_frees`): within nominal once its victims of its project are
     /// gone, or every such victim would borrow too.
     fn keeps_what_it_frees(&mut self, i: usize, plan: &Plan) -> bool {
         let (project, class) = (self.st.runs[i].project, self.st.runs[i].class);

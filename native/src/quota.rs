@@ -70,13 +70,13 @@ pub fn within_nominal(m: &Model, used: &[f64], project: usize, ty: usize, amount
     used[m.pt(project, ty)] + amount <= m.term(project, ty).nominal + EPS
 }
 
-/// Whether the tree lends nothing more of `ty` (`Cycle._cohort_exhausted`).
+/// Whether the tree lends nothing more of `ty` (`CycleBooks.cohort_exhausted`).
 pub fn cohort_exhausted(m: &Model, used: &[f64], root: usize, ty: usize) -> bool {
     let (borrowed, lendable) = cohort_sums(m, used, root, ty, None, 0.0, true);
     lendable - borrowed <= EPS
 }
 
-/// The most of `ty` the project could add without a certain quota problem (`Cycle.room`).
+/// The most of `ty` the project could add without a certain quota problem (`CycleBooks.room`).
 pub fn room(m: &Model, used: &[f64], project: usize, ty: usize) -> f64 {
     let q = m.term(project, ty);
     let u = used[m.pt(project, ty)];

@@ -109,7 +109,7 @@ pub struct QueueKey {
     /// types it accepts: `state.shape_key` keeps `("a", "b")`, `("b", "a")` and `("a",
     /// "tpu")` apart. Host CPU and memory are in the key, as there: a run asking for less
     /// is not held behind a head asking for more (a queue blocked at its head waits whole,
-    /// `Cycle._turn`).
+    /// `cycle._turn`).
     pub request_types: u32,
     pub pinned: Option<usize>,
     pub topology: Option<usize>,

@@ -120,7 +120,7 @@ fn gang(
 
 /// Whether an empty cluster could host the run on `t` with its required topology: `nodes`
 /// nodes of one backend sharing the key's value, large enough (`State.ever_fits` through
-/// `placement.could_ever_fit`).
+/// `placement.empty_cluster`).
 pub fn ever_fits_required(m: &Model, r: &Run, t: usize, key: usize) -> bool {
     let mut count: std::collections::HashMap<(usize, u32), usize> = Default::default();
     for &n in &m.of_type[t] {

@@ -1,4 +1,4 @@
-//! One run's trial in a cycle (`Cycle._try`): on each type it accepts, in order (several:
+//! One run's trial in a cycle (`cycle._try`): on each type it accepts, in order (several:
 //! headroom, then the placement that fragments least), a placement that respects the
 //! reservation's hold and a quota that admits it admit it; else, when it would fit but for
 //! the reservation, it is `Reserved`; else it may choose victims (`preempt`); else it is
@@ -25,7 +25,7 @@ pub(super) enum Outcome {
 }
 
 impl Cycle<'_> {
-    /// Whether run `i` borrows on every type it accepts (`Cycle._must_borrow`).
+    /// Whether run `i` borrows on every type it accepts (`cycle._must_borrow`).
     pub(super) fn must_borrow(&self, i: usize) -> bool {
         let r = &self.st.runs[i];
         let used = &self.st.cap.used;
@@ -35,7 +35,7 @@ impl Cycle<'_> {
     }
 
     /// A cheap test that `try_run` would find the run blocked with no side effect
-    /// (`Cycle._surely_blocked`).
+    /// (`cycle._surely_blocked`).
     pub(super) fn surely_blocked(&self, i: usize) -> bool {
         let m = self.m;
         if m.policy.preemption && self.victims_possible(i) {
@@ -56,7 +56,7 @@ impl Cycle<'_> {
     }
 
     /// Try run `i` on each of its types in order: admitted (perhaps with victims), held for
-    /// the reservation, or blocked (`Cycle._try`).
+    /// the reservation, or blocked (`cycle._try`).
     pub(super) fn try_run(&mut self, i: usize) -> Outcome {
         let m = self.m;
         let (mut fits_without_reservation, mut quota_held) = (false, false);
@@ -71,7 +71,7 @@ impl Cycle<'_> {
             spilled.extend_from_slice(own);
             &mut spilled
         };
-        // (not a MIG request's: `Cycle._try` orders only the others)
+        // (not a MIG request's: `cycle._try` orders only the others)
         let reorder = !matches!(self.st.runs[i].shape, Shape::Mig { .. });
         let mut placed_first = if types.len() > 1 && self.st.cap.mix.enabled && reorder {
             // any of several types: headroom, then the placement that fragments least

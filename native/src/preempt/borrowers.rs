@@ -103,7 +103,7 @@ impl Cycle<'_> {
     }
 
     /// Whether run `i` may take victim `v` (another project's) back as lent quota
-    /// (`Cycle._reclaims`, with the usage as it is now).
+    /// (`CycleBooks.reclaims`, with the usage as it is now).
     fn reclaims(&self, i: usize, v: usize) -> bool {
         let (m, r, a) = (self.m, &self.st.runs[i], &self.st.runs[v]);
         let t = a.placement.as_ref().expect("an active run").ty;

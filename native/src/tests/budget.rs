@@ -1,7 +1,7 @@
 //! Spent budgets on one 8-GPU node and one project (`tests.rs`'s model): `wait` serves none
 //! of the project's runs; `lower` serves them at the lower class, where the project's order
 //! (shortest first), not their classes, decides between them. The Python core is the
-//! specification (`Cycle._level_of`); `tests/test_native_core.py` compares at large.
+//! specification (`CycleBooks.level_of`); `tests/test_native_core.py` compares at large.
 
 use super::{cycle, cycle_with, model, run, NORMAL};
 use crate::budget::{level, limits, BudgetSpent, Limit};

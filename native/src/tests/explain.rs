@@ -2,7 +2,7 @@
 //! identical runs behind it share its reason, each with its own ETA from the running runs'
 //! max_runtime (booked in turn, as a queue drains); a run waiting for runs without one has no
 //! ETA and says why; a run over quota names the problem and waits for the quota too; a run
-//! no node can host has neither. The Python core is the specification (`Cycle.explain`);
+//! no node can host has neither. The Python core is the specification (`cycle_explain.explain`);
 //! `tests/test_native_core.py` compares at large.
 
 use super::{busy, model, run, NORMAL};
