@@ -185,4 +185,4 @@ def test_without_the_rust_engine_the_scheduler_says_once_what_python_costs(
             assert isinstance(ctl.mirror.engine, FromScratch)
     said = [r.getMessage() for r in caplog.records if "Rust engine" in r.getMessage()]
     assert said == [native.PYTHON_ENGINE_WARNING]
-    assert "about 35 admissions/s instead of about 6,000" in said[0] and "cargo" in said[0]
+    assert "about 45 admissions/s instead of about 11,000" in said[0] and "cargo" in said[0]

@@ -60,7 +60,7 @@ NOT_INSTALLED = f"the Rust engine ({MODULE}) is not installed"
 #: What the scheduler logs once where the Rust engine is missing (``controller.mirror``).
 PYTHON_ENGINE_WARNING = (
     f"{NOT_INSTALLED}, so the scheduler runs the Python engine: the same decisions at about "
-    "35 admissions/s instead of about 6,000 at 100 nodes and 5,000 queued runs "
+    "45 admissions/s instead of about 11,000 at 100 nodes and 5,000 queued runs "
     "(benchmarks/RESULTS.md). To build it, install Rust (cargo 1.82 or later) and reinstall "
     "mlops-gpu (pip install -e . or pip install .)"
 )
