@@ -60,7 +60,7 @@ def test_install_without_cargo_succeeds_and_the_demo_runs_on_python(tmp_path: Pa
     )  # fmt: skip
     assert inst.returncode == 0, (inst.stdout + inst.stderr)[-4000:]
     probe = subprocess.run(
-        [str(py), "-c", "from mlops_gpu.core import native; import mlops_gpu; "
+        [str(py), "-c", "from mlops_gpu.engines import native; import mlops_gpu; "
          "print(native.installed(), mlops_gpu.__file__)"],
         cwd=tmp_path, env=env, capture_output=True, text=True,
     )  # fmt: skip

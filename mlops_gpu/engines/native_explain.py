@@ -140,7 +140,7 @@ def _pending_reasons(
 
 
 def _backoff_key(run: Run) -> tuple[float, int, str]:
-    """Runs in backoff are explained in the order their backoff ends (``State.in_backoff``)."""
+    """Runs in backoff are explained in the order their backoff ends (``State.backoff``)."""
     return (run.not_before or 0.0, run.seq, run.id)
 
 
