@@ -89,10 +89,7 @@ def _quota_of(
 def kept_anchor(c: CycleBooks) -> str | None:
     """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
     this cycle's, unless it was admitted; else the oldest run the cycle overtook
-    (``anchor.overtaken``). (Asked after ``run``: when no run was tried the reservation
-    was not worked out, and nothing was admitted, so the starting state is still there to
-    work it out from.)"""
-    _ = c.reservation
+    (``anchor.overtaken``). Asked after ``work_out`` and ``cycle.schedule``."""
     admitted = {a.run_id for a in c.admissions}
     if c.anchor is not None and c.anchor not in admitted:
         return c.anchor
