@@ -23,7 +23,6 @@ from mlops_gpu.model import Run
 
 if TYPE_CHECKING:
     from mlops_gpu.core.cycle_books import CycleBooks
-    from mlops_gpu.core.queue_keys import ShapeKey
 
 
 def node_sets(c: CycleBooks, gpu_type: str, gpus: int, nodes: int, backend: str | None) -> bool:
@@ -58,16 +57,18 @@ def anchor(c: CycleBooks) -> tuple[Run, list[str]] | None:
         if types:
             best = ((-level, age_of(kept)), kept, types)  # type: ignore[operator]
     # each queue judged by its oldest run, highest class (after budgets) and oldest first
-    heads = sorted(
-        ((-level, age_of(_oldest(q))), project, sk)
-        for project, subqueues in st.queues.items()
-        for sk, q in subqueues.items()
-        if q and (level := c.level_of(project, int(sk[0]))) is not None  # type: ignore[call-overload]
-    )
-    for key, project, sk in heads:
+    heads: list[tuple[tuple[int, Age], Run]] = []
+    for project, subqueues in st.queues.items():
+        for sk, q in subqueues.items():
+            level = c.level_of(project, int(sk[0]))  # type: ignore[call-overload]
+            if q and level is not None:
+                oldest = min(q, key=age_of)
+                heads.append(((-level, age_of(oldest)), oldest))
+    heads.sort(key=lambda h: h[0])  # (ages name runs: no two keys tie)
+    for key, oldest in heads:
         if best is not None and key >= best[0]:
             break
-        found = _blocked(c, project, sk)
+        found = _blocked(c, oldest)
         if found is not None:
             best = (key, *found)
             break
@@ -120,11 +121,10 @@ def _types(c: CycleBooks, run: Run) -> list[str]:
     ]
 
 
-def _blocked(c: CycleBooks, project: str, sk: ShapeKey) -> tuple[Run, list[str]] | None:
-    """The queue's oldest run with ``_types``, if it is blocked now: on none of them do both
+def _blocked(c: CycleBooks, run: Run) -> tuple[Run, list[str]] | None:
+    """A queue's oldest run with ``_types``, if it is blocked now: on none of them do both
     quota admit it and a node set take it; else None."""
-    st = c.state
-    run = _oldest(st.queues[project][sk])
+    project = run.project
     types = _types(c, run)
     if not types:
         return None
@@ -138,8 +138,3 @@ def _blocked(c: CycleBooks, project: str, sk: ShapeKey) -> tuple[Run, list[str]]
         elif place(c.snap, c.cap, run, t) is not None:
             return None
     return run, types
-
-
-def _oldest(queue: list[Run]) -> Run:
-    """The run of a queue that has waited longest (by ``age_of``, whatever the queue's order)."""
-    return min(queue, key=age_of)

@@ -73,17 +73,16 @@ class Capacity:
             n.shared or n.cpu_milli is not None or n.host_memory_mb is not None for n in snap.nodes
         )
         self.mix = Mix(snap.shape_prior)
+        #: GPU amount per type (a MIG slice counts its share of a GPU): fixed with the nodes.
+        by_type: dict[str, float] = defaultdict(float)
+        for n in self.nodes.values():
+            by_type[n.gpu_type] += n.capacity + sum(
+                (len(ids) * mig_share(p) for p, ids in n.mig.items()), 0.0
+            )
+        self.capacity_by_type = dict(by_type)
         for run in snap.active:
             if run.placement is not None:
                 self.take(run.project, run.placement, run.request.gpu_types)
-
-    @property
-    def capacity_by_type(self) -> dict[str, float]:
-        out: dict[str, float] = defaultdict(float)
-        for n in self.nodes.values():
-            mig = sum((len(ids) * mig_share(p) for p, ids in n.mig.items()), 0.0)
-            out[n.gpu_type] += n.capacity + mig
-        return dict(out)
 
     def free_by_type(self, gpu_type: str) -> float:
         """GPU amount of ``gpu_type`` no active run holds (cordoned nodes included: this is a
