@@ -27,6 +27,7 @@ from mlops_gpu.state.schema import events, schema_version
 from mlops_gpu.state.schema import mlflow_runs as mlflow_table
 from mlops_gpu.state.store import Store
 from mlops_gpu.testing import config_yaml
+from mlops_gpu.tracking import tracker as tracker_module
 from mlops_gpu.tracking.close_queue import Ended
 
 
@@ -262,11 +263,21 @@ class Killed(BaseException):
     """The scheduler process dies here (not an ``Exception``: nothing on the way catches it)."""
 
 
+@pytest.fixture
+def patient_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow calls on the tick's path wait until MLflow answers, as they do on a machine that
+    is not loaded (1.5 s at most, ``LAUNCH_WAIT_S``). On a loaded CI machine making a run once
+    took longer: the launch went on without it and the late answer noted it on the MLflow
+    thread, not through the ``note_mlflow`` these tests kill (the late path has its tests)."""
+    monkeypatch.setattr(tracker_module, "LAUNCH_WAIT_S", 120.0)
+
+
 def stopped_mid_launch(
     tmp_path: Path, clock: Clock, where: str, store_url: str
 ) -> tuple[Runtime, RunRecord]:
     """A tick that dies after the attempt's MLflow run was made: before its job is created
-    (``where="launch"``) or after, before the store noted either (``where="note"``)."""
+    (``where="launch"``) or after, before the store noted either (``where="note"``). Its
+    tests use ``patient_mlflow``."""
     rt = runtime(tmp_path, clock, store_url)
     run = rt.submit(rt.spec(("train",), project="vision", request=ResourceRequest(gpus=1),
                             env={"FAKE_DURATION_S": "600"}))  # fmt: skip
@@ -289,6 +300,7 @@ def stopped_mid_launch(
     return rt, run
 
 
+@pytest.mark.usefixtures("patient_mlflow")
 def test_a_stop_before_the_launch_closes_the_attempts_mlflow_run_at_the_next_start(
     tmp_path: Path, store_url: str
 ) -> None:
@@ -316,6 +328,7 @@ def test_a_stop_before_the_launch_closes_the_attempts_mlflow_run_at_the_next_sta
     assert again.drain_tracking() and rt.store.unclosed_mlflow_runs(()) == []
 
 
+@pytest.mark.usefixtures("patient_mlflow")
 def test_a_stop_after_the_launch_keeps_the_attempts_mlflow_run(
     tmp_path: Path, store_url: str
 ) -> None:

@@ -23,7 +23,7 @@ from mlops_gpu.model.lifecycle import Keep, RunState, Transition
 from mlops_gpu.state import lease
 from mlops_gpu.state.bulk import Move, bump, move_many
 from mlops_gpu.state.connect import build_new, engine_for
-from mlops_gpu.state.migrations import LATEST, migrate
+from mlops_gpu.state.migrations import LATEST, applied, migrate
 from mlops_gpu.state.open_check import Hints, check_file, create_new, inspect_existing, sqlite_file
 from mlops_gpu.state.open_check import translate as _translate
 from mlops_gpu.state.schema import events, runs
@@ -86,8 +86,11 @@ class StoreBase:
         #: epoch for this process (fencing: ``lease.check``), so a leader that lost its lease
         #: commits nothing more.
         self.fence: tuple[int, str] | None = None  # (epoch, holder)
-        with self._tx() as conn:
-            migrate(conn)
+        with self._ro() as conn:
+            current = applied(conn)
+        if current != LATEST:  # new, older or newer (``migrate`` says so): under the lock
+            with self._tx() as conn:
+                migrate(conn)
 
     def check_pages(self) -> None:
         """Read every page of a SQLite store (``PRAGMA quick_check``, about 10 ms per MiB):

@@ -147,6 +147,17 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
 LATEST = MIGRATIONS[-1][0]
 
 
+def applied(conn: Connection) -> int | None:
+    """The version the store is at, read without a write lock (None: no version table yet).
+    A store at ``LATEST`` needs no migration, so opening it takes no write lock: a process
+    stopped in a write transaction (a scheduler paused mid-tick) then cannot hold up a reader
+    such as ``scheduler stop``."""
+    if not inspect(conn).has_table(schema_version.name):
+        return None
+    row = conn.execute(schema_version.select()).first()
+    return row.version if row is not None else None
+
+
 def migrate(conn: Connection) -> int:
     """Apply missing steps; the caller holds the write lock. Returns the version now in place."""
     if conn.dialect.name == "postgresql":

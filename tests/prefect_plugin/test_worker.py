@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,12 +24,23 @@ pytestmark = [pytest.mark.prefect_server, pytest.mark.slow]
 
 
 def api_call(api: str, method: str, path: str, body: Any = None) -> Any:
+    """One call to Prefect's REST API. A 503 is Prefect's "retry" (its SQLite database was
+    busy: on a loaded CI machine the worker's polling and the flows' writes meet), and is
+    retried as Prefect's own client does (``PREFECT_CLIENT_MAX_RETRIES``, 5, backing off)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{api}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=30) as r:
-        raw = r.read()
-    return json.loads(raw) if raw else None
+    for attempt in range(6):
+        req = urllib.request.Request(f"{api}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or attempt == 5:
+                raise
+            time.sleep(2**attempt)
+            continue
+        return json.loads(raw) if raw else None
+    raise AssertionError("unreachable")
 
 
 def flow_run(api: str, fid: str) -> dict[str, Any]:
