@@ -60,6 +60,7 @@ Range = list[Any]
 def schedule(c: CycleBooks) -> Decision:
     """Steps 3 to 5: every queue head in its turn, admitted, preempted for or left waiting
     (the reservation, 6., is worked out before: ``cycle_reserve.work_out``)."""
+    assert c.worked_out, "cycle_reserve.work_out (step 6) comes first"
     levels: dict[int, dict[str, list[Range]]] = defaultdict(lambda: defaultdict(list))
     for project, queues in c.state.queues.items():
         for sk, q in queues.items():

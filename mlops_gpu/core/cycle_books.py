@@ -60,6 +60,8 @@ class CycleBooks:
         #: the anchor's reservation (step 6, ``cycle_reserve.work_out``, before any admission)
         self.reservation: Reservation | None = None
         self.anchor: str | None = None  # the run the reservation is for (``anchor.anchor``)
+        #: step 6 ran: backfill and the kept anchor read its outcome, so they check it did
+        self.worked_out = False
         self.blocked_projects: dict[str, str] = {}
         #: strict FIFO: the projects whose head had to borrow (the borrowing passes serve them)
         self.deferred_projects: set[str] = set()

@@ -38,6 +38,7 @@ def work_out(c: CycleBooks) -> None:
     """Step 6: the anchor (``anchor.anchor``) and its reservation (``c.reservation``), from the
     cycle's starting state, before any admission. It is dropped once the anchor is admitted
     (``CycleBooks.admit``)."""
+    c.worked_out = True
     if not c.snap.policy.backfill:
         return
     anchor = anchors.anchor(c)
@@ -90,6 +91,7 @@ def kept_anchor(c: CycleBooks) -> str | None:
     """The anchor an engine that applies this cycle keeps for the next (``State.anchor``):
     this cycle's, unless it was admitted; else the oldest run the cycle overtook
     (``anchor.overtaken``). Asked after ``work_out`` and ``cycle.schedule``."""
+    assert c.worked_out, "cycle_reserve.work_out (step 6) comes first"
     admitted = {a.run_id for a in c.admissions}
     if c.anchor is not None and c.anchor not in admitted:
         return c.anchor
