@@ -6,7 +6,9 @@ GPU types, backends, nodes and projects in the sorted order of their names; ever
 raises ``ValueError`` for an index or time it cannot take (nothing is guessed).
 """
 
-from typing import final
+from typing import Any, TypeVar, final
+
+_T = TypeVar("_T")
 
 #: GPUs on one node: (node, device numbers: its whole devices in the node's order, then its
 #: MIG slices, profile after profile as its ``PartSpec`` lists them).
@@ -211,6 +213,9 @@ class Explanation:
     def eta(self) -> list[float | None]: ...
     @property
     def why(self) -> list[int | None]: ...
+    def pending_objects(self, cls: type[_T], codes: list[Any], sentences: list[str]) -> list[_T]:
+        """One ``cls`` per pending run (``run_id``, ``reason_code``, ``reason``, ``eta`` set
+        as ``object.__setattr__`` sets them; ``codes``: one per reason)."""
 
 @final
 class BudgetSpent:

@@ -111,35 +111,14 @@ def _explain_all(
         else said.get((ri, wi)) or said.setdefault((ri, wi), f"{texts[ri]}; {whys[wi]}")
         for ri, wi in zip(reasons, no_eta, strict=True)
     ]
-    explained = _pending_reasons(
-        got.run_ids, list(map(codes.__getitem__, reasons)), sentences, got.eta
-    )
+    # (the engine makes the objects: in Python that was the largest part of this call)
+    explained: list[PendingReason] = got.pending_objects(PendingReason, codes, sentences)
     return [*out.values(), *explained]
 
 
-_NEW = object.__new__
 _FIELDS = ("run_id", "reason_code", "reason", "eta")
 assert tuple(f.name for f in fields(PendingReason)) == _FIELDS, "PendingReason changed"
-_SET_ID, _SET_CODE, _SET_REASON, _SET_ETA = (getattr(PendingReason, n).__set__ for n in _FIELDS)
-
-
-def _pending_reasons(
-    run_ids: list[str], codes: list[ReasonCode], reasons: list[str], etas: list[float | None]
-) -> list[PendingReason]:
-    """``list(map(PendingReason, run_ids, codes, reasons, etas))`` at about half the cost (a
-    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; here its
-    slots are set directly, on objects not yet shared): at 50,000 pending runs this was the
-    largest part of ``explain_all``."""
-    out: list[PendingReason] = []
-    append = out.append
-    for rid, code, reason, eta in zip(run_ids, codes, reasons, etas, strict=True):
-        p = _NEW(PendingReason)
-        _SET_ID(p, rid)
-        _SET_CODE(p, code)
-        _SET_REASON(p, reason)
-        _SET_ETA(p, eta)
-        append(p)
-    return out
+assert PendingReason.__dataclass_params__.frozen and "__slots__" in PendingReason.__dict__  # type: ignore[attr-defined]
 
 
 def _backoff_key(run: Run) -> tuple[float, int, str]:

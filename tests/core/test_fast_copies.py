@@ -1,12 +1,13 @@
-"""``engines.run_copy`` and ``native_explain._pending_reasons``: their objects equal what
-``dataclasses.replace`` and the dataclasses' own ``__init__`` make, field for field, and leave
-the originals untouched (runs with every field set away from its default, so a field the copy
+"""``engines.run_copy`` and the engine's ``Explanation.pending_objects``: their objects equal
+what ``dataclasses.replace`` and the dataclasses' own ``__init__`` make, field for field, and
+leave the originals untouched (runs with every field set away from its default, so a field the copy
 missed would show)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import fields, replace
+from typing import Any
 
 import pytest
 
@@ -67,18 +68,6 @@ def test_a_copy_is_as_immutable_as_the_run() -> None:
         going(_every_field_set()).held = False  # type: ignore[misc]
 
 
-def test_pending_reasons_are_the_dataclass_s() -> None:
-    from mlops_gpu.core.decision import PendingReason, ReasonCode
-    from mlops_gpu.engines.native_explain import _pending_reasons
-
-    args = (["a", "b"], [ReasonCode.QUOTA, ReasonCode.NO_CAPACITY], ["x", "y"], [None, 3.0])
-    got = _pending_reasons(*args)
-    assert got == list(map(PendingReason, *args))
-    assert hash(got[1]) == hash(PendingReason("b", ReasonCode.NO_CAPACITY, "y", 3.0))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        got[0].eta = 1.0  # type: ignore[misc]
-
-
 def _same(got: object, want: object) -> None:
     """Equal, of the same class, field for field (each field's value and type), hashed alike
     and as frozen."""
@@ -137,3 +126,30 @@ def test_copier_is_replace_and_refuses_what_it_cannot_copy() -> None:
     for cls in (NotSlotted, Checked):
         with pytest.raises(TypeError):
             build(cls)
+
+
+def test_the_engines_pending_reasons_are_the_dataclass_s(native_module: Any) -> None:
+    """``Explanation.pending_objects`` (the Rust engine makes ``explain_all``'s objects):
+    each equals what ``PendingReason.__init__`` makes of the same fields, with an ETA and
+    without; a sentence list that does not match the runs is a ``ValueError``."""
+    from mlops_gpu.core.decision import PendingReason, ReasonCode
+    from mlops_gpu.engines.native import NativeEngine
+    from mlops_gpu.testing import make_node, make_project, make_snapshot
+
+    eng = NativeEngine(make_snapshot([make_node("n", 1)], [make_project("p")]), native_module)
+    eng.submit(make_run("a", "p", 1, seq=1, max_runtime_s=60.0))
+    eng.cycle(0.0)  # a holds the one GPU for a minute
+    for i, gpus in enumerate([1, 1, 2], start=2):  # two wait for it, one never fits
+        eng.submit(make_run(f"r{i}", "p", gpus, seq=i, max_runtime_s=60.0))
+    got = eng.explain_native(1.0)
+    codes = [ReasonCode(r.code) for r in got.reasons]
+    sentences = [f"sentence {k}" for k in range(len(got.run_ids))]
+    made = got.pending_objects(PendingReason, codes, sentences)
+    rows = zip(got.run_ids, got.reason, sentences, got.eta, strict=True)
+    want = [PendingReason(rid, codes[k], s, eta) for rid, k, s, eta in rows]
+    assert sorted(p.run_id for p in made) == ["r2", "r3", "r4"]
+    assert {p.eta is None for p in made} == {True, False}
+    for a, b in zip(made, want, strict=True):
+        _same(a, b)
+    with pytest.raises(ValueError, match="sentences"):
+        got.pending_objects(PendingReason, codes, sentences[:-1])

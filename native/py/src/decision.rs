@@ -6,7 +6,11 @@
 //! no-ETA reasons keep the library's order, and the pending runs the order booked.
 
 use mlops_gpu_native as lib;
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyList, PyString, PyType};
+use pyo3::PyTypeInfo;
 
 /// A run a cycle admitted, and where: slots of (node, device numbers).
 #[pyclass(frozen, get_all, module = "mlops_gpu._engine")]
@@ -129,4 +133,63 @@ pub(crate) fn explanation(py: Python<'_>, e: lib::Explanation) -> PyResult<Expla
         out.why.push(p.no_eta);
     }
     Ok(out)
+}
+
+#[pymethods]
+impl Explanation {
+    /// One object of `cls` per pending run, in the order booked, with its `run_id`,
+    /// `reason_code` (`codes[k]` for reason `k`), `reason` (`sentences`, one per pending run)
+    /// and `eta` set as `object.__setattr__` sets them, without its `__init__` (a frozen
+    /// dataclass with slots: `PendingReason`). At 50,000 pending runs this is several times
+    /// faster than making them in Python, which was the largest part of `explain_all`.
+    fn pending_objects<'py>(
+        &self,
+        py: Python<'py>,
+        cls: &Bound<'py, PyType>,
+        codes: Vec<Bound<'py, PyAny>>,
+        sentences: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        if sentences.len() != self.run_ids.len() || codes.len() != self.reasons.len() {
+            return Err(PyValueError::new_err(format!(
+                "pending_objects: {} sentences for {} runs, {} codes for {} reasons",
+                sentences.len(),
+                self.run_ids.len(),
+                codes.len(),
+                self.reasons.len()
+            )));
+        }
+        let new = PyAny::type_object(py).getattr(intern!(py, "__new__"))?;
+        let names = [
+            intern!(py, "run_id"),
+            intern!(py, "reason_code"),
+            intern!(py, "reason"),
+            intern!(py, "eta"),
+        ];
+        let mut out = Vec::with_capacity(self.run_ids.len());
+        for (k, sentence) in sentences.into_iter().enumerate() {
+            let obj = new.call1((cls,))?;
+            let eta = match self.eta[k] {
+                Some(e) => PyFloat::new(py, e).into_any(),
+                None => py.None().into_bound(py),
+            };
+            let values = [
+                PyString::new(py, &self.run_ids[k]).into_any(),
+                codes[self.reason[k]].clone(),
+                sentence,
+                eta,
+            ];
+            for (name, value) in names.iter().zip(values.iter()) {
+                // SAFETY: three live references; the generic setter is what
+                // `object.__setattr__` calls (it reaches the class's slot descriptors)
+                let rc = unsafe {
+                    pyo3::ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr())
+                };
+                if rc != 0 {
+                    return Err(PyErr::fetch(py));
+                }
+            }
+            out.push(obj);
+        }
+        PyList::new(py, out)
+    }
 }
