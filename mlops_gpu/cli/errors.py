@@ -3,7 +3,8 @@
 Any verb that meets a ``SetupError`` (a store that is damaged, foreign, newer, read-only or
 unreachable; a state folder that cannot be written) prints ``mlops-gpu: error: <the line>``,
 which names the file (or URL, password hidden) and what to do, and exits 1: never a traceback.
-So does a SQLite store whose write lock another process held past the busy timeout (120 s).
+So does a SQLite store whose write lock another process held past the busy timeout
+(``state.connect.BUSY_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -39,9 +40,12 @@ class SetupErrorsAsOneLine(ArgsGroup):
         except OperationalError as e:
             if "database is locked" not in str(e.orig):
                 raise
+            from mlops_gpu.state.connect import BUSY_TIMEOUT_S
+
             raise SetupFailure(
-                f"{_store_of(ctx)} stayed locked by another process for 120s (a scheduler paused "
-                "or stuck in a write? see `mlops-gpu scheduler status`); retry when it is free"
+                f"{_store_of(ctx)} stayed locked by another process for {BUSY_TIMEOUT_S}s (a "
+                "scheduler paused or stuck in a write? see `mlops-gpu scheduler status`); "
+                "retry when it is free"
             ) from None
 
 

@@ -18,6 +18,9 @@ from sqlalchemy.engine import make_url
 from mlops_gpu.state.migrations import migrate
 
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+#: How long a SQLite writer waits for another's write lock before "database is locked" (the
+#: CLI's one-line error names it: ``cli.errors``).
+BUSY_TIMEOUT_S = 120
 
 
 def _after_fork() -> None:
@@ -33,14 +36,16 @@ def engine_for(url: str) -> Engine:
         # Pooled connections: opening one (and its PRAGMAs) per transaction cost about a
         # millisecond, several times per admitted run. A forked child drops the parent's pooled
         # connections without closing them (``_after_fork``), as SQLAlchemy advises.
-        eng = create_engine(url, connect_args={"timeout": 120, "check_same_thread": False})
+        eng = create_engine(
+            url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False}
+        )
         _ENGINES.add(eng)
 
         @event.listens_for(eng, "connect")
         def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA busy_timeout=120000")
+            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.close()

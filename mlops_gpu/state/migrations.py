@@ -162,17 +162,17 @@ def migrate(conn: Connection) -> int:
     """Apply missing steps; the caller holds the write lock. Returns the version now in place."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(727274)"))
-    schema_version.create(conn, checkfirst=True)
-    row = conn.execute(schema_version.select()).first()
-    current = row.version if row is not None else 0
+    found = applied(conn)
+    current = found or 0
     if current > LATEST:
         raise RuntimeError(
             f"store schema version {current} is newer than this mlops-gpu ({LATEST}); upgrade"
         )
+    schema_version.create(conn, checkfirst=True)
     for version, step in MIGRATIONS:
         if version > current:
             step(conn)
-    if row is None:
+    if found is None:
         conn.execute(schema_version.insert().values(version=LATEST))
     elif current != LATEST:
         conn.execute(schema_version.update().values(version=LATEST))
