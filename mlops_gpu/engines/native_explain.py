@@ -23,7 +23,7 @@ from mlops_gpu.core.decision import PendingReason, ReasonCode
 from mlops_gpu.core.explain import shape_text
 from mlops_gpu.core.fairshare import budget_exceeded
 from mlops_gpu.core.quota import cohort_roots
-from mlops_gpu.model import Run
+from mlops_gpu.model import ResourceRequest, Run
 
 if TYPE_CHECKING:
     import mlops_gpu._engine as _engine
@@ -98,7 +98,8 @@ def _explain_all(
     # (once per call, not per quota reason: at 50,000 pending runs that was a third of the
     # Python side)
     roots = cohort_roots(t)
-    texts = [_text(eng, r, roots) for r in got.reasons]
+    shapes: dict[tuple[ResourceRequest, tuple[int, ...]], str] = {}
+    texts = [_text(eng, r, roots, shapes) for r in got.reasons]
     codes = [ReasonCode(r.code) for r in got.reasons]
     whys = [_no_eta(eng, w) for w in got.no_eta]
     said: dict[tuple[int, int], str] = {}
@@ -126,14 +127,23 @@ def _backoff_key(run: Run) -> tuple[float, int, str]:
     return (run.not_before or 0.0, run.seq, run.id)
 
 
-def _text(eng: NativeEngine, r: _engine.Reason, roots: Mapping[str, str | None]) -> str:
+def _text(
+    eng: NativeEngine,
+    r: _engine.Reason,
+    roots: Mapping[str, str | None],
+    shapes: dict[tuple[ResourceRequest, tuple[int, ...]], str],
+) -> str:
     """The sentence of one reason the engine returned (``roots``: ``cohort_roots`` of the
-    engine's template)."""
+    engine's template; ``shapes``: the ``shape_text`` of each request and types met so far in
+    the call, as thousands of reasons name a few hundred shapes)."""
     types, projects = eng.types, eng.projects
     if r.code == "queued_behind":
         return rt.queued_behind(r.anchor, projects[r.res_project])
     run = eng.pending[r.subject]
-    shape = shape_text(run, [types[i] for i in r.types])
+    key = (run.spec.request, tuple(r.types))
+    shape = shapes.get(key)
+    if shape is None:
+        shape = shapes[key] = shape_text(run, [types[i] for i in key[1]])
     if r.code == "unschedulable":
         return rt.unschedulable(shape)
     if r.code == "reserved":

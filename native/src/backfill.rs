@@ -53,7 +53,7 @@ impl Reservation {
     }
 
     /// Whether a run ending at `ends_at` is shown to end before the reservation.
-    fn before(&self, ends_at: Option<f64>) -> bool {
+    pub fn before(&self, ends_at: Option<f64>) -> bool {
         self.at.is_finite() && ends_at.is_some_and(|e| e <= self.at)
     }
 

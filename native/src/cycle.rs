@@ -24,7 +24,7 @@ use crate::budget::{level, Limit};
 use crate::capacity::Placement;
 use crate::explain::Log;
 use crate::model::Model;
-use crate::preempt::PoolSeen;
+use crate::preempt::{Futile, PoolSeen};
 use crate::quota::room;
 use crate::state::{key_cmp, Key, State};
 use trial::Outcome;
@@ -128,6 +128,10 @@ pub struct Cycle<'a> {
     heads: Vec<Head>,
     /// Per (project, type): what `victims_possible` read of its pool this cycle, if it did.
     pub pools_seen: RefCell<Vec<Option<PoolSeen>>>,
+    /// The whole-GPU victim searches that found no candidate since the last admission.
+    pub futile: Futile,
+    /// The places trials found since the last admission.
+    placed: trial::Placed,
 }
 
 impl<'a> Cycle<'a> {
@@ -170,6 +174,8 @@ impl<'a> Cycle<'a> {
             log: None,
             heads: Vec::new(),
             pools_seen: RefCell::new(vec![None; n * m.n_types]),
+            futile: Futile::default(),
+            placed: trial::Placed::default(),
         };
         if m.policy.backfill {
             if let Some((run, types)) = anchor(&c) {
@@ -367,7 +373,9 @@ impl<'a> Cycle<'a> {
                     continue;
                 }
             }
-            if !strict && self.surely_blocked(run) {
+            // (asked once: `surely_blocked` and the trial read it in the same state)
+            let may_preempt = (!strict).then(|| self.may_preempt(run));
+            if may_preempt.is_some_and(|v| self.surely_blocked(run, v)) {
                 if let Some(log) = self.log.as_mut() {
                     let rg = &ranges[b];
                     log.lazy(run, (p, rg.queue, rg.lo + 1, rg.hi));
@@ -375,7 +383,7 @@ impl<'a> Cycle<'a> {
                 ranges[b].lo = ranges[b].hi;
                 continue;
             }
-            let outcome = self.try_run(run);
+            let outcome = self.try_run(run, may_preempt);
             let rg = &mut ranges[b];
             if outcome == Outcome::Admitted {
                 if let Some(log) = self.log.as_mut() {

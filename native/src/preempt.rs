@@ -24,6 +24,8 @@
 mod borrowers;
 mod search;
 
+pub use search::Futile;
+
 use crate::capacity::Placement;
 use crate::cycle::Cycle;
 use crate::model::Order;

@@ -7,6 +7,7 @@
 mod borrowers;
 mod budget;
 mod explain;
+mod futile;
 mod host;
 mod nofit;
 mod parts;

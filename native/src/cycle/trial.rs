@@ -8,13 +8,42 @@
 //! given back first); `surely_blocked` is true only when `try_run` would find the run blocked
 //! with no side effect (it never hides an admission or a preemption).
 
+use std::cell::RefCell;
+use std::collections::hash_map::Entry;
+use std::rc::Rc;
+
+use rustc_hash::FxHashMap as HashMap;
+
 use super::{Cycle, EPS};
 use crate::capacity::Placement;
 use crate::explain;
+use crate::nofit;
 use crate::parts::Shape;
-use crate::placement::{node_sets, place};
+use crate::placement::{node_sets, place, Filter};
 use crate::quota::{admits, within_nominal};
 use crate::type_choice::order_types;
+
+/// The places trials found since the last admission (`Cycle::placed`): per request (its
+/// `nofit::Key` and accepted types) and whether a reservation held it, the place or None;
+/// with the admissions' count + 1 they were found at.
+///
+/// Exact because a place depends only on those and `cap`, which between two admissions moves
+/// only inside a victim search (which gives back what it took, and does not read this), and a
+/// reservation's hold reads the run's end only as whether it ends before the reservation
+/// (`Reservation::before`: then it holds nothing, as no filter). Queue heads of one request
+/// in several projects (a queue per project and shape) are placed once; a place is shared
+/// (`Rc`), copied only for the run admitted on it.
+pub struct Placed(RefCell<(usize, PlacedMap)>);
+
+type PlacedMap = HashMap<(nofit::Key, u32, bool), Option<Rc<Placement>>>;
+
+impl Default for Placed {
+    fn default() -> Self {
+        // (room for a cycle's requests: not grown, and rehashed, trial by trial)
+        let map = PlacedMap::with_capacity_and_hasher(512, Default::default());
+        Placed(RefCell::new((0, map)))
+    }
+}
 
 /// What a trial did with the run.
 #[derive(PartialEq)]
@@ -34,11 +63,16 @@ impl Cycle<'_> {
             .any(|&t| within_nominal(self.m, used, r.project, t, r.amount()))
     }
 
+    /// Whether run `i` might take victims: `victims_possible` where the policy preempts.
+    pub(super) fn may_preempt(&self, i: usize) -> bool {
+        self.m.policy.preemption && self.victims_possible(i)
+    }
+
     /// A cheap test that `try_run` would find the run blocked with no side effect
-    /// (`cycle._surely_blocked`).
-    pub(super) fn surely_blocked(&self, i: usize) -> bool {
+    /// (`cycle._surely_blocked`); `may_preempt`: `may_preempt(i)`, asked by the caller.
+    pub(super) fn surely_blocked(&self, i: usize, may_preempt: bool) -> bool {
         let m = self.m;
-        if m.policy.preemption && self.victims_possible(i) {
+        if may_preempt {
             return false;
         }
         let r = &self.st.runs[i];
@@ -56,8 +90,9 @@ impl Cycle<'_> {
     }
 
     /// Try run `i` on each of its types in order: admitted (perhaps with victims), held for
-    /// the reservation, or blocked (`cycle._try`).
-    pub(super) fn try_run(&mut self, i: usize) -> Outcome {
+    /// the reservation, or blocked (`cycle._try`). `may_preempt`: `may_preempt(i)` where the
+    /// caller asked it in the same state (the trial changes nothing before it reads it).
+    pub(super) fn try_run(&mut self, i: usize, may_preempt: Option<bool>) -> Outcome {
         let m = self.m;
         let (mut fits_without_reservation, mut quota_held) = (false, false);
         // (a copy of its types, on the stack when they are few: a trial per queue head and
@@ -98,11 +133,11 @@ impl Cycle<'_> {
                 .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
             let flt = res.map(|res| (res, ends));
             let placed = match placed_first.get_mut(k) {
-                Some(p) => p.take().expect("placed once"),
-                None => place(m, &self.st.cap, r, t, flt),
+                Some(p) => p.take().expect("placed once").map(Rc::new),
+                None => self.placed(i, t, flt),
             };
             if placed.is_none() && flt.is_some() && !fits_without_reservation {
-                fits_without_reservation = place(m, &self.st.cap, r, t, None).is_some();
+                fits_without_reservation = self.placed(i, t, None).is_some();
             }
             let amount = placed.as_ref().map_or(r.amount(), |p| p.amount());
             if self.log.is_some() {
@@ -117,7 +152,7 @@ impl Cycle<'_> {
                     quota_held = true;
                     continue;
                 }
-                self.admit(i, p);
+                self.admit(i, Rc::unwrap_or_clone(p));
                 return Outcome::Admitted;
             }
         }
@@ -131,7 +166,7 @@ impl Cycle<'_> {
             }
             return Outcome::Reserved;
         }
-        if m.policy.preemption && self.victims_possible(i) && self.preempt(i, types) {
+        if may_preempt.unwrap_or_else(|| self.may_preempt(i)) && self.preempt(i, types) {
             return Outcome::Admitted; // with its victims
         }
         if let Some(mut log) = self.log.take() {
@@ -149,6 +184,26 @@ impl Cycle<'_> {
             .reservation
             .as_ref()
             .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
-        place(m, &self.st.cap, r, t, res.map(|res| (res, ends)))
+        self.placed(i, t, res.map(|res| (res, ends)))
+            .map(Rc::unwrap_or_clone)
+    }
+
+    /// `place` of run `i` on `t` with `flt`, found once per request between admissions
+    /// (`Placed`); never inside a victim search, whose trials move `cap`.
+    fn placed(&self, i: usize, t: usize, flt: Filter<'_>) -> Option<Rc<Placement>> {
+        let (m, r) = (self.m, &self.st.runs[i]);
+        let held = flt.is_some_and(|(res, ends)| !res.before(ends));
+        let stamp = self.admissions.len() + 1;
+        let mut seen = self.placed.0.borrow_mut();
+        if seen.0 != stamp {
+            seen.0 = stamp;
+            seen.1.clear(); // (keeps its room)
+        }
+        match seen.1.entry((nofit::key(r, t), r.accepts, held)) {
+            Entry::Occupied(e) => e.get().clone(),
+            Entry::Vacant(e) => e
+                .insert(place(m, &self.st.cap, r, t, flt).map(Rc::new))
+                .clone(),
+        }
     }
 }

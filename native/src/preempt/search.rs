@@ -9,6 +9,8 @@
 //! gives back what it took: `cap` is as before whether a plan is found or not (the caller
 //! takes the plan's victims out).
 
+use std::cell::RefCell;
+
 use rustc_hash::FxHashMap as HashMap;
 
 use super::{better, Plan};
@@ -22,9 +24,52 @@ use crate::state::{Entry, NONE};
 /// How many anchor nodes the search tries per GPU type (the most promising first).
 const MAX_ANCHORS: usize = 12;
 
+/// A whole-GPU request's search inputs but its own run: (project, type, class, GPUs, nodes,
+/// pinned backend).
+type FutileKey = (usize, usize, i64, usize, usize, Option<usize>);
+
+/// The whole-GPU searches that found no candidate, remembered until the next admission (the
+/// cycle's stamp, as for `Cycle::room`): per `FutileKey`, the least `own_bound` among them.
+///
+/// Exact because, with the key and the state fixed, a whole-GPU run's candidates shrink as
+/// its `own_bound` grows, and "no candidate" only needs fewer: every part but its own class's
+/// (and the borrower rule's) reads only the key and the state; those two keep the runs that
+/// go on for more than the ratio x its max_runtime (`outlasts`: fewer as it grows; none
+/// without one) or, under `las`, that are in a later LAS level than its own (fewer as its
+/// level rises); `could_fit_without_all` can only turn false with fewer GPUs given back.
+/// No admission, no change: `cap`, `going` and the usage move only with one.
+#[derive(Default)]
+pub struct Futile(RefCell<HashMap<FutileKey, (usize, f64)>>);
+
 impl Cycle<'_> {
+    /// What of run `i` alone its own class's candidates depend on: fewer as it grows
+    /// (`Futile`).
+    fn own_bound(&self, i: usize) -> f64 {
+        let (pol, r) = (&self.m.policy, &self.st.runs[i]);
+        match pol.order {
+            Order::Shortest => r.max_runtime.unwrap_or(f64::INFINITY),
+            Order::Las => pol.las_level(r.attained) as f64,
+            Order::Submit => 0.0,
+        }
+    }
+
+    fn futile_key(&self, i: usize, t: usize) -> Option<FutileKey> {
+        let r = &self.st.runs[i];
+        r.shape
+            .is_whole()
+            .then_some((r.project, t, r.class, r.gpus, r.nodes, r.pinned))
+    }
+
     /// Run `i`'s best plan on `t`, or None (`preempt._plan_for_type`).
     pub(super) fn plan_for_type(&mut self, i: usize, t: usize) -> Option<Plan> {
+        let stamp = self.admissions.len() + 1;
+        let (key, bound) = (self.futile_key(i, t), self.own_bound(i));
+        if let Some(k) = key {
+            let known = self.futile.0.borrow().get(&k).copied();
+            if known.is_some_and(|(at, least)| at == stamp && bound >= least) {
+                return None; // (a search with no more candidates found none)
+            }
+        }
         // The candidates: the possible victims among the pool (the run's project's runs on
         // `t`, and those of the cohort members that borrowed `t` as the cycle began).
         // (`preempt._plan_for_type` first asks whether the run could fit with the whole pool
@@ -87,6 +132,15 @@ impl Cycle<'_> {
             }
         }
         if cands.is_empty() {
+            if let Some(k) = key {
+                let mut futile = self.futile.0.borrow_mut();
+                let entry = futile.entry(k).or_insert((stamp, bound));
+                *entry = if entry.0 == stamp {
+                    (stamp, entry.1.min(bound))
+                } else {
+                    (stamp, bound)
+                };
+            }
             return None;
         }
         let cost: HashMap<usize, f64> = cands.iter().map(|&v| (v, self.lost_gpu_s(v))).collect();
