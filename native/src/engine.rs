@@ -390,6 +390,7 @@ impl Engine {
             started_at: None,
             going: false,
             queued: false,
+            request: 0, // (numbered as it joins a queue)
             activated: 0,
             submitted_at: r.submitted_at,
             seq: r.seq,

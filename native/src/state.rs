@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
+use crate::nofit;
 use crate::parts::Shape;
 
 mod timeline;
@@ -49,6 +50,9 @@ pub struct Run {
     pub topology: Option<usize>,
     pub preemptible: bool,
     pub queued: bool,
+    /// What placement reads of it (`nofit::key` less the type, and `accepts`), interned when
+    /// it joins a queue (`State::enqueue`): runs that ask alike are placed alike.
+    pub request: u32,
     pub id: String,
     /// Its `gpu_types` names, interned (`fragmentation::Mix::intern`; 0: any, or no mix kept).
     pub accepts: u32,
@@ -182,6 +186,8 @@ pub struct State {
     pub anchor: Option<usize>,
     /// The next `Run::activated`.
     pub activations: u64,
+    /// `Run::request`'s numbers.
+    pub requests: HashMap<(nofit::Key, u32), u32>,
 }
 
 impl State {
@@ -200,6 +206,7 @@ impl State {
             held: vec![Vec::new(); m.projects.len() * m.n_types],
             anchor: None,
             activations: 0,
+            requests: HashMap::new(),
         }
     }
 
@@ -227,6 +234,11 @@ impl State {
         let key = queue_key(&run);
         let (order, project) = (run.key, run.project);
         run.queued = true;
+        let next = self.requests.len() as u32;
+        run.request = *self
+            .requests
+            .entry((nofit::key(&run, 0), run.accepts))
+            .or_insert(next);
         let i = self.register(run)?;
         let qs = &mut self.queues[project];
         let q = match qs.iter().position(|q| q.key == key) {

@@ -112,6 +112,7 @@ fn run(id: &str, seq: i64, class: i64, gpus: usize, max_runtime: Option<f64>) ->
         started_at: None,
         going: false,
         queued: false,
+        request: 0,
         activated: 0,
         submitted_at: 0.0,
         seq,

@@ -9,23 +9,19 @@
 //! with no side effect (it never hides an admission or a preemption).
 
 use std::cell::RefCell;
-use std::collections::hash_map::Entry;
 use std::rc::Rc;
-
-use rustc_hash::FxHashMap as HashMap;
 
 use super::{Cycle, EPS};
 use crate::capacity::Placement;
 use crate::explain;
-use crate::nofit;
 use crate::parts::Shape;
 use crate::placement::{node_sets, place, Filter};
 use crate::quota::{admits, within_nominal};
 use crate::type_choice::order_types;
 
-/// The places trials found since the last admission (`Cycle::placed`): per request (its
-/// `nofit::Key` and accepted types) and whether a reservation held it, the place or None;
-/// with the admissions' count + 1 they were found at.
+/// The places trials found since the last admission (`Cycle::placed`): per request
+/// (`Run::request`), type and whether a reservation held it, the place or None, with the
+/// admissions' count + 1 it was found at.
 ///
 /// Exact because a place depends only on those and `cap`, which between two admissions moves
 /// only inside a victim search (which gives back what it took, and does not read this), and a
@@ -33,17 +29,8 @@ use crate::type_choice::order_types;
 /// (`Reservation::before`: then it holds nothing, as no filter). Queue heads of one request
 /// in several projects (a queue per project and shape) are placed once; a place is shared
 /// (`Rc`), copied only for the run admitted on it.
-pub struct Placed(RefCell<(usize, PlacedMap)>);
-
-type PlacedMap = HashMap<(nofit::Key, u32, bool), Option<Rc<Placement>>>;
-
-impl Default for Placed {
-    fn default() -> Self {
-        // (room for a cycle's requests: not grown, and rehashed, trial by trial)
-        let map = PlacedMap::with_capacity_and_hasher(512, Default::default());
-        Placed(RefCell::new((0, map)))
-    }
-}
+#[derive(Default)]
+pub struct Placed(RefCell<Vec<(usize, Option<Rc<Placement>>)>>);
 
 /// What a trial did with the run.
 #[derive(PartialEq)]
@@ -193,17 +180,17 @@ impl Cycle<'_> {
     fn placed(&self, i: usize, t: usize, flt: Filter<'_>) -> Option<Rc<Placement>> {
         let (m, r) = (self.m, &self.st.runs[i]);
         let held = flt.is_some_and(|(res, ends)| !res.before(ends));
+        let k = (r.request as usize * m.n_types + t) * 2 + usize::from(held);
         let stamp = self.admissions.len() + 1;
         let mut seen = self.placed.0.borrow_mut();
-        if seen.0 != stamp {
-            seen.0 = stamp;
-            seen.1.clear(); // (keeps its room)
+        if k >= seen.len() {
+            // (every request known now: one allocation a cycle)
+            let n = self.st.requests.len().max(r.request as usize + 1) * m.n_types * 2;
+            seen.resize(n, (0, None));
         }
-        match seen.1.entry((nofit::key(r, t), r.accepts, held)) {
-            Entry::Occupied(e) => e.get().clone(),
-            Entry::Vacant(e) => e
-                .insert(place(m, &self.st.cap, r, t, flt).map(Rc::new))
-                .clone(),
+        if seen[k].0 != stamp {
+            seen[k] = (stamp, place(m, &self.st.cap, r, t, flt).map(Rc::new));
         }
+        seen[k].1.clone()
     }
 }
