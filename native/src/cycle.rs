@@ -458,11 +458,16 @@ impl<'a> Cycle<'a> {
         (i, self.st.runs[i].key)
     }
 
-    /// `quota::room`, remembered until the next admission (only admissions change usage
-    /// between a cycle's trials).
+    /// The memos' stamp (`room`, `trial::Placed`, `preempt::Futile`; 0: never): between two
+    /// trials only an admission changes `cap`, the usage and the victims chosen.
+    pub fn stamp(&self) -> usize {
+        self.admissions.len() + 1
+    }
+
+    /// `quota::room`, remembered until the next admission.
     pub fn room(&self, p: usize, t: usize) -> f64 {
         let k = self.m.pt(p, t);
-        let stamp = self.admissions.len() + 1;
+        let stamp = self.stamp();
         let got = self.rooms.borrow()[k];
         if got.0 == stamp {
             return got.1;

@@ -11,6 +11,7 @@
 //! active runs' shapes), never on the order runs were admitted.
 
 use std::cmp::Ordering;
+use std::rc::Rc;
 
 use crate::capacity::{Capacity, Placement, UNIT};
 use crate::fgd::fragment_growth;
@@ -35,7 +36,7 @@ pub fn order_types(
     m: &Model,
     cap: &Capacity,
     types: &[usize],
-    placed: &[Option<Placement>],
+    placed: &[Option<Rc<Placement>>],
     holds_gpus: bool,
 ) -> Vec<usize> {
     let restricted = cap.mix.restricted();

@@ -21,7 +21,7 @@ use crate::type_choice::order_types;
 
 /// The places trials found since the last admission (`Cycle::placed`): per request
 /// (`Run::request`), type and whether a reservation held it, the place or None, with the
-/// admissions' count + 1 it was found at.
+/// `Cycle::stamp` it was found at.
 ///
 /// Exact because a place depends only on those and `cap`, which between two admissions moves
 /// only inside a victim search (which gives back what it took, and does not read this), and a
@@ -120,7 +120,7 @@ impl Cycle<'_> {
                 .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
             let flt = res.map(|res| (res, ends));
             let placed = match placed_first.get_mut(k) {
-                Some(p) => p.take().expect("placed once").map(Rc::new),
+                Some(p) => p.take().expect("placed once"),
                 None => self.placed(i, t, flt),
             };
             if placed.is_none() && flt.is_some() && !fits_without_reservation {
@@ -164,7 +164,7 @@ impl Cycle<'_> {
     }
 
     /// Where run `i` fits on `t` now, with the reservation's hold (as `try_run` places it).
-    fn place_for(&self, i: usize, t: usize) -> Option<Placement> {
+    fn place_for(&self, i: usize, t: usize) -> Option<Rc<Placement>> {
         let (m, r) = (self.m, &self.st.runs[i]);
         let ends = r.max_runtime.map(|mr| self.now + mr);
         let res = self
@@ -172,7 +172,6 @@ impl Cycle<'_> {
             .as_ref()
             .filter(|res| res.run != i && !res.exempts(m, self.st, r, t));
         self.placed(i, t, res.map(|res| (res, ends)))
-            .map(Rc::unwrap_or_clone)
     }
 
     /// `place` of run `i` on `t` with `flt`, found once per request between admissions
@@ -181,7 +180,7 @@ impl Cycle<'_> {
         let (m, r) = (self.m, &self.st.runs[i]);
         let held = flt.is_some_and(|(res, ends)| !res.before(ends));
         let k = (r.request as usize * m.n_types + t) * 2 + usize::from(held);
-        let stamp = self.admissions.len() + 1;
+        let stamp = self.stamp();
         let mut seen = self.placed.0.borrow_mut();
         if k >= seen.len() {
             // (every request known now: one allocation a cycle)

@@ -28,8 +28,8 @@ const MAX_ANCHORS: usize = 12;
 /// pinned backend).
 type FutileKey = (usize, usize, i64, usize, usize, Option<usize>);
 
-/// The whole-GPU searches that found no candidate, remembered until the next admission (the
-/// cycle's stamp, as for `Cycle::room`): per `FutileKey`, the least `own_bound` among them.
+/// The whole-GPU searches that found no candidate, remembered until the next admission
+/// (`Cycle::stamp`): per `FutileKey`, the least `own_bound` among them.
 ///
 /// Exact because, with the key and the state fixed, a whole-GPU run's candidates shrink as
 /// its `own_bound` grows, and "no candidate" only needs fewer: every part but its own class's
@@ -62,7 +62,7 @@ impl Cycle<'_> {
 
     /// Run `i`'s best plan on `t`, or None (`preempt._plan_for_type`).
     pub(super) fn plan_for_type(&mut self, i: usize, t: usize) -> Option<Plan> {
-        let stamp = self.admissions.len() + 1;
+        let stamp = self.stamp();
         let (key, bound) = (self.futile_key(i, t), self.own_bound(i));
         if let Some(k) = key {
             let known = self.futile.0.borrow().get(&k).copied();
