@@ -273,7 +273,12 @@ def _surely_blocked(c: CycleBooks, run: Run) -> bool:
 
 
 def _surely_over_quota(c: CycleBooks, run: Run, gpu_type: str) -> bool:
-    """True only when ``QuotaBook.problem`` would name a problem (False: not sure)."""
+    """True only when ``QuotaBook.problem`` would name a problem (False: not sure). A
+    memory-only shared request is charged its memory's share once placed, less than the
+    whole GPU ``request_amount`` counts before: never sure before a place."""
+    req = run.request
+    if req.shape == "shared" and req.gpu_fraction is None:
+        return False
     return request_amount(run) > c.room(run.project, gpu_type) + 1e-9
 
 

@@ -51,9 +51,15 @@ def possible(c: CycleBooks, run: Run, types: list[str]) -> bool:
 
 def peers(c: CycleBooks, run: Run, gpu_type: str) -> bool:
     """Whether a run of the same project and class on ``gpu_type`` might be a victim of
-    ``run`` (an over-estimate of ``may_preempt``; False is certain). Under ``shortest``,
-    only when one is expected to go on for more than the ratio x run's max_runtime."""
+    ``run`` (an over-estimate of ``may_preempt``; False is certain): only where one reported
+    a checkpoint (or the policy preempts runs without one); under ``shortest``, only when
+    one is expected to go on for more than the ratio x run's max_runtime."""
     cls = c.snap.priority_of(run)
+    running = c.state.running.get((run.project, gpu_type), {}).values()
+    if not c.snap.policy.preempt_uncheckpointed and not any(
+        v.last_checkpoint_at is not None and c.snap.priority_of(v) == cls for v in running
+    ):
+        return False
     to_go = c.state.longest_to_go(run.project, gpu_type, cls, c.snap.now)
     order = c.snap.policy.order
     return order == "las" or (order == "shortest" and c.outlasts(run, to_go))

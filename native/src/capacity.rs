@@ -20,7 +20,8 @@
 //!   shares summed as integers, so it depends only on who holds the device, never on the
 //!   order they came and went in (`Capacity.share_units`);
 //! - every give-back goes through `release`, which tells `nofit` (its memo of requests that
-//!   found no place is exact only so).
+//!   found no place is exact only so) and stamps `stamps` (what a queue's remembered verdict
+//!   compares, `verdict`), as every take stamps who borrows.
 
 use std::collections::HashMap;
 
@@ -29,6 +30,7 @@ use crate::model::Model;
 use crate::nofit::NoFit;
 use crate::parts::{self, SlotShare};
 use crate::pyfloat;
+use crate::verdict::Stamps;
 
 /// Where a run runs: one backend, one type, one slot (node, devices) per gang member on a node
 /// of the cluster, and the GPUs it holds in all (`Placement.gpu_amount`; a run loaded from a
@@ -104,6 +106,8 @@ pub struct Capacity {
     pub mix: Mix,
     /// What placement found no room for until the next give-back where it could (`nofit`).
     pub nofit: NoFit,
+    /// What a queue's remembered verdict depends on (`verdict`).
+    pub stamps: Stamps,
 }
 
 impl Capacity {
@@ -143,6 +147,7 @@ impl Capacity {
             share_units: HashMap::new(),
             mix: Mix::new(m.n_types),
             nofit: NoFit::new(m),
+            stamps: Stamps::new(m),
         }
     }
 
@@ -170,6 +175,8 @@ impl Capacity {
             }
         }
         self.book(m.pt(project, p.ty), units(p.amount()));
+        let used = self.used[m.pt(project, p.ty)];
+        self.stamps.took(m, project, p.ty, used, false);
     }
 
     pub fn release(&mut self, m: &Model, project: usize, p: &Placement) {
@@ -187,6 +194,10 @@ impl Capacity {
             }
         }
         self.book(m.pt(project, p.ty), -units(p.amount()));
+        self.stamps.quota_back(m, project, p.ty);
+        for (node, _) in &p.slots {
+            self.stamps.node_back(m, *node, self.free[*node].len());
+        }
     }
 
     fn book(&mut self, k: usize, units: i64) {

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use rustc_hash::FxHashSet as HashSet;
 
+mod head;
 mod trial;
 
 use crate::backfill::{anchor, overtaken, reserve, Reservation};
@@ -25,8 +26,8 @@ use crate::capacity::Placement;
 use crate::explain::Log;
 use crate::model::Model;
 use crate::preempt::{Futile, PoolSeen};
-use crate::quota::room;
 use crate::state::{key_cmp, Key, State};
+use head::Head;
 use trial::Outcome;
 
 pub(crate) const EPS: f64 = 1e-9;
@@ -36,38 +37,6 @@ pub struct Range {
     pub queue: usize,
     pub lo: usize,
     pub hi: usize,
-}
-
-/// A queue range's head in its project's turn: the lowest (key, range) is served first, as a
-/// scan over the ranges in order would pick it (ties: the first range). `order` is that
-/// (key, range) as integers that compare alike (`order_of`), so that sorting a turn's heads
-/// compares no floats.
-#[derive(Clone, Copy)]
-struct Head {
-    order: (u64, u64, u64, usize),
-    run: usize,
-}
-
-impl Head {
-    fn new(key: Key, range: usize, run: usize) -> Self {
-        let signed = |x: i64| (x as u64) ^ (1 << 63); // (i64 order as u64 order)
-                                                      // (f64 order, as `key_cmp` compares them, as u64 order: -0.0 is 0.0 there; a
-                                                      // negative number's bits, flipped, rise as it does)
-        let bits = if key.1 == 0.0 { 0 } else { key.1.to_bits() };
-        let float = if bits >> 63 == 1 {
-            !bits
-        } else {
-            bits | (1 << 63)
-        };
-        Head {
-            order: (signed(key.0), float, signed(key.2), range),
-            run,
-        }
-    }
-
-    fn range(&self) -> usize {
-        self.order.3
-    }
 }
 
 /// A project's place in the fair-share heap: lowest first.
@@ -121,17 +90,21 @@ pub struct Cycle<'a> {
     pub freed: RefCell<Vec<usize>>,
     pub touched: RefCell<Vec<usize>>,
     /// `room` per (project, type): (admissions when worked out + 1, room); 0: not yet.
-    rooms: RefCell<Vec<(usize, f64)>>,
+    pub(super) rooms: RefCell<Vec<(usize, f64)>>,
     /// What an explanation reads, kept only in a cycle run to explain (`explain`).
     pub log: Option<Box<Log>>,
     /// Scratch: a turn's range heads (`turn`), kept to spare an allocation per turn.
     heads: Vec<Head>,
     /// Per (project, type): what `victims_possible` read of its pool this cycle, if it did.
     pub pools_seen: RefCell<Vec<Option<PoolSeen>>>,
-    /// The whole-GPU victim searches that found no candidate since the last admission.
+    /// The whole-GPU victim searches that found no plan since the last admission.
     pub futile: Futile,
     /// The places trials found since the last admission.
     placed: trial::Placed,
+    /// Whether queues known blocked as the cycle begins are left out (`verdict`; the engine
+    /// asks it, and undoes a cycle that then preempted), and how many were.
+    pub dormancy: bool,
+    pub dormant: usize,
 }
 
 impl<'a> Cycle<'a> {
@@ -152,6 +125,7 @@ impl<'a> Cycle<'a> {
             .map(|(k, u)| history.map_or(0.0, |hist| hist[k] / h) + u)
             .collect();
         let used_at_start = st.cap.used.clone();
+        st.cap.stamps.cycle_begins(m);
         let n = m.projects.len();
         let mut c = Cycle {
             m,
@@ -176,6 +150,8 @@ impl<'a> Cycle<'a> {
             pools_seen: RefCell::new(vec![None; n * m.n_types]),
             futile: Futile::default(),
             placed: trial::Placed::default(),
+            dormancy: false,
+            dormant: 0,
         };
         if m.policy.backfill {
             if let Some((run, types)) = anchor(&c) {
@@ -189,11 +165,18 @@ impl<'a> Cycle<'a> {
     pub fn run(&mut self) {
         let n = self.m.projects.len();
         let mut levels: BTreeMap<i64, Vec<Vec<Range>>> = BTreeMap::new();
+        let (pol, mut dormant) = (&self.m.policy, 0);
+        // (under fair share a project's turn does not depend on its queues' heads)
+        let sleep = self.dormancy && self.log.is_none() && pol.fair_share && !pol.strict_fifo;
         for (p, qs) in self.st.queues.iter().enumerate() {
             for (j, q) in qs.iter().enumerate() {
                 let Some(at) = self.level(p, q.key.class) else {
                     continue; // its budget is spent: it waits
                 };
+                if sleep && self.known_blocked(p, j) {
+                    dormant += 1; // (`verdict`: it admits nothing unless GPUs come back)
+                    continue;
+                }
                 let level = levels.entry(at).or_insert_with(|| vec![Vec::new(); n]);
                 if level[p].is_empty() {
                     level[p].reserve(qs.len() - j); // (one allocation, not one per growth)
@@ -205,6 +188,7 @@ impl<'a> Cycle<'a> {
                 });
             }
         }
+        self.dormant = dormant;
         // Runs within nominal quota, of every class, before the runs that borrow, of any
         // class (a borrower of a higher class must not take what an owner takes back).
         let mut borrowing: Vec<Vec<Vec<Range>>> = Vec::new();
@@ -373,9 +357,14 @@ impl<'a> Cycle<'a> {
                     continue;
                 }
             }
+            if self.known_blocked(p, ranges[b].queue) {
+                ranges[b].lo = ranges[b].hi; // (`verdict`: its queue admits nothing)
+                continue;
+            }
             // (asked once: `surely_blocked` and the trial read it in the same state)
             let may_preempt = (!strict).then(|| self.may_preempt(run));
             if may_preempt.is_some_and(|v| self.surely_blocked(run, v)) {
+                self.remember_blocked(run, false, ranges[b]); // (`may_preempt` is false)
                 if let Some(log) = self.log.as_mut() {
                     let rg = &ranges[b];
                     log.lazy(run, (p, rg.queue, rg.lo + 1, rg.hi));
@@ -384,6 +373,9 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             let outcome = self.try_run(run, may_preempt);
+            if let Some(v) = may_preempt.filter(|_| outcome != Outcome::Admitted) {
+                self.remember_blocked(run, v, ranges[b]);
+            }
             let rg = &mut ranges[b];
             if outcome == Outcome::Admitted {
                 if let Some(log) = self.log.as_mut() {
@@ -410,7 +402,6 @@ impl<'a> Cycle<'a> {
                 }
                 Outcome::Reserved => {
                     // identical runs behind it differ only in max_runtime: try the first that
-                    // would end before the reservation
                     // would end before the reservation, or the anchor itself
                     let res = self.reservation.as_ref().expect("reserved");
                     let latest = res.at - self.now; // (infinite when unknown: none ends before)
@@ -462,19 +453,6 @@ impl<'a> Cycle<'a> {
     /// trials only an admission changes `cap`, the usage and the victims chosen.
     pub fn stamp(&self) -> usize {
         self.admissions.len() + 1
-    }
-
-    /// `quota::room`, remembered until the next admission.
-    pub fn room(&self, p: usize, t: usize) -> f64 {
-        let k = self.m.pt(p, t);
-        let stamp = self.stamp();
-        let got = self.rooms.borrow()[k];
-        if got.0 == stamp {
-            return got.1;
-        }
-        let r = room(self.m, &self.st.cap.used, p, t);
-        self.rooms.borrow_mut()[k] = (stamp, r);
-        r
     }
 
     pub fn admit(&mut self, i: usize, p: Placement) {

@@ -17,6 +17,7 @@ pub use crate::spec::{
     Settings, Slot,
 };
 use crate::state::{Run, State};
+use crate::verdict;
 
 /// The incremental engine: events in, one cycle's decision out (applied to its state).
 pub struct Engine {
@@ -214,7 +215,7 @@ impl Engine {
     pub fn checkpoint(&mut self, id: &str, at: f64) -> Result<(), String> {
         match self.st.by_id.get(id) {
             Some(&i) if self.st.runs[i].placement.is_some() && !at.is_nan() => {
-                self.st.runs[i].last_checkpoint_at = Some(at);
+                self.st.checkpoint(&self.m, i, at);
                 Ok(())
             }
             _ => Err(format!("run {id} is not active, or the time is NaN")),
@@ -255,13 +256,29 @@ impl Engine {
         }
         let m = &self.m;
         let limits = budget::limits(n, spent);
-        let mut c = cycle::Cycle::new(m, &mut self.st, now, history, limits);
+        let anchor = self.st.anchor;
+        let mut c = cycle::Cycle::new(m, &mut self.st, now, history, limits.clone());
+        c.dormancy = true;
         c.run();
-        let (admissions, preemptions) = (
+        let mut taken = (
             std::mem::take(&mut c.admissions),
             std::mem::take(&mut c.preemptions),
         );
+        let replay = c.dormant > 0 && !taken.1.is_empty();
         drop(c);
+        if replay {
+            // victims gave GPUs back in a cycle that left out the queues blocked as it began
+            // (`verdict`): undone, and the cycle run again over every queue
+            verdict::undo(m, &mut self.st, &taken.0, &taken.1);
+            self.st.anchor = anchor;
+            let mut c = cycle::Cycle::new(m, &mut self.st, now, history, limits);
+            c.run();
+            taken = (
+                std::mem::take(&mut c.admissions),
+                std::mem::take(&mut c.preemptions),
+            );
+        }
+        let (admissions, preemptions) = taken;
         let mut out_a = Vec::with_capacity(admissions.len());
         for (i, p) in admissions {
             out_a.push(Admitted {

@@ -36,6 +36,7 @@ mod state;
 mod tests;
 mod topology;
 mod type_choice;
+mod verdict;
 
 pub use budget::BudgetSpent;
 pub use engine::{

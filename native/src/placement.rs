@@ -128,14 +128,20 @@ pub fn eligible<'a>(
     r: &'a Run,
     t: usize,
 ) -> impl Iterator<Item = usize> + 'a {
-    m.of_type[t].iter().copied().filter(move |&n| {
-        let node = &m.nodes[n];
-        node.schedulable
-            && r.pinned.is_none_or(|p| p == node.backend)
-            && (r.nodes <= 1 || m.multi_node[node.backend])
-            && serves_shape(m, n, r)
-            && cap.host_fits(n, r.host())
-    })
+    m.of_type[t]
+        .iter()
+        .copied()
+        .filter(move |&n| eligible_node(m, cap, r, n))
+}
+
+/// Whether node `n` (of the run's type) is one `eligible` yields.
+pub fn eligible_node(m: &Model, cap: &Capacity, r: &Run, n: usize) -> bool {
+    let node = &m.nodes[n];
+    node.schedulable
+        && r.pinned.is_none_or(|p| p == node.backend)
+        && (r.nodes <= 1 || m.multi_node[node.backend])
+        && serves_shape(m, n, r)
+        && cap.host_fits(n, r.host())
 }
 
 /// Whether node `n` can host the run's shape (`eligible_nodes`): MIG requests need a backend

@@ -33,8 +33,9 @@ use crate::placement::{place, Filter};
 use crate::quota::{admits, within_nominal};
 
 /// What a pool (project, type) holds, as `victims_possible` asks of it for one class: its
-/// lowest class, whether it holds `class`, and the latest expected end among its runs of
-/// `class` (`Cycle::pool_seen`).
+/// lowest class, whether it holds a run of `class` that may be a same-class victim (one that
+/// reported a checkpoint, unless the policy preempts runs without one), and the latest
+/// expected end among its runs of `class` (`Cycle::pool_seen`).
 #[derive(Clone, Copy)]
 pub struct PoolSeen {
     class: i64,
@@ -95,6 +96,13 @@ impl Cycle<'_> {
         false
     }
 
+    /// Whether a run of run `i`'s project and class on `t` may be its victim at some time:
+    /// one that reported a checkpoint, or any where the policy preempts runs without one.
+    pub(crate) fn peers_possible(&self, i: usize, t: usize) -> bool {
+        let r = &self.st.runs[i];
+        self.pool_seen(self.m.pt(r.project, t), r.class).has_class
+    }
+
     /// What `victims_possible` reads of pool `pt` for `class`, remembered for the cycle (no
     /// pool changes during a cycle: victims leave their pools when it is applied), so that the
     /// pools' `BTreeMap`s are walked once per (project, type) and cycle, not once per head.
@@ -106,7 +114,9 @@ impl Cycle<'_> {
         let seen = PoolSeen {
             class,
             lowest: pool.keys().next().copied(),
-            has_class: pool.contains_key(&class),
+            has_class: pool
+                .get(&class)
+                .is_some_and(|p| self.m.policy.preempt_uncheckpointed || p.checkpointed > 0),
             latest_end: pool
                 .get(&class)
                 .and_then(|pool| pool.ends.last().map(|x| x.end)),
@@ -275,7 +285,7 @@ impl Cycle<'_> {
     /// What run `i`'s plan on `t` must leave to the reservation (`cycle_reserve.preempt_hold`): as
     /// for backfill (a borrowing anchor holds nothing from another project's run within its
     /// own nominal quota), unless it is the anchor or of a higher class (priority wins).
-    fn hold(&self, i: usize, t: usize) -> Filter<'_> {
+    pub(super) fn hold(&self, i: usize, t: usize) -> Filter<'_> {
         if !self.held_off(i) {
             return None;
         }

@@ -10,7 +10,8 @@
 //!   ((0, max_runtime or infinity, seq) under `shortest`, (LAS level, submit time, seq) under
 //!   `las`, else (0, submit time, seq));
 //! - `pools[pt(p, t)]` maps class -> the preemptible active runs of project `p` on type `t`
-//!   that are not being preempted (the victim candidates), with their expected ends sorted;
+//!   that are not being preempted (the victim candidates), with their expected ends sorted,
+//!   and how many of them reported a checkpoint (`Pool::checkpointed`);
 //! - a run being preempted (`going`) holds nothing: not in `cap` (its devices are free, or
 //!   held by the run admitted in its place; the cycle that chose it gave them back), not on
 //!   the timelines, not a victim candidate; it stays known until it finishes;
@@ -24,6 +25,7 @@ use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
 use crate::nofit;
 use crate::parts::Shape;
+use crate::verdict::Blocked;
 
 mod timeline;
 mod type_list;
@@ -131,6 +133,11 @@ pub struct Queue {
     /// That run's (submit time, seq), kept here so that `backfill::anchor` compares every
     /// queue's oldest run without reading the run (a cache miss per queue at 50,000 runs).
     pub oldest_age: (f64, i64),
+    /// Its runs' types (`Run::types`: alike, as their request is), and whether its head was
+    /// found to admit nothing with the queue (`verdict`; at 0: never), kept here so that a
+    /// cycle tells a blocked queue without reading its head; reset when the head changes.
+    pub types: TypeList,
+    pub blocked: Blocked,
 }
 
 /// (submit time, seq, id): the smallest has waited longest (`state.age_of`).
@@ -155,10 +162,12 @@ pub struct Entry {
 
 pub const NONE: u32 = u32::MAX;
 
-/// The victim candidates of one class, sorted by (end, run).
+/// The victim candidates of one class, sorted by (end, run), and how many of them reported a
+/// checkpoint (a same-class victim must have, unless the policy preempts runs without one).
 #[derive(Default)]
 pub struct Pool {
     pub ends: Vec<Entry>,
+    pub checkpointed: usize,
 }
 
 /// A run's place in its project's order: (LAS level, max_runtime or submit time, seq).
@@ -249,6 +258,8 @@ impl State {
                     runs: VecDeque::new(),
                     oldest: i,
                     oldest_age: (self.runs[i].submitted_at, self.runs[i].seq),
+                    types: self.runs[i].types.clone(),
+                    blocked: Blocked::default(),
                 });
                 qs.last_mut().expect("just pushed")
             }
@@ -258,6 +269,9 @@ impl State {
             .runs
             .partition_point(|&r| key_cmp(&runs[r].key, &order).is_le());
         q.runs.insert(at, i);
+        if at == 0 {
+            q.blocked = Blocked::default(); // (a new head: not judged yet)
+        }
         if age_cmp(&runs[i], &runs[q.oldest]).is_lt() {
             q.oldest = i;
             q.oldest_age = (runs[i].submitted_at, runs[i].seq);
@@ -274,6 +288,9 @@ impl State {
             // from the head: admitted runs are nearly always there
             if let Some(at) = q.runs.iter().position(|&x| x == i) {
                 q.runs.remove(at);
+                if at == 0 {
+                    q.blocked = Blocked::default();
+                }
             }
             if q.oldest == i {
                 let runs = &self.runs;
@@ -416,6 +433,7 @@ impl State {
             held,
             more: p.slots.len() > 2,
         };
+        let checkpointed = usize::from(r.last_checkpoint_at.is_some());
         let pools = &mut self.pools[m.pt(r.project, p.ty)];
         let pool = pools.entry(r.class).or_default();
         let at = pool
@@ -423,14 +441,33 @@ impl State {
             .partition_point(|e| e.end < end || (e.end == end && e.run < i));
         if add {
             pool.ends.insert(at, entry);
+            pool.checkpointed += checkpointed;
+            let used = self.cap.used[m.pt(r.project, p.ty)];
+            self.cap.stamps.took(m, r.project, p.ty, used, true);
         } else {
             if at < pool.ends.len() && pool.ends[at].run == i {
                 pool.ends.remove(at);
+                pool.checkpointed -= checkpointed;
             }
             if pool.ends.is_empty() {
                 pools.remove(&r.class);
             }
         }
+    }
+
+    /// Active run `i` reported a checkpoint at `at` (its first: its pool counts it).
+    pub fn checkpoint(&mut self, m: &Model, i: usize, at: f64) {
+        let r = &self.runs[i];
+        let first = r.last_checkpoint_at.is_none();
+        if first && r.preemptible && !r.going {
+            if let Some(p) = &r.placement {
+                let pool = self.pools[m.pt(r.project, p.ty)].get_mut(&r.class);
+                pool.expect("an active preemptible run is in its pool")
+                    .checkpointed += 1;
+                self.cap.stamps.checkpointed(m.pt(r.project, p.ty));
+            }
+        }
+        self.runs[i].last_checkpoint_at = Some(at);
     }
 
     /// The latest expected end of a victim candidate of (project, type, class).

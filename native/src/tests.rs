@@ -13,6 +13,7 @@ mod nofit;
 mod parts;
 mod reclaim;
 mod topology;
+mod verdict;
 
 use crate::capacity::Placement;
 use crate::cycle::Cycle;

@@ -14,7 +14,7 @@
 use crate::backfill::host_could_fit;
 use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
-use crate::placement::{eligible, Filter};
+use crate::placement::{group_serves, Filter};
 use crate::state::Run;
 
 /// `place` for a run with a topology key (`r.topology`).
@@ -26,18 +26,23 @@ pub fn place_topology(
     flt: Filter<'_>,
 ) -> Option<Placement> {
     let (key, required) = (r.topology.expect("a topology run"), r.topology_required);
-    // (left, node): best fit first; node index order is name order
+    // (left, node): best fit first; node index order is name order. The eligible nodes
+    // with its GPUs per node free are those of the free-count buckets from its GPUs up, of
+    // the groups that serve it, whose host resources are free (`placement::eligible`): a
+    // walk over the nodes that could take it, not over every node of the type.
     let mut cands: Vec<(usize, usize)> = Vec::new();
-    for n in eligible(m, cap, r, t) {
-        let free = cap.free[n].len();
-        if free < r.gpus {
-            continue;
+    for g in (0..m.groups.len()).filter(|&g| group_serves(m, g, t, r)) {
+        for (free, bucket) in cap.buckets[g].iter().enumerate().skip(r.gpus) {
+            let left = free - r.gpus;
+            for &n in bucket {
+                if !cap.host_fits(n, r.host())
+                    || flt.is_some_and(|(res, ends)| !res.allows(n, left, ends))
+                {
+                    continue;
+                }
+                cands.push((left, n));
+            }
         }
-        let left = free - r.gpus;
-        if flt.is_some_and(|(res, ends)| !res.allows(n, left, ends)) {
-            continue;
-        }
-        cands.push((left, n));
     }
     cands.sort_unstable();
     let mut backends: Vec<usize> = cands.iter().map(|&(_, n)| m.nodes[n].backend).collect();

@@ -165,6 +165,26 @@ PLACEMENT = {
     "shared-needs-shared-node": Case(
         snap([make_node("n1", 2)], [P], [run("a", gpu_fraction=0.5)]), codes={"a": RC.UNSCHEDULABLE}
     ),
+    # A memory-only request counts as a whole GPU until placed, then is charged its memory's
+    # share (20,000 of 80,000 MB: 0.25): with 0.5 of quota left it fits, though no victim
+    # could make room for a whole GPU (once skipped as surely over quota).
+    "shared-memory-share-within-quota-left": Case(
+        snap(
+            [_shared()],
+            [make_project("p", 1)],
+            [run("a", gpu_memory_mb=20_000)],
+            [
+                run(
+                    "s",
+                    gpu_fraction=0.5,
+                    phase=busy("z", "p", "s1", ["0"]).phase,
+                    placement=placed("s1", ["0"], fraction=0.5),
+                )
+            ],
+            preemption=False,
+        ),
+        admit={"a": "s1"},
+    ),
 }
 
 PREEMPT_P = make_project("p", 4)

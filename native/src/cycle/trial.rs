@@ -16,7 +16,7 @@ use crate::capacity::Placement;
 use crate::explain;
 use crate::parts::Shape;
 use crate::placement::{node_sets, place, Filter};
-use crate::quota::{admits, within_nominal};
+use crate::quota::{admits, room, within_nominal};
 use crate::type_choice::order_types;
 
 /// The places trials found since the last admission (`Cycle::placed`): per request
@@ -63,8 +63,11 @@ impl Cycle<'_> {
             return false;
         }
         let r = &self.st.runs[i];
+        // (a memory-only shared request is charged its memory's share once placed, less
+        // than the whole GPU `amount` counts before: quota cannot tell before a place)
+        let charged_later = matches!(r.shape, Shape::Shared { fraction: None, .. });
         for &t in &r.types {
-            let open = r.amount() <= self.room(r.project, t) + EPS;
+            let open = charged_later || r.amount() <= self.room(r.project, t) + EPS;
             // (a topology run: the free-count index cannot tell, it might fit)
             // (MIG and shared requests: it cannot tell either)
             if open
@@ -163,6 +166,19 @@ impl Cycle<'_> {
         Outcome::Blocked
     }
 
+    /// `quota::room`, remembered until the next admission.
+    pub fn room(&self, p: usize, t: usize) -> f64 {
+        let k = self.m.pt(p, t);
+        let stamp = self.stamp();
+        let got = self.rooms.borrow()[k];
+        if got.0 == stamp {
+            return got.1;
+        }
+        let r = room(self.m, &self.st.cap.used, p, t);
+        self.rooms.borrow_mut()[k] = (stamp, r);
+        r
+    }
+
     /// Where run `i` fits on `t` now, with the reservation's hold (as `try_run` places it).
     fn place_for(&self, i: usize, t: usize) -> Option<Rc<Placement>> {
         let (m, r) = (self.m, &self.st.runs[i]);
@@ -176,7 +192,7 @@ impl Cycle<'_> {
 
     /// `place` of run `i` on `t` with `flt`, found once per request between admissions
     /// (`Placed`); never inside a victim search, whose trials move `cap`.
-    fn placed(&self, i: usize, t: usize, flt: Filter<'_>) -> Option<Rc<Placement>> {
+    pub(crate) fn placed(&self, i: usize, t: usize, flt: Filter<'_>) -> Option<Rc<Placement>> {
         let (m, r) = (self.m, &self.st.runs[i]);
         let held = flt.is_some_and(|(res, ends)| !res.before(ends));
         let k = (r.request as usize * m.n_types + t) * 2 + usize::from(held);

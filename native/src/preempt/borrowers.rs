@@ -26,7 +26,7 @@ use crate::state::Entry;
 
 impl Cycle<'_> {
     /// Whether the rule applies in this engine's policy (`borrowers.enabled`).
-    pub(super) fn borrowers_on(&self) -> bool {
+    pub(crate) fn borrowers_on(&self) -> bool {
         let p = &self.m.policy;
         p.shortest_preempt_borrowers && p.order == Order::Shortest && p.preemption
     }

@@ -17,27 +17,32 @@ use super::{better, Plan};
 use crate::capacity::Placement;
 use crate::cycle::Cycle;
 use crate::model::Order;
-use crate::placement::{eligible, group_serves, place};
+use crate::placement::{eligible_node, group_serves, place};
 use crate::quota::within_nominal;
 use crate::state::{Entry, NONE};
 
 /// How many anchor nodes the search tries per GPU type (the most promising first).
 const MAX_ANCHORS: usize = 12;
 
-/// A whole-GPU request's search inputs but its own run: (project, type, class, GPUs, nodes,
-/// pinned backend).
-type FutileKey = (usize, usize, i64, usize, usize, Option<usize>);
+/// A whole-GPU run's search inputs but its own run: (project, type, class, request
+/// (`Run::request`), whether it may borrow (preemptible), whether the reservation holds its
+/// plans there: `hold` is a filter that does not let everything through).
+type FutileKey = (usize, usize, i64, u32, bool, bool);
 
-/// The whole-GPU searches that found no candidate, remembered until the next admission
+/// The whole-GPU searches that found no plan, remembered until the next admission
 /// (`Cycle::stamp`): per `FutileKey`, the least `own_bound` among them.
 ///
 /// Exact because, with the key and the state fixed, a whole-GPU run's candidates shrink as
-/// its `own_bound` grows, and "no candidate" only needs fewer: every part but its own class's
-/// (and the borrower rule's) reads only the key and the state; those two keep the runs that
-/// go on for more than the ratio x its max_runtime (`outlasts`: fewer as it grows; none
-/// without one) or, under `las`, that are in a later LAS level than its own (fewer as its
-/// level rises); `could_fit_without_all` can only turn false with fewer GPUs given back.
-/// No admission, no change: `cap`, `going` and the usage move only with one.
+/// its `own_bound` grows, and a search finds no plan exactly when the run does not fit (place
+/// and quota, with the hold) with every candidate gone (each greedy order ends with all of
+/// them given back; `reaches` skips a trial only where the place could not change), which
+/// fewer candidates given back cannot change: every part of the candidates but its own
+/// class's (and the borrower rule's) reads only the key and the state; those two keep the
+/// runs that go on for more than the ratio x its max_runtime (`outlasts`: fewer as it grows;
+/// none without one) or, under `las`, that are in a later LAS level than its own (fewer as its
+/// level rises). A hold reads the run's end only as whether it ends before the reservation
+/// (`Reservation::before`), which the key's last part says. No admission, no change: `cap`,
+/// `going` and the usage move only with one (a search gives back what it took).
 #[derive(Default)]
 pub struct Futile(RefCell<HashMap<FutileKey, (usize, f64)>>);
 
@@ -55,21 +60,49 @@ impl Cycle<'_> {
 
     fn futile_key(&self, i: usize, t: usize) -> Option<FutileKey> {
         let r = &self.st.runs[i];
+        let held = self.hold(i, t).is_some_and(|(res, ends)| !res.before(ends));
         r.shape
             .is_whole()
-            .then_some((r.project, t, r.class, r.gpus, r.nodes, r.pinned))
+            .then_some((r.project, t, r.class, r.request, r.preemptible, held))
     }
 
-    /// Run `i`'s best plan on `t`, or None (`preempt._plan_for_type`).
+    /// Whether a search since the last admission found that run `i` has no plan on `t`
+    /// with no hold (`verdict`: found so, the run fits nowhere with every candidate gone).
+    pub(crate) fn no_plan_unheld(&self, i: usize, t: usize) -> bool {
+        let Some(k) = self.futile_key(i, t).filter(|k| !k.5) else {
+            return false;
+        };
+        let known = self.futile.0.borrow().get(&k).copied();
+        known.is_some_and(|(at, least)| at == self.stamp() && self.own_bound(i) >= least)
+    }
+
+    /// Run `i`'s best plan on `t`, or None (`preempt._plan_for_type`), where `Futile` does
+    /// not know already that there is none.
     pub(super) fn plan_for_type(&mut self, i: usize, t: usize) -> Option<Plan> {
         let stamp = self.stamp();
         let (key, bound) = (self.futile_key(i, t), self.own_bound(i));
-        if let Some(k) = key {
-            let known = self.futile.0.borrow().get(&k).copied();
-            if known.is_some_and(|(at, least)| at == stamp && bound >= least) {
-                return None; // (a search with no more candidates found none)
-            }
+        let Some(k) = key else {
+            return self.search(i, t);
+        };
+        let known = self.futile.0.borrow().get(&k).copied();
+        if known.is_some_and(|(at, least)| at == stamp && bound >= least) {
+            return None; // (a search with no more candidates found none)
         }
+        let plan = self.search(i, t);
+        if plan.is_none() {
+            let mut futile = self.futile.0.borrow_mut();
+            let entry = futile.entry(k).or_insert((stamp, bound));
+            *entry = if entry.0 == stamp {
+                (stamp, entry.1.min(bound))
+            } else {
+                (stamp, bound)
+            };
+        }
+        plan
+    }
+
+    /// Run `i`'s best plan on `t`, or None (`preempt._plan_for_type`).
+    fn search(&mut self, i: usize, t: usize) -> Option<Plan> {
         // The candidates: the possible victims among the pool (the run's project's runs on
         // `t`, and those of the cohort members that borrowed `t` as the cycle began).
         // (`preempt._plan_for_type` first asks whether the run could fit with the whole pool
@@ -132,33 +165,35 @@ impl Cycle<'_> {
             }
         }
         if cands.is_empty() {
-            if let Some(k) = key {
-                let mut futile = self.futile.0.borrow_mut();
-                let entry = futile.entry(k).or_insert((stamp, bound));
-                *entry = if entry.0 == stamp {
-                    (stamp, entry.1.min(bound))
-                } else {
-                    (stamp, bound)
-                };
-            }
             return None;
         }
         let cost: HashMap<usize, f64> = cands.iter().map(|&v| (v, self.lost_gpu_s(v))).collect();
         let runs = &self.st.runs;
-        cands.sort_by(|&a, &b| {
-            let (ra, rb) = (&runs[a], &runs[b]);
-            ra.class
-                .cmp(&rb.class)
-                .then(cost[&a].partial_cmp(&cost[&b]).expect("no NaN"))
-                .then(
-                    (-ra.admitted_at.unwrap_or(0.0))
-                        .partial_cmp(&-rb.admitted_at.unwrap_or(0.0))
-                        .expect("no NaN"),
+        // (class, cost, latest admission first, id): the keys read once, not per comparison
+        let mut keyed: Vec<(i64, f64, f64, usize)> = cands
+            .iter()
+            .map(|&v| {
+                (
+                    runs[v].class,
+                    cost[&v],
+                    -runs[v].admitted_at.unwrap_or(0.0),
+                    v,
                 )
-                .then(ra.id.cmp(&rb.id))
+            })
+            .collect();
+        keyed.sort_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then(a.1.partial_cmp(&b.1).expect("no NaN"))
+                .then(a.2.partial_cmp(&b.2).expect("no NaN"))
+                .then_with(|| runs[a.3].id.cmp(&runs[b.3].id))
         });
-        if self.held_off(i) && !self.fits_without(i, t, &cands) {
-            return None; // held off what it needs: fitting only gets easier as victims go
+        cands = keyed.into_iter().map(|k| k.3).collect();
+        // Held off what it needs, or a whole-GPU run (whose greedy orders each end with every
+        // candidate gone): fitting only gets easier as victims go, so no fit with all of them
+        // gone is no plan, found with one trial instead of one per order.
+        let whole = self.st.runs[i].shape.is_whole();
+        if (whole || self.held_off(i)) && !self.fits_without(i, t, &cands) {
+            return None;
         }
         let runs = &self.st.runs;
         let mut on_node: HashMap<usize, Vec<usize>> = HashMap::default();
@@ -175,8 +210,12 @@ impl Cycle<'_> {
                     .map(|&v| runs[v].placement.as_ref().expect("an active run").gpus)
                     .sum::<usize>()
         };
-        let mut nodes: Vec<(usize, usize)> = eligible(m, cap, &runs[i], t)
-            .filter(|n| on_node.contains_key(n))
+        // (the eligible nodes among the candidates' own, not every node of the type: sorted
+        // below, in no order of the map's)
+        let mut nodes: Vec<(usize, usize)> = on_node
+            .keys()
+            .copied()
+            .filter(|&n| m.nodes[n].ty == t && eligible_node(m, cap, &runs[i], n))
             .map(|n| (room(n), n))
             .collect();
         nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));

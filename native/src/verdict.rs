@@ -1,0 +1,255 @@
+//! A queue found to admit nothing, known so across cycles until something it depends on may
+//! have changed (`Stamps`, kept by `Capacity`): the rich set-up's 4,496 queues are judged
+//! every cycle, and nearly all of them blocked again for the same reason as the cycle before.
+//!
+//! What is remembered (`state::Queue::blocked`, for the queue's first run, reset when another
+//! run heads it): the stamp at which the head (whole GPUs, MIG slices, or a fraction of a
+//! shared device: a charge known before a place) was judged and not admitted while, on each
+//! type it accepts, quota refused its amount or no node set could take it even with no
+//! reservation (which of the two, per type); and no active run could be its victim
+//! (`victims_possible` false), or its whole-GPU victim search found no plan without a hold
+//! and with no same-class candidate (`preempt::Futile` knows it: no fit with every candidate
+//! gone).
+//! Then no run of its queue could be admitted in that state: they share its request (project,
+//! class, types, GPUs, nodes, host, topology, preemptibility: `state::QueueKey`), so quota
+//! and placement refuse them alike, and a later run of the queue has no more possible victims
+//! than its head (under `shortest` a longer or unknown max_runtime is outlasted by fewer runs;
+//! a queue's runs share their LAS level).
+//!
+//! Invariants (what makes it exact):
+//! - `quota::admits` is monotone: more usage in the cohort tree never admits more, so a
+//!   refusal holds until some member's usage of that type falls; every fall goes through
+//!   `Capacity::release`, which stamps `quota_back` for each member of the tree on that type;
+//! - a whole-GPU run that finds no place on `t` finds none while no node of `t` gets back
+//!   anything with at least its GPUs free after (a take only removes; a node left with fewer
+//!   free GPUs than the run asks per node cannot host it, whatever its host resources):
+//!   `Capacity::release` stamps `cap_back[t][g]` for every g up to the node's free GPUs;
+//! - `victims_possible` reads the project's own pool of each type (stamped in `pool_grew`
+//!   when a run joins it or one of its runs reports its first checkpoint: a run leaving, or
+//!   the clock, only takes possible victims away, as under `shortest` a same-class run's time
+//!   to go only shrinks) and, within nominal quota only (so not on a type quota refused),
+//!   the other members' pools where they borrowed as the cycle began (stamped in `lent`
+//!   for the whole tree when a member above its nominal quota takes more or its pool grows);
+//!   the borrower rule (`shortest_preempt_borrowers`) keeps nothing here;
+//! - a search that found no plan stays so while no candidate joins (`pool_grew`, `lent`), no
+//!   quota comes back and nothing at all is given back on the type (`cap_back[t][0]`: a node
+//!   given back fewer GPUs than the run needs may reach it with a candidate's);
+//! - neither the reservation, the fair shares nor the budgets enter: a reservation only
+//!   removes places, the others decide order and levels, never whether a run can start;
+//! - stamps come from one counter that only grows (`Capacity` starts it at 1): a verdict
+//!   holds while every stamp it read is at most its own;
+//! - none is remembered or used in a cycle that explains (its reasons are wanted, and its
+//!   `Capacity` is put back after, with the stamps handed out meanwhile), under strict FIFO
+//!   (a blocked head blocks its project), or for a memory-only shared run (charged its
+//!   memory's share once placed).
+//!
+//! Where it is used: a queue head known blocked is passed over when its turn meets it
+//! (`Cycle::turn_over`); and under fair share (a project's turn then does not depend on its
+//! queues' heads) a cycle leaves out, as it begins, the queues known blocked then
+//! (`Cycle::dormant`): a cycle's admissions only take, so they stay blocked, unless a victim
+//! gives GPUs back. A cycle that left some out and preempted is undone (`undo`) and run
+//! again over every queue (`engine::Engine::cycle`).
+
+use crate::capacity::Placement;
+use crate::cycle::{Cycle, Range, Taken};
+use crate::model::Model;
+use crate::parts::Shape;
+use crate::placement::node_sets;
+use crate::quota::{admits, within_nominal};
+use crate::state::State;
+
+/// The stamps a remembered verdict compares with its own (see the module's invariants).
+#[derive(Clone)]
+pub struct Stamps {
+    clock: u64,
+    /// Per (project, type).
+    quota_back: Vec<u64>,
+    pool_grew: Vec<u64>,
+    lent: Vec<u64>,
+    /// (project, type) that took more above its nominal quota, or grew its pool there, since
+    /// the last cycle began: `lent` is stamped as the next begins, when a cycle reads who
+    /// borrowed (`Cycle::used_at_start`).
+    borrowing: Vec<(usize, usize)>,
+    /// Per (type, GPUs free after a give-back).
+    cap_back: Vec<u64>,
+    width: usize,
+}
+
+/// A verdict: the stamp it was taken at and, per type of the run (a bit each, in its order),
+/// whether quota refused it there (else no node set could take it), and whether it was over
+/// its nominal quota there (then the tree's borrowers were no victims of it, as they become
+/// once its usage falls).
+#[derive(Clone, Copy, Default)]
+pub struct Blocked {
+    at: u64,
+    refused: u8,
+    over: u8,
+    /// Its victim search found no plan (else no run could be its victim).
+    searched: bool,
+    /// Where no node set could take it: the free GPUs a node must be left with by a
+    /// give-back for that to change (its GPUs per node; 0, any give-back, for MIG slices
+    /// and shared devices, which a give-back of parts frees).
+    need: u16,
+}
+
+impl Stamps {
+    pub fn new(m: &Model) -> Stamps {
+        let n = m.projects.len() * m.n_types;
+        let width = m.nodes.iter().map(|n| n.ndev).max().unwrap_or(0) + 1;
+        Stamps {
+            clock: 1,
+            quota_back: vec![0; n],
+            pool_grew: vec![0; n],
+            lent: vec![0; n],
+            borrowing: Vec::new(),
+            cap_back: vec![0; m.n_types * width],
+            width,
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Stamp `s` in `of` for each member of `project`'s cohort tree (itself alone without
+    /// one) on type `t`.
+    fn tree(m: &Model, of: &mut [u64], project: usize, t: usize, s: u64) {
+        match m.projects[project].root {
+            Some(root) => m.members[root].iter().for_each(|&o| of[m.pt(o, t)] = s),
+            None => of[m.pt(project, t)] = s,
+        }
+    }
+
+    /// `project` gave back usage of `t`: quota may admit more in its tree.
+    pub fn quota_back(&mut self, m: &Model, project: usize, t: usize) {
+        let s = self.next();
+        Self::tree(m, &mut self.quota_back, project, t, s);
+    }
+
+    /// Node `node` got something back and has `free` whole GPUs free after.
+    pub fn node_back(&mut self, m: &Model, node: usize, free: usize) {
+        let s = self.next();
+        let base = m.nodes[node].ty * self.width;
+        self.cap_back[base..=base + free.min(self.width - 1)].fill(s);
+    }
+
+    /// `project` holds more of `t` (`used`: what it holds now), or its pool there grew
+    /// (`pool`): where it borrows, its tree's runs may take its runs as victims from the
+    /// next cycle on.
+    pub fn took(&mut self, m: &Model, project: usize, t: usize, used: f64, pool: bool) {
+        if pool {
+            self.pool_grew[m.pt(project, t)] = self.next();
+        }
+        if used > m.term(project, t).nominal + 1e-9 {
+            self.borrowing.push((project, t));
+        }
+    }
+
+    /// A cycle begins: who borrows as it begins is stamped.
+    pub fn cycle_begins(&mut self, m: &Model) {
+        if !self.borrowing.is_empty() {
+            let s = self.next();
+            for (p, t) in std::mem::take(&mut self.borrowing) {
+                Self::tree(m, &mut self.lent, p, t, s);
+            }
+        }
+    }
+
+    /// One of the runs in `project`'s pool of `t` reported its first checkpoint.
+    pub fn checkpointed(&mut self, pt: usize) {
+        self.pool_grew[pt] = self.next();
+    }
+
+    /// Whether nothing a verdict of a run of project `p` on `types` read has moved since.
+    fn unchanged(&self, m: &Model, p: usize, types: &[usize], b: Blocked) -> bool {
+        types.iter().enumerate().all(|(k, &t)| {
+            let pt = m.pt(p, t);
+            let bit = |mask: u8| mask >> k & 1 == 1;
+            let cap = self.cap_back[t * self.width + b.need as usize] <= b.at;
+            if b.searched {
+                // (any give-back on `t`: with a candidate's GPUs, a node may reach its need)
+                let any = self.cap_back[t * self.width] <= b.at;
+                let pools = self.pool_grew[pt] <= b.at && self.lent[pt] <= b.at;
+                return any && pools && self.quota_back[pt] <= b.at;
+            }
+            // (quota refused only over nominal quota: `over` is set where `refused` is)
+            let held = bit(b.refused) || (cap && self.lent[pt] <= b.at);
+            held && (!bit(b.over) || self.quota_back[pt] <= b.at) && self.pool_grew[pt] <= b.at
+        })
+    }
+}
+
+/// Undo a cycle's admissions and preemptions in `cap`, the latest first (each admission's
+/// victims gave their devices back just before it took its own).
+pub fn undo(m: &Model, st: &mut State, admissions: &[(usize, Placement)], taken: &[Taken]) {
+    for (i, p) in admissions.iter().rev() {
+        st.cap.release(m, st.runs[*i].project, p);
+        for &(v, _, _, _) in taken.iter().rev().filter(|t| t.1 == *i) {
+            let r = &st.runs[v];
+            st.cap
+                .take(m, r.project, r.placement.as_ref().expect("an active run"));
+        }
+    }
+}
+
+impl Cycle<'_> {
+    /// Whether queue `j` of project `p` is known to admit nothing (from its head on).
+    pub(crate) fn known_blocked(&self, p: usize, j: usize) -> bool {
+        let q = &self.st.queues[p][j];
+        q.blocked.at != 0
+            && self.log.is_none()
+            && self.st.cap.stamps.unchanged(self.m, p, &q.types, q.blocked)
+    }
+
+    /// Run `i`, a queue head, was judged and not admitted (`may_preempt`: whether it may have
+    /// had victims): remember it where, on each type, quota refused it or no node set could
+    /// take it, and no run could be its victim or its search found no plan with no hold and
+    /// no same-class candidate (whose number moves with the clock).
+    /// `rg`: the range of its queue it headed (remembered only for the queue's first run).
+    pub(crate) fn remember_blocked(&mut self, i: usize, may_preempt: bool, rg: Range) {
+        if self.log.is_some() || self.borrowers_on() || rg.lo != 0 {
+            return;
+        }
+        let (m, r) = (self.m, &self.st.runs[i]);
+        let need = match r.shape {
+            Shape::Whole => r.gpus.min(self.st.cap.stamps.width - 1) as u16,
+            Shape::Mig { .. }
+            | Shape::Shared {
+                fraction: Some(_), ..
+            } => 0,
+            // (charged its memory's share once placed, not `amount`)
+            Shape::Shared { fraction: None, .. } | Shape::Cpu => return,
+        };
+        if r.types.len() > 8 {
+            return;
+        }
+        let searched = may_preempt;
+        let none = |&t: &usize| self.no_plan_unheld(i, t) && !self.peers_possible(i, t);
+        if searched && !r.types.iter().all(none) {
+            return;
+        }
+        let (cap, amount) = (&self.st.cap, r.amount());
+        let (mut refused, mut over) = (0u8, 0u8);
+        for (k, &t) in r.types.iter().enumerate() {
+            if !within_nominal(m, &cap.used, r.project, t, amount) {
+                over |= 1 << k;
+            }
+            if !admits(m, &cap.used, r.project, t, amount, r.preemptible) {
+                refused |= 1 << k;
+            } else if (!r.shape.is_whole() || node_sets(m, cap, r, t))
+                && self.placed(i, t, None).is_some()
+            {
+                return; // it might fit
+            }
+        }
+        let at = cap.stamps.clock;
+        self.st.queues[r.project][rg.queue].blocked = Blocked {
+            at,
+            refused,
+            over,
+            searched,
+            need,
+        };
+    }
+}
