@@ -374,6 +374,41 @@ def test_native_engine_decides_as_the_python_engine_under_contention(
     replay(native, template, events)
 
 
+def test_unknown_topology_keys_are_queues_of_their_own(native: Any) -> None:
+    """Two runs alike but for a topology key no node has ("zone", "rack") are two queues in
+    the reference: the second is judged on its own, here once the cohort's idle quota is
+    gone, and explained so. The native engine numbered every unknown key alike, made one
+    queue of them and explained the second as the first (found by the contention property
+    test)."""
+    nodes = [make_node("n0", 8, TYPES[0], backend="b1")]
+    projects = [
+        make_project(p, cohort="c0", quotas={TYPES[0]: Quota(2, None)}) for p in ("p0", "p2")
+    ]
+    template = make_snapshot(nodes, projects, now=0.0, order="shortest")
+    events: list[tuple[Any, ...]] = []
+    for seq, gpus, mr, key in [
+        (13, 1, 2.0, None),
+        (14, 1, 2.0, None),
+        (15, 1, 2.0, None),
+        (16, 1, 5.0, None),
+        (17, 2, 5.0, "rack"),
+        (19, 2, 2.0, "zone"),
+    ]:
+        run = make_run(
+            f"r{seq}",
+            "p0",
+            gpus=gpus,
+            seq=seq,
+            priority="low",
+            max_runtime_s=mr,
+            topology_key=key,
+            topology_required=key is not None,
+        )
+        events.append(("submit", run))
+    events.append(("cycle", None))
+    replay(native, template, events)
+
+
 def test_the_checks_can_fail(native: Any) -> None:
     """A scenario with admissions, preemptions and reservations; the same replay against a
     deliberately different policy (no preemption on one side) fails."""

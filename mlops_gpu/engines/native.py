@@ -121,6 +121,7 @@ class NativeEngine:
         # topology keys, and each key's values, numbered in name order
         self._keys = sorted({k for n in nodes for k in n.labels})
         self._key_ix = {k: i for i, k in enumerate(self._keys)}
+        self._unknown_keys: dict[str, int] = {}
         values = [sorted({n.labels[k] for n in nodes if k in n.labels}) for k in self._keys]
         value_ix = [{v: i for i, v in enumerate(vs)} for vs in values]
         self.projects = sorted(template.projects)
@@ -239,6 +240,15 @@ class NativeEngine:
         self._engine.submit(self._spec(run))
         self._queued.add(run.id)
 
+    def _topology_ix(self, key: str) -> int:
+        """A topology key's number; a key no node has gets its own number, past every node's
+        labels: runs asking for two such keys are in two queues, as the reference files them
+        (one number for both once made one queue of them, judged by its head alone)."""
+        ix = self._key_ix.get(key)
+        if ix is None:
+            ix = self._unknown_keys.setdefault(key, len(self._keys) + len(self._unknown_keys))
+        return ix
+
     def _spec(self, run: Run) -> _engine.RunSpec:
         """The run as the extension's ``submit`` and ``add_active`` take it."""
         req, spec = run.request, run.spec
@@ -255,10 +265,7 @@ class NativeEngine:
             nodes=req.nodes,
             gpu_types=[i for i, t in enumerate(self.types) if req.accepts(t)],
             backend=pinned,
-            # a key no node has gets a number no node's labels reach
-            topology_key=None
-            if req.topology_key is None
-            else self._key_ix.get(req.topology_key, len(self._keys)),
+            topology_key=None if req.topology_key is None else self._topology_ix(req.topology_key),
             topology_required=req.topology_required,
             cpu_milli=req.cpu_milli,
             host_memory_mb=req.host_memory_mb,
