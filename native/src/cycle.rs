@@ -5,11 +5,13 @@
 //! next run; within a project
 //! its runs in order, each queue judged by its head. A run that fits (respecting the
 //! reservation) and its quota admits is admitted; else it may choose victims (`preempt`), and
-//! is then admitted at once on the devices they free (one run's trial: `trial`).
+//! is then admitted at once on the devices they free (one run's trial: `trial`). A queue
+//! known to admit nothing (`verdict`) is passed over, or left out as the cycle begins.
 //!
 //! Invariant: the same decisions as the Python core's cycle on the same state; a cycle
 //! changes the state only through `cap` (admissions taken, victims' devices given back,
-//! trials undone), and the engine applies its admissions and victims after it.
+//! trials undone; its stamps move with them) and the queues' remembered verdicts, and the
+//! engine applies its admissions and victims after it.
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
