@@ -176,7 +176,7 @@ impl Capacity {
         }
         self.book(m.pt(project, p.ty), units(p.amount()));
         let used = self.used[m.pt(project, p.ty)];
-        self.stamps.took(m, project, p.ty, used, false);
+        self.stamps.took(m, project, p.ty, used);
     }
 
     pub fn release(&mut self, m: &Model, project: usize, p: &Placement) {

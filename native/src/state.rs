@@ -442,8 +442,7 @@ impl State {
         if add {
             pool.ends.insert(at, entry);
             pool.checkpointed += checkpointed;
-            let used = self.cap.used[m.pt(r.project, p.ty)];
-            self.cap.stamps.took(m, r.project, p.ty, used, true);
+            self.cap.stamps.pool_grew(m.pt(r.project, p.ty));
         } else {
             if at < pool.ends.len() && pool.ends[at].run == i {
                 pool.ends.remove(at);
@@ -464,7 +463,7 @@ impl State {
                 let pool = self.pools[m.pt(r.project, p.ty)].get_mut(&r.class);
                 pool.expect("an active preemptible run is in its pool")
                     .checkpointed += 1;
-                self.cap.stamps.checkpointed(m.pt(r.project, p.ty));
+                self.cap.stamps.pool_grew(m.pt(r.project, p.ty));
             }
         }
         self.runs[i].last_checkpoint_at = Some(at);

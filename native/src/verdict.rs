@@ -29,7 +29,8 @@
 //!   the clock, only takes possible victims away, as under `shortest` a same-class run's time
 //!   to go only shrinks) and, within nominal quota only (so not on a type quota refused),
 //!   the other members' pools where they borrowed as the cycle began (stamped in `lent`
-//!   for the whole tree when a member above its nominal quota takes more or its pool grows);
+//!   for the whole tree as the next cycle begins, when a member took more above its nominal
+//!   quota: a run joins a pool only after its own take);
 //!   the borrower rule (`shortest_preempt_borrowers`) keeps nothing here;
 //! - a search that found no plan stays so while no candidate joins (`pool_grew`, `lent`), no
 //!   quota comes back and nothing at all is given back on the type (`cap_back[t][0]`: a node
@@ -66,9 +67,9 @@ pub struct Stamps {
     quota_back: Vec<u64>,
     pool_grew: Vec<u64>,
     lent: Vec<u64>,
-    /// (project, type) that took more above its nominal quota, or grew its pool there, since
-    /// the last cycle began: `lent` is stamped as the next begins, when a cycle reads who
-    /// borrowed (`Cycle::used_at_start`).
+    /// (project, type) that took more above its nominal quota since the last cycle began:
+    /// `lent` is stamped as the next begins, when a cycle reads who borrowed
+    /// (`Cycle::used_at_start`).
     borrowing: Vec<(usize, usize)>,
     /// Per (type, GPUs free after a give-back).
     cap_back: Vec<u64>,
@@ -134,13 +135,11 @@ impl Stamps {
         self.cap_back[base..=base + free.min(self.width - 1)].fill(s);
     }
 
-    /// `project` holds more of `t` (`used`: what it holds now), or its pool there grew
-    /// (`pool`): where it borrows, its tree's runs may take its runs as victims from the
-    /// next cycle on.
-    pub fn took(&mut self, m: &Model, project: usize, t: usize, used: f64, pool: bool) {
-        if pool {
-            self.pool_grew[m.pt(project, t)] = self.next();
-        }
+    /// `project` holds more of `t` (`used`: what it holds now): where it borrows, its tree's
+    /// runs may take its runs as victims from the next cycle on. (A run joins its pool only
+    /// after its own take, before the next cycle begins: a pool that grows while its project
+    /// borrows has had its take stamped already.)
+    pub fn took(&mut self, m: &Model, project: usize, t: usize, used: f64) {
         if used > m.term(project, t).nominal + 1e-9 {
             self.borrowing.push((project, t));
         }
@@ -156,8 +155,9 @@ impl Stamps {
         }
     }
 
-    /// One of the runs in `project`'s pool of `t` reported its first checkpoint.
-    pub fn checkpointed(&mut self, pt: usize) {
+    /// Pool `pt` gained a run, or one of its runs reported its first checkpoint: a possible
+    /// victim more.
+    pub fn pool_grew(&mut self, pt: usize) {
         self.pool_grew[pt] = self.next();
     }
 

@@ -37,6 +37,16 @@ def _shared(name: str = "s1") -> object:
     return make_node(name, 2, shared=True, gpu_memory_mb=80_000)
 
 
+def _sharing(fraction: float) -> object:
+    """Run "s" of project p, active, holding ``fraction`` of device 0 of ``_shared()``."""
+    return run(
+        "s",
+        gpu_fraction=fraction,
+        phase=busy("z", "p", "s1", ["0"]).phase,
+        placement=placed("s1", ["0"], fraction=fraction),
+    )
+
+
 PLACEMENT = {
     "best-fit-fullest-node": Case(
         snap(
@@ -151,14 +161,7 @@ PLACEMENT = {
             [_shared()],
             [P],
             [run("w", gpus=2)],
-            [
-                run(
-                    "s",
-                    gpu_fraction=0.25,
-                    phase=busy("z", "p", "s1", ["0"]).phase,
-                    placement=placed("s1", ["0"], fraction=0.25),
-                )
-            ],
+            [_sharing(0.25)],
         ),
         codes={"w": RC.NO_CAPACITY},
     ),
@@ -173,14 +176,7 @@ PLACEMENT = {
             [_shared()],
             [make_project("p", 1)],
             [run("a", gpu_memory_mb=20_000)],
-            [
-                run(
-                    "s",
-                    gpu_fraction=0.5,
-                    phase=busy("z", "p", "s1", ["0"]).phase,
-                    placement=placed("s1", ["0"], fraction=0.5),
-                )
-            ],
+            [_sharing(0.5)],
             preemption=False,
         ),
         admit={"a": "s1"},

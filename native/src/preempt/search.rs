@@ -69,11 +69,16 @@ impl Cycle<'_> {
     /// Whether a search since the last admission found that run `i` has no plan on `t`
     /// with no hold (`verdict`: found so, the run fits nowhere with every candidate gone).
     pub(crate) fn no_plan_unheld(&self, i: usize, t: usize) -> bool {
-        let Some(k) = self.futile_key(i, t).filter(|k| !k.5) else {
-            return false;
-        };
-        let known = self.futile.0.borrow().get(&k).copied();
-        known.is_some_and(|(at, least)| at == self.stamp() && self.own_bound(i) >= least)
+        self.futile_key(i, t)
+            .filter(|k| !k.5)
+            .is_some_and(|k| self.known_futile(&k, self.own_bound(i)))
+    }
+
+    /// Whether a search since the last admission with key `k` and an own bound at most
+    /// `bound` found no plan.
+    fn known_futile(&self, k: &FutileKey, bound: f64) -> bool {
+        let known = self.futile.0.borrow().get(k).copied();
+        known.is_some_and(|(at, least)| at == self.stamp() && bound >= least)
     }
 
     /// Run `i`'s best plan on `t`, or None (`preempt._plan_for_type`), where `Futile` does
@@ -84,8 +89,7 @@ impl Cycle<'_> {
         let Some(k) = key else {
             return self.search(i, t);
         };
-        let known = self.futile.0.borrow().get(&k).copied();
-        if known.is_some_and(|(at, least)| at == stamp && bound >= least) {
+        if self.known_futile(&k, bound) {
             return None; // (a search with no more candidates found none)
         }
         let plan = self.search(i, t);
