@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from mlops_gpu.core.snapshot import Snapshot
-from mlops_gpu.model import Run
+from mlops_gpu.model import Budget, Run
 
 
 def decayed(gpus: float, start: float, end: float, now: float, half_life: float) -> float:
@@ -28,13 +28,23 @@ def decayed(gpus: float, start: float, end: float, now: float, half_life: float)
     return gpus / k * (math.exp(-k * (now - end)) - math.exp(-k * (now - start)))
 
 
+def budget_spent(budget: Budget, hours: float, usd: float) -> bool:
+    """Whether GPU-hours ``hours`` or ``usd`` spent in the window reach ``budget``."""
+    gpu_hours, limit_usd = budget.gpu_hours, budget.usd
+    return (gpu_hours is not None and hours >= gpu_hours) or (
+        limit_usd is not None and usd >= limit_usd
+    )
+
+
 def budget_exceeded(snap: Snapshot, project: str) -> str | None:
-    """A sentence saying the project's budget is spent, or None."""
+    """A sentence saying the project's budget is spent (``budget_spent``), or None."""
     proj = snap.projects.get(project)
     if proj is None or proj.budget is None:
         return None
     b = proj.budget
     hours, usd = snap.spent.get(project, (0.0, 0.0))
+    if not budget_spent(b, hours, usd):
+        return None
     window = f"{b.window_s / 3600:g}h"
     if b.gpu_hours is not None and hours >= b.gpu_hours:
         return (

@@ -45,7 +45,7 @@ project the cluster no longer has too, as ``core.held`` says, checked by
   (``core/borrowers.py``; in Rust ``native/src/preempt/borrowers.rs``: each victim it takes
   crosses back with the two projects' shares for its message,
   ``_engine.Preempted.borrower_shares``), and project budgets: each cycle the projects whose
-  budget is spent (``fairshare.budget_exceeded`` on the ``spent`` it is given) cross as
+  budget is spent (``fairshare.budget_spent`` on the ``spent`` it is given) cross as
   ``_engine.BudgetSpent``: their runs wait (``action: wait``) or are served at the
   ``lower_to`` class (``action: lower``), as ``CycleBooks.level_of`` has it.
 
@@ -61,7 +61,7 @@ from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from mlops_gpu.core.fairshare import budget_exceeded
+from mlops_gpu.core.fairshare import budget_spent
 from mlops_gpu.core.snapshot import Snapshot
 from mlops_gpu.model import Run
 
@@ -147,12 +147,12 @@ def spent(
     t = eng.template
     if not eng._budgeted:
         return None
-    snap = replace(t, spent=t.spent if spent is None else spent)
+    spent_now = t.spent if spent is None else spent
     out = []
     for name in eng._budgeted:
         budget = t.projects[name].budget
         assert budget is not None
-        if budget_exceeded(snap, name) is None:
+        if not budget_spent(budget, *spent_now.get(name, (0.0, 0.0))):
             continue
         if budget.action == "wait":
             lower_to = None

@@ -108,6 +108,9 @@ pub struct Capacity {
     pub nofit: NoFit,
     /// What a queue's remembered verdict depends on (`verdict`).
     pub stamps: Stamps,
+    /// Per type: its nodes that offer MIG slices or sharing, in node order (the only ones a
+    /// MIG or shared request walks: `placement::eligible`).
+    pub parted: Vec<Vec<usize>>,
 }
 
 impl Capacity {
@@ -148,6 +151,15 @@ impl Capacity {
             mix: Mix::new(m.n_types),
             nofit: NoFit::new(m),
             stamps: Stamps::new(m),
+            parted: (m.of_type.iter())
+                .map(|nodes| {
+                    let parted = |&&n: &&usize| {
+                        let p = parts::of(m, n);
+                        p.shared || !p.mig.is_empty()
+                    };
+                    nodes.iter().filter(parted).copied().collect()
+                })
+                .collect(),
         }
     }
 
@@ -162,6 +174,26 @@ impl Capacity {
     }
 
     pub fn take(&mut self, m: &Model, project: usize, p: &Placement) {
+        self.take_as(m, project, p, true);
+    }
+
+    pub fn release(&mut self, m: &Model, project: usize, p: &Placement) {
+        self.release_as(m, project, p, true);
+    }
+
+    /// A trial gives an active run's devices and quota back (a victim search's): as
+    /// `release`, but no verdict stamp moves, as `retake` takes them again before a verdict
+    /// is read or taken (the trial leaves the state as it found it).
+    pub fn release_for_trial(&mut self, m: &Model, project: usize, p: &Placement) {
+        self.release_as(m, project, p, false);
+    }
+
+    /// The run a trial gave back (`release_for_trial`) takes its devices and quota again.
+    pub fn retake(&mut self, m: &Model, project: usize, p: &Placement) {
+        self.take_as(m, project, p, false);
+    }
+
+    fn take_as(&mut self, m: &Model, project: usize, p: &Placement, stamp: bool) {
         for (k, (node, devs)) in p.slots.iter().enumerate() {
             let share = p.share(k);
             if share.whole() && parts::of(m, *node).mig.is_empty() {
@@ -175,11 +207,13 @@ impl Capacity {
             }
         }
         self.book(m.pt(project, p.ty), units(p.amount()));
-        let used = self.used[m.pt(project, p.ty)];
-        self.stamps.took(m, project, p.ty, used);
+        if stamp {
+            let used = self.used[m.pt(project, p.ty)];
+            self.stamps.took(m, project, p.ty, used);
+        }
     }
 
-    pub fn release(&mut self, m: &Model, project: usize, p: &Placement) {
+    fn release_as(&mut self, m: &Model, project: usize, p: &Placement, stamp: bool) {
         for (k, (node, devs)) in p.slots.iter().enumerate() {
             let share = p.share(k);
             if share.whole() && parts::of(m, *node).mig.is_empty() {
@@ -194,7 +228,10 @@ impl Capacity {
             }
         }
         self.book(m.pt(project, p.ty), -units(p.amount()));
-        self.stamps.quota_back(m, project, p.ty);
+        if !stamp {
+            return;
+        }
+        self.stamps.quota_back(m, project, p.ty, p.amount());
         for (node, _) in &p.slots {
             self.stamps.node_back(m, *node, self.free[*node].len());
         }

@@ -99,14 +99,19 @@ pub struct Cycle<'a> {
     heads: Vec<Head>,
     /// Per (project, type): what `victims_possible` read of its pool this cycle, if it did.
     pub pools_seen: RefCell<Vec<Option<PoolSeen>>>,
-    /// The whole-GPU victim searches that found no plan since the last admission.
+    /// The victim searches that found no plan since the last admission (`Futile`).
     pub futile: Futile,
     /// The places trials found since the last admission.
     placed: trial::Placed,
     /// Whether queues known blocked as the cycle begins are left out (`verdict`; the engine
-    /// asks it, and undoes a cycle that then preempted), and how many were.
+    /// asks it, and undoes a cycle that then preempted where one of them may be blocked no
+    /// more), and which were: (project, queue).
     pub dormancy: bool,
-    pub dormant: usize,
+    pub dormant: Vec<(usize, usize)>,
+    /// Queues not left out however they are known (`verdict::cycle`'s queues woken).
+    pub awake: HashSet<(usize, usize)>,
+    /// The queues whose verdict this cycle took (`verdict::remember_blocked`).
+    pub judged: Vec<(usize, usize)>,
 }
 
 impl<'a> Cycle<'a> {
@@ -153,7 +158,9 @@ impl<'a> Cycle<'a> {
             futile: Futile::default(),
             placed: trial::Placed::default(),
             dormancy: false,
-            dormant: 0,
+            dormant: Vec::new(),
+            awake: HashSet::default(),
+            judged: Vec::new(),
         };
         if m.policy.backfill {
             if let Some((run, types)) = anchor(&c) {
@@ -167,7 +174,7 @@ impl<'a> Cycle<'a> {
     pub fn run(&mut self) {
         let n = self.m.projects.len();
         let mut levels: BTreeMap<i64, Vec<Vec<Range>>> = BTreeMap::new();
-        let (pol, mut dormant) = (&self.m.policy, 0);
+        let (pol, mut dormant) = (&self.m.policy, Vec::new());
         // (under fair share a project's turn does not depend on its queues' heads)
         let sleep = self.dormancy && self.log.is_none() && pol.fair_share && !pol.strict_fifo;
         for (p, qs) in self.st.queues.iter().enumerate() {
@@ -175,8 +182,9 @@ impl<'a> Cycle<'a> {
                 let Some(at) = self.level(p, q.key.class) else {
                     continue; // its budget is spent: it waits
                 };
-                if sleep && self.known_blocked(p, j) {
-                    dormant += 1; // (`verdict`: it admits nothing unless GPUs come back)
+                let woken = !self.awake.is_empty() && self.awake.contains(&(p, j));
+                if sleep && !woken && self.known_blocked(p, j) {
+                    dormant.push((p, j)); // (`verdict`: it admits nothing unless GPUs come back)
                     continue;
                 }
                 let level = levels.entry(at).or_insert_with(|| vec![Vec::new(); n]);

@@ -256,29 +256,7 @@ impl Engine {
         }
         let m = &self.m;
         let limits = budget::limits(n, spent);
-        let anchor = self.st.anchor;
-        let mut c = cycle::Cycle::new(m, &mut self.st, now, history, limits.clone());
-        c.dormancy = true;
-        c.run();
-        let mut taken = (
-            std::mem::take(&mut c.admissions),
-            std::mem::take(&mut c.preemptions),
-        );
-        let replay = c.dormant > 0 && !taken.1.is_empty();
-        drop(c);
-        if replay {
-            // victims gave GPUs back in a cycle that left out the queues blocked as it began
-            // (`verdict`): undone, and the cycle run again over every queue
-            verdict::undo(m, &mut self.st, &taken.0, &taken.1);
-            self.st.anchor = anchor;
-            let mut c = cycle::Cycle::new(m, &mut self.st, now, history, limits);
-            c.run();
-            taken = (
-                std::mem::take(&mut c.admissions),
-                std::mem::take(&mut c.preemptions),
-            );
-        }
-        let (admissions, preemptions) = taken;
+        let (admissions, preemptions) = verdict::cycle(m, &mut self.st, now, history, &limits);
         let mut out_a = Vec::with_capacity(admissions.len());
         for (i, p) in admissions {
             out_a.push(Admitted {

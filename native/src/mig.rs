@@ -7,7 +7,7 @@
 use crate::capacity::{Capacity, Placement};
 use crate::model::Model;
 use crate::parts::{self, SlotShare};
-use crate::placement::{eligible, Filter};
+use crate::placement::{eligible_among, Filter};
 use crate::state::Run;
 
 pub fn place_mig(
@@ -16,12 +16,12 @@ pub fn place_mig(
     r: &Run,
     t: usize,
     flt: Filter<'_>,
-    profile: usize,
-    share: f64,
+    (profile, share): (usize, f64),
+    among: Option<&[usize]>,
 ) -> Option<Placement> {
     // (slices left, node, the node's index of the profile); node index order is name order
     let mut best: Option<(usize, usize, usize)> = None;
-    for n in eligible(m, cap, r, t) {
+    for n in eligible_among(m, cap, r, t, among) {
         let Some(k) = parts::of(m, n).local(profile) else {
             continue; // (never: `eligible` asks for the profile)
         };

@@ -39,6 +39,12 @@ impl Shape {
         matches!(self, Shape::Whole)
     }
 
+    /// Whether a placement's amount is the request's wherever it lands: every shape but a
+    /// memory-only shared request, charged its memory's share of the device it gets.
+    pub fn amount_fixed(&self) -> bool {
+        !matches!(self, Shape::Shared { fraction: None, .. })
+    }
+
     /// What tells two shapes apart in a queue key (floats by their bits: equal requests are
     /// equal numbers).
     pub fn key(&self) -> (u8, usize, u64, Option<i64>) {

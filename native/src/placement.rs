@@ -50,10 +50,10 @@ pub fn place_scan(
 ) -> Option<Placement> {
     match r.shape {
         Shape::Mig { profile, share } => {
-            return crate::mig::place_mig(m, cap, r, t, flt, profile, share)
+            return crate::mig::place_mig(m, cap, r, t, flt, (profile, share), None)
         }
-        Shape::Shared { .. } => return crate::shared::place_shared(m, cap, r, t, flt),
-        Shape::Cpu => return place_cpu(m, cap, r, t, flt),
+        Shape::Shared { .. } => return crate::shared::place_shared(m, cap, r, t, flt, None),
+        Shape::Cpu => return place_cpu(m, cap, r, t, flt, None),
         Shape::Whole => {}
     }
     if r.topology.is_some() {
@@ -128,10 +128,49 @@ pub fn eligible<'a>(
     r: &'a Run,
     t: usize,
 ) -> impl Iterator<Item = usize> + 'a {
-    m.of_type[t]
+    eligible_among(m, cap, r, t, None)
+}
+
+/// `eligible`, of `among` only where given (sorted). A MIG or shared request walks only the
+/// nodes of `t` with slices or sharing (`Capacity::parted`): no other serves its shape.
+pub fn eligible_among<'a>(
+    m: &'a Model,
+    cap: &'a Capacity,
+    r: &'a Run,
+    t: usize,
+    among: Option<&'a [usize]>,
+) -> impl Iterator<Item = usize> + 'a {
+    let nodes: &[usize] = match (among, r.shape) {
+        (Some(nodes), _) => nodes,
+        (None, Shape::Mig { .. } | Shape::Shared { .. }) => &cap.parted[t],
+        (None, _) => &m.of_type[t],
+    };
+    nodes
         .iter()
         .copied()
-        .filter(move |&n| eligible_node(m, cap, r, n))
+        .filter(move |&n| m.nodes[n].ty == t && eligible_node(m, cap, r, n))
+}
+
+/// Where a one-node run that is not whole GPUs fits on `t` now among `nodes` alone (sorted):
+/// `place_scan` where every other node of `t` is known to take it nowhere, as after a place
+/// that found none and give-backs on `nodes` only.
+pub fn place_among(
+    m: &Model,
+    cap: &Capacity,
+    r: &Run,
+    t: usize,
+    flt: Filter<'_>,
+    nodes: &[usize],
+) -> Option<Placement> {
+    let among = Some(nodes);
+    match r.shape {
+        Shape::Mig { profile, share } => {
+            crate::mig::place_mig(m, cap, r, t, flt, (profile, share), among)
+        }
+        Shape::Shared { .. } => crate::shared::place_shared(m, cap, r, t, flt, among),
+        Shape::Cpu => place_cpu(m, cap, r, t, flt, among),
+        Shape::Whole => place_scan(m, cap, r, t, flt),
+    }
 }
 
 /// Whether node `n` (of the run's type) is one `eligible` yields.
@@ -168,12 +207,13 @@ pub fn place_cpu(
     r: &Run,
     t: usize,
     flt: Filter<'_>,
+    among: Option<&[usize]>,
 ) -> Option<Placement> {
     let fgd = cap.mix.enabled;
     // (growth class, imbalance, minus CPU per free GPU, node): Python's tuple order, where
     // -0.0 and 0.0 are equal (so `partial_cmp`, never `total_cmp`, on the floats)
     let mut best: Option<(i64, f64, f64, usize)> = None;
-    for n in eligible(m, cap, r, t) {
+    for n in eligible_among(m, cap, r, t, among) {
         let free = cap.free[n].len();
         if flt.is_some_and(|(res, ends)| !res.allows(n, free, ends)) {
             continue;

@@ -218,18 +218,22 @@ impl Cycle<'_> {
         a.placement.as_ref().expect("an active run").amount() * (self.now - since).max(0.0)
     }
 
+    /// A trial takes victim `v`'s devices back (its give-back, `release`, undone).
     fn take(&mut self, v: usize) {
         let (m, st) = (self.m, &mut *self.st);
         let r = &st.runs[v];
         st.cap
-            .take(m, r.project, r.placement.as_ref().expect("an active run"));
+            .retake(m, r.project, r.placement.as_ref().expect("an active run"));
     }
 
+    /// A trial gives victim `v`'s devices back, to be taken again (`take`) before the search
+    /// ends: no verdict stamp moves (`Capacity::release_for_trial`); the victims chosen give
+    /// theirs back for good in `Cycle::evict`.
     fn release(&mut self, v: usize) {
         let (m, st) = (self.m, &mut *self.st);
         let r = &st.runs[v];
         st.cap
-            .release(m, r.project, r.placement.as_ref().expect("an active run"));
+            .release_for_trial(m, r.project, r.placement.as_ref().expect("an active run"));
     }
 
     /// Choose victims for run `i` and admit it on the devices they free: true when it did

@@ -66,6 +66,38 @@ pub fn admits(
     }
 }
 
+/// The least GPUs of `ty` that must come back before `admits` (same arguments) may say yes:
+/// (by the project itself, anywhere in its cohort tree, itself included), infinite where no
+/// give-back of that kind is needed. While the project gives back less than the first or the
+/// tree less than the second, it still says no: a give-back of x lowers the project's usage
+/// by x at most, and raises what its tree lends less what it borrows (`cohort_sums`) by at
+/// most x (each member's term moves with its usage at a slope of 0 or 1).
+pub fn lack(
+    m: &Model,
+    used: &[f64],
+    project: usize,
+    ty: usize,
+    amount: f64,
+    preemptible: bool,
+) -> (f64, f64) {
+    let q = m.term(project, ty);
+    let after = used[m.pt(project, ty)] + amount;
+    let own = after - q.nominal - EPS; // (to fit within nominal quota)
+    if own <= 0.0 {
+        return (f64::INFINITY, f64::INFINITY); // (it admits now)
+    }
+    let root = match m.projects[project].root {
+        Some(root) if preemptible => root,
+        _ => return (own, f64::INFINITY), // (only within nominal quota)
+    };
+    // else it borrows once the project is within its borrowing limit and the tree lends
+    // enough: neither before the tree gave back the larger of the two
+    let limit = q.borrowing.map_or(0.0, |b| after - q.nominal - b - EPS);
+    let (borrowed, lendable) = cohort_sums(m, used, root, ty, Some(project), amount, true);
+    let lend = borrowed - lendable - EPS;
+    (own, limit.max(lend))
+}
+
 pub fn within_nominal(m: &Model, used: &[f64], project: usize, ty: usize, amount: f64) -> bool {
     used[m.pt(project, ty)] + amount <= m.term(project, ty).nominal + EPS
 }

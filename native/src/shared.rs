@@ -18,7 +18,7 @@ use crate::fgd::{score, signature};
 use crate::fragmentation::after_share;
 use crate::model::Model;
 use crate::parts::{self, Shape, SlotShare};
-use crate::placement::{eligible, Filter};
+use crate::placement::{eligible_among, Filter};
 use crate::pyfloat;
 use crate::state::Run;
 
@@ -44,6 +44,7 @@ pub fn place_shared(
     r: &Run,
     t: usize,
     flt: Filter<'_>,
+    among: Option<&[usize]>,
 ) -> Option<Placement> {
     let Shape::Shared {
         fraction,
@@ -55,7 +56,7 @@ pub fn place_shared(
     let fgd = cap.mix.enabled;
     // (its key, device, fraction charged)
     let mut best: Option<(Key, u16, f64)> = None;
-    for n in eligible(m, cap, r, t) {
+    for n in eligible_among(m, cap, r, t, among) {
         if flt.is_some_and(|(res, ends)| !res.allows(n, cap.free[n].len(), ends)) {
             continue;
         }

@@ -7,9 +7,8 @@
 //! shared device: a charge known before a place) was judged and not admitted while, on each
 //! type it accepts, quota refused its amount or no node set could take it even with no
 //! reservation (which of the two, per type); and no active run could be its victim
-//! (`victims_possible` false), or its whole-GPU victim search found no plan without a hold
-//! and with no same-class candidate (`preempt::Futile` knows it: no fit with every candidate
-//! gone).
+//! (`victims_possible` false), or its victim search found no plan without a hold and with no
+//! same-class candidate (`preempt::Futile` knows it: no fit with every candidate gone).
 //! Then no run of its queue could be admitted in that state: they share its request (project,
 //! class, types, GPUs, nodes, host, topology, preemptibility: `state::QueueKey`), so quota
 //! and placement refuse them alike, and a later run of the queue has no more possible victims
@@ -39,6 +38,9 @@
 //!   removes places, the others decide order and levels, never whether a run can start;
 //! - stamps come from one counter that only grows (`Capacity` starts it at 1): a verdict
 //!   holds while every stamp it read is at most its own;
+//! - a victim search's trials give runs back and take them again before the search ends
+//!   (`Capacity::release_for_trial`, `retake`): the state is then as before, so they stamp
+//!   nothing (no verdict is read or taken meanwhile);
 //! - none is remembered or used in a cycle that explains (its reasons are wanted, and its
 //!   `Capacity` is put back after, with the stamps handed out meanwhile), under strict FIFO
 //!   (a blocked head blocks its project), or for a memory-only shared run (charged its
@@ -49,22 +51,29 @@
 //! queues' heads) a cycle leaves out, as it begins, the queues known blocked then
 //! (`Cycle::dormant`): a cycle's admissions only take, so they stay blocked, unless a victim
 //! gives GPUs back. A cycle that left some out and preempted is undone (`undo`) and run
-//! again over every queue (`engine::Engine::cycle`).
+//! again over every queue (`engine::Engine::cycle`) where one of them is known blocked no
+//! more as it ends.
 
+use rustc_hash::FxHashSet as HashSet;
+
+use crate::budget::Limit;
 use crate::capacity::Placement;
 use crate::cycle::{Cycle, Range, Taken};
 use crate::model::Model;
 use crate::parts::Shape;
 use crate::placement::node_sets;
-use crate::quota::{admits, within_nominal};
+use crate::quota::{self, admits, within_nominal};
 use crate::state::State;
 
 /// The stamps a remembered verdict compares with its own (see the module's invariants).
 #[derive(Clone)]
 pub struct Stamps {
     clock: u64,
+    /// Per (project, type): the GPUs of quota given back in its cohort tree (itself
+    /// included), and by the project itself, in millionths rounded up (`GRAIN`).
+    tree_back: Vec<u64>,
+    own_back: Vec<u64>,
     /// Per (project, type).
-    quota_back: Vec<u64>,
     pool_grew: Vec<u64>,
     lent: Vec<u64>,
     /// (project, type) that took more above its nominal quota since the last cycle began:
@@ -76,15 +85,18 @@ pub struct Stamps {
     width: usize,
 }
 
+/// The most types a remembered verdict covers.
+const TYPES: usize = 4;
+
 /// A verdict: the stamp it was taken at and, per type of the run (a bit each, in its order),
-/// whether quota refused it there (else no node set could take it), and whether it was over
-/// its nominal quota there (then the tree's borrowers were no victims of it, as they become
-/// once its usage falls).
+/// whether quota refused it there (else no node set could take it), and what quota lacked
+/// there: over its nominal quota, the tree's borrowers were no victims of it, as they
+/// become once its usage falls.
 #[derive(Clone, Copy, Default)]
 pub struct Blocked {
     at: u64,
     refused: u8,
-    over: u8,
+    lack: [Lack; TYPES],
     /// Its victim search found no plan (else no run could be its victim).
     searched: bool,
     /// Where no node set could take it: the free GPUs a node must be left with by a
@@ -93,13 +105,65 @@ pub struct Blocked {
     need: u16,
 }
 
+/// Quota given back is counted in millionths of a GPU, rounded up, and what a verdict lacks
+/// rounded down, less a margin: rounding can only end a verdict early.
+const GRAIN: f64 = 1e6;
+
+/// What quota lacked on one type as a verdict was taken (`quota::lack`): it holds there while
+/// `Stamps::tree_back` is below `tree` and `own_back` below `own`.
+#[derive(Clone, Copy)]
+struct Lack {
+    tree: u64,
+    own: u64,
+}
+
+impl Default for Lack {
+    fn default() -> Self {
+        Lack {
+            tree: u64::MAX,
+            own: u64::MAX,
+        }
+    }
+}
+
+impl Lack {
+    /// What lacked (GPUs back: by the project, in its tree), counted from now in `s` for
+    /// `pt`.
+    fn new(s: &Stamps, pt: usize, (own, tree): (f64, f64)) -> Lack {
+        let until = |now: u64, x: f64| {
+            let grains = ((x - 1e-7) * GRAIN).floor().max(0.0);
+            match grains < u64::MAX as f64 {
+                true => now.saturating_add(grains as u64),
+                false => u64::MAX,
+            }
+        };
+        Lack {
+            tree: until(s.tree_back[pt], tree),
+            own: until(s.own_back[pt], own),
+        }
+    }
+
+    /// Any quota back in the tree, counted from now in `s` for `pt`.
+    fn any(s: &Stamps, pt: usize) -> Lack {
+        Lack {
+            tree: s.tree_back[pt] + 1,
+            own: u64::MAX,
+        }
+    }
+
+    fn holds(&self, s: &Stamps, pt: usize) -> bool {
+        s.tree_back[pt] < self.tree && s.own_back[pt] < self.own
+    }
+}
+
 impl Stamps {
     pub fn new(m: &Model) -> Stamps {
         let n = m.projects.len() * m.n_types;
         let width = m.nodes.iter().map(|n| n.ndev).max().unwrap_or(0) + 1;
         Stamps {
             clock: 1,
-            quota_back: vec![0; n],
+            tree_back: vec![0; n],
+            own_back: vec![0; n],
             pool_grew: vec![0; n],
             lent: vec![0; n],
             borrowing: Vec::new(),
@@ -122,10 +186,15 @@ impl Stamps {
         }
     }
 
-    /// `project` gave back usage of `t`: quota may admit more in its tree.
-    pub fn quota_back(&mut self, m: &Model, project: usize, t: usize) {
-        let s = self.next();
-        Self::tree(m, &mut self.quota_back, project, t, s);
+    /// `project` gave back `amount` GPUs of `t`: quota may admit more in its tree.
+    pub fn quota_back(&mut self, m: &Model, project: usize, t: usize, amount: f64) {
+        let grains = (amount * GRAIN).ceil() as u64;
+        self.own_back[m.pt(project, t)] += grains;
+        let mut add = |o: usize| self.tree_back[m.pt(o, t)] += grains;
+        match m.projects[project].root {
+            Some(root) => m.members[root].iter().for_each(|&o| add(o)),
+            None => add(project),
+        }
     }
 
     /// Node `node` got something back and has `free` whole GPUs free after.
@@ -162,21 +231,68 @@ impl Stamps {
     }
 
     /// Whether nothing a verdict of a run of project `p` on `types` read has moved since.
-    fn unchanged(&self, m: &Model, p: usize, types: &[usize], b: Blocked) -> bool {
+    fn unchanged(&self, m: &Model, p: usize, types: &[usize], b: &Blocked) -> bool {
         types.iter().enumerate().all(|(k, &t)| {
             let pt = m.pt(p, t);
-            let bit = |mask: u8| mask >> k & 1 == 1;
-            let cap = self.cap_back[t * self.width + b.need as usize] <= b.at;
+            let quota = b.lack[k].holds(self, pt);
             if b.searched {
                 // (any give-back on `t`: with a candidate's GPUs, a node may reach its need)
                 let any = self.cap_back[t * self.width] <= b.at;
                 let pools = self.pool_grew[pt] <= b.at && self.lent[pt] <= b.at;
-                return any && pools && self.quota_back[pt] <= b.at;
+                return any && pools && quota;
             }
-            // (quota refused only over nominal quota: `over` is set where `refused` is)
-            let held = bit(b.refused) || (cap && self.lent[pt] <= b.at);
-            held && (!bit(b.over) || self.quota_back[pt] <= b.at) && self.pool_grew[pt] <= b.at
+            let cap = self.cap_back[t * self.width + b.need as usize] <= b.at;
+            let held = b.refused >> k & 1 == 1 || (cap && self.lent[pt] <= b.at);
+            held && quota && self.pool_grew[pt] <= b.at
         })
+    }
+}
+
+/// A cycle at `now` that leaves out the queues known blocked as it begins, deciding as one
+/// over every queue would (`Cycle::new`'s arguments; the state is left for the engine to
+/// apply its admissions and victims).
+///
+/// A cycle that preempted and ends with some queue it left out known blocked no more (a
+/// victim gave back what it waited for) is undone: its admissions and victims (`undo`), the
+/// stamps, the anchor and the verdicts it took are put back as they were as it began; and it
+/// runs again with those queues in. Where every queue left out is still known blocked as a
+/// run ends, one over every queue would have passed each over at its turn (a verdict that
+/// holds at the end held all along: stamps only grow), deciding alike.
+pub fn cycle(
+    m: &Model,
+    st: &mut State,
+    now: f64,
+    history: Option<&[f64]>,
+    limits: &[Limit],
+) -> (Vec<(usize, Placement)>, Vec<Taken>) {
+    let (anchor, stamps) = (st.anchor, st.cap.stamps.clone());
+    let mut awake = HashSet::default();
+    loop {
+        let mut c = Cycle::new(m, st, now, history, limits.to_vec());
+        c.dormancy = true;
+        c.awake = std::mem::take(&mut awake);
+        c.run();
+        let admissions = std::mem::take(&mut c.admissions);
+        let preemptions = std::mem::take(&mut c.preemptions);
+        let woke: Vec<(usize, usize)> = match preemptions.is_empty() {
+            true => Vec::new(),
+            false => (c.dormant.iter().copied())
+                .filter(|&(p, j)| !c.known_blocked(p, j))
+                .collect(),
+        };
+        if woke.is_empty() {
+            return (admissions, preemptions);
+        }
+        let judged = std::mem::take(&mut c.judged);
+        awake = std::mem::take(&mut c.awake);
+        drop(c);
+        undo(m, st, &admissions, &preemptions);
+        for (p, j) in judged {
+            st.queues[p][j].blocked = Blocked::default();
+        }
+        st.cap.stamps = stamps.clone();
+        st.anchor = anchor;
+        awake.extend(woke);
     }
 }
 
@@ -199,7 +315,11 @@ impl Cycle<'_> {
         let q = &self.st.queues[p][j];
         q.blocked.at != 0
             && self.log.is_none()
-            && self.st.cap.stamps.unchanged(self.m, p, &q.types, q.blocked)
+            && self
+                .st
+                .cap
+                .stamps
+                .unchanged(self.m, p, &q.types, &q.blocked)
     }
 
     /// Run `i`, a queue head, was judged and not admitted (`may_preempt`: whether it may have
@@ -221,7 +341,7 @@ impl Cycle<'_> {
             // (charged its memory's share once placed, not `amount`)
             Shape::Shared { fraction: None, .. } | Shape::Cpu => return,
         };
-        if r.types.len() > 8 {
+        if r.types.len() > TYPES {
             return;
         }
         let searched = may_preempt;
@@ -230,24 +350,39 @@ impl Cycle<'_> {
             return;
         }
         let (cap, amount) = (&self.st.cap, r.amount());
-        let (mut refused, mut over) = (0u8, 0u8);
+        let (mut refused, mut lack) = (0u8, [Lack::default(); TYPES]);
         for (k, &t) in r.types.iter().enumerate() {
-            if !within_nominal(m, &cap.used, r.project, t, amount) {
-                over |= 1 << k;
-            }
-            if !admits(m, &cap.used, r.project, t, amount, r.preemptible) {
-                refused |= 1 << k;
-            } else if (!r.shape.is_whole() || node_sets(m, cap, r, t))
+            let (s, pt, used) = (&cap.stamps, m.pt(r.project, t), &cap.used);
+            let admitted = admits(m, used, r.project, t, amount, r.preemptible);
+            if admitted
+                && (!r.shape.is_whole() || node_sets(m, cap, r, t))
                 && self.placed(i, t, None).is_some()
             {
                 return; // it might fit
             }
+            lack[k] = if searched {
+                Lack::any(s, pt)
+            } else if !admitted {
+                refused |= 1 << k;
+                Lack::new(
+                    s,
+                    pt,
+                    quota::lack(m, used, r.project, t, amount, r.preemptible),
+                )
+            } else if !within_nominal(m, used, r.project, t, amount) {
+                // (the tree's borrowers become its possible victims once it is within)
+                let own = quota::lack(m, used, r.project, t, amount, false).0;
+                Lack::new(s, pt, (own, f64::INFINITY))
+            } else {
+                Lack::default()
+            };
         }
         let at = cap.stamps.clock;
+        self.judged.push((r.project, rg.queue));
         self.st.queues[r.project][rg.queue].blocked = Blocked {
             at,
             refused,
-            over,
+            lack,
             searched,
             need,
         };

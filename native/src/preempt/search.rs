@@ -17,25 +17,28 @@ use super::{better, Plan};
 use crate::capacity::Placement;
 use crate::cycle::Cycle;
 use crate::model::Order;
-use crate::placement::{eligible_node, group_serves, place};
+use crate::placement::{eligible_node, group_serves, place, place_among};
 use crate::quota::within_nominal;
 use crate::state::{Entry, NONE};
 
 /// How many anchor nodes the search tries per GPU type (the most promising first).
 const MAX_ANCHORS: usize = 12;
 
-/// A whole-GPU run's search inputs but its own run: (project, type, class, request
+/// The search inputs of a run charged alike wherever it lands (`Shape::amount_fixed`) but
+/// its own run: (project, type, class, request
 /// (`Run::request`), whether it may borrow (preemptible), whether the reservation holds its
 /// plans there: `hold` is a filter that does not let everything through).
 type FutileKey = (usize, usize, i64, u32, bool, bool);
 
-/// The whole-GPU searches that found no plan, remembered until the next admission
-/// (`Cycle::stamp`): per `FutileKey`, the least `own_bound` among them.
+/// The searches that found no plan for a run charged alike wherever it lands, remembered
+/// until the next admission (`Cycle::stamp`): per `FutileKey`, the least `own_bound` among
+/// them.
 ///
-/// Exact because, with the key and the state fixed, a whole-GPU run's candidates shrink as
-/// its `own_bound` grows, and a search finds no plan exactly when the run does not fit (place
+/// Exact because, with the key and the state fixed, such a run's candidates shrink as its
+/// `own_bound` grows, and a search finds no plan exactly when the run does not fit (place
 /// and quota, with the hold) with every candidate gone (each greedy order ends with all of
-/// them given back; `reaches` skips a trial only where the place could not change), which
+/// them given back, and a fit found earlier is a fit then too, of the same amount, which
+/// quota admits as well; `reaches` skips a trial only where the place could not change), which
 /// fewer candidates given back cannot change: every part of the candidates but its own
 /// class's (and the borrower rule's) reads only the key and the state; those two keep the
 /// runs that go on for more than the ratio x its max_runtime (`outlasts`: fewer as it grows;
@@ -62,7 +65,7 @@ impl Cycle<'_> {
         let r = &self.st.runs[i];
         let held = self.hold(i, t).is_some_and(|(res, ends)| !res.before(ends));
         r.shape
-            .is_whole()
+            .amount_fixed()
             .then_some((r.project, t, r.class, r.request, r.preemptible, held))
     }
 
@@ -171,6 +174,14 @@ impl Cycle<'_> {
         if cands.is_empty() {
             return None;
         }
+        // Held off what it needs, or a run charged alike wherever it lands (whose greedy
+        // orders each end with every candidate gone): fitting only gets easier as victims go,
+        // so no fit with all of them gone is no plan, found with one trial instead of one per
+        // order (and before the candidates are sorted).
+        let fixed = self.st.runs[i].shape.amount_fixed();
+        if (fixed || self.held_off(i)) && !self.fits_without(i, t, &cands) {
+            return None;
+        }
         let cost: HashMap<usize, f64> = cands.iter().map(|&v| (v, self.lost_gpu_s(v))).collect();
         let runs = &self.st.runs;
         // (class, cost, latest admission first, id): the keys read once, not per comparison
@@ -192,13 +203,6 @@ impl Cycle<'_> {
                 .then_with(|| runs[a.3].id.cmp(&runs[b.3].id))
         });
         cands = keyed.into_iter().map(|k| k.3).collect();
-        // Held off what it needs, or a whole-GPU run (whose greedy orders each end with every
-        // candidate gone): fitting only gets easier as victims go, so no fit with all of them
-        // gone is no plan, found with one trial instead of one per order.
-        let whole = self.st.runs[i].shape.is_whole();
-        if (whole || self.held_off(i)) && !self.fits_without(i, t, &cands) {
-            return None;
-        }
         let runs = &self.st.runs;
         let mut on_node: HashMap<usize, Vec<usize>> = HashMap::default();
         for &v in &cands {
@@ -318,20 +322,39 @@ impl Cycle<'_> {
         order: &[usize],
         cost: &HashMap<usize, f64>,
     ) -> Option<Plan> {
-        let need = self.st.runs[i].gpus;
-        let whole = self.st.runs[i].shape.is_whole();
+        let r = &self.st.runs[i];
+        let (need, whole, amount) = (r.gpus, r.shape.is_whole(), r.amount());
+        // (charged alike wherever it lands: quota, which no place changes, is asked first)
+        let fixed = r.shape.amount_fixed();
         let mut chosen: Vec<usize> = Vec::new();
         let mut placed: Option<Placement> = None;
-        let mut nowhere = false; // the last search found no node at all
+        // Whether the last place found no node at all; then only the nodes of the victims
+        // given back since (`chosen[since..]`) may take it.
+        let (mut nowhere, mut since) = (false, 0);
         for &a in order {
             self.release(a);
             chosen.push(a);
-            if nowhere && whole && !self.reaches(a, need) {
+            if fixed && !self.admits_held(i, t, amount) {
+                continue;
+            }
+            let fresh = &chosen[since..];
+            if nowhere && whole && !fresh.iter().any(|&v| self.reaches(v, need)) {
                 continue;
             }
             let (m, st) = (self.m, &*self.st);
-            let found = place(m, &st.cap, &st.runs[i], t, self.hold(i, t));
-            nowhere = found.is_none();
+            let found = if nowhere && !whole {
+                // (a one-node request: the best place is among those nodes, if any)
+                let mut nodes: Vec<usize> = (fresh.iter())
+                    .flat_map(|&v| &st.runs[v].placement.as_ref().expect("active").slots)
+                    .map(|(n, _)| *n)
+                    .collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                place_among(m, &st.cap, &st.runs[i], t, self.hold(i, t), &nodes)
+            } else {
+                place(m, &st.cap, &st.runs[i], t, self.hold(i, t))
+            };
+            (nowhere, since) = (found.is_none(), chosen.len());
             if let Some(w) = found {
                 if self.admits_held(i, t, w.amount()) {
                     placed = Some(w);

@@ -120,3 +120,38 @@ fn a_give_back_next_to_a_victim_can_complete_a_plan() {
     assert_eq!(preempted.len(), 1);
     assert_eq!(preempted[0].0, "b");
 }
+
+#[test]
+fn quota_given_back_to_exactly_what_it_lacked_admits_the_run() {
+    let mut m = model(0.0, false);
+    m.projects = vec![project(4.0, None)];
+    let mut st = State::new(&m);
+    for (k, id) in ["a", "b", "c"].into_iter().enumerate() {
+        hold(&m, &mut st, id, 0, vec![k as u16], false);
+    }
+    // "r" needs 3 with 3 of its 4 held: it lacks 2 GPUs of quota (not preemptible: it may
+    // not borrow)
+    queue(&mut st, "r", 0, 3, false);
+    assert_eq!(cycle(&m, &mut st, 10.0), (Vec::new(), Vec::new()));
+    st.finish(&m, 0).expect("finish"); // 1 back: it still lacks 1
+    assert_eq!(cycle(&m, &mut st, 11.0), (Vec::new(), Vec::new()));
+    st.finish(&m, 1).expect("finish"); // the second: none lacks
+    assert_eq!(cycle(&m, &mut st, 12.0).0, names(&["r"]));
+}
+
+#[test]
+fn quota_another_member_gives_back_counts_for_the_tree() {
+    // P (nominal 2) and B (nominal 6) in one cohort, two 8-GPU nodes
+    let mut m = cohort();
+    m.projects = vec![project(2.0, Some(0)), project(6.0, Some(0))];
+    m.nodes = vec![plain_node(8), plain_node(8)];
+    m.of_type = vec![vec![0, 1]];
+    let mut st = State::new(&m);
+    hold(&m, &mut st, "b1", 1, (0..4).collect(), false);
+    hold(&m, &mut st, "b2", 1, vec![4], false);
+    // "r" (P, 4 GPUs) borrows 2 where B lends 1: the tree lacks 1
+    queue(&mut st, "r", 0, 4, true);
+    assert_eq!(cycle(&m, &mut st, 10.0), (Vec::new(), Vec::new()));
+    st.finish(&m, 1).expect("finish"); // B gives 1 back: it lends 2
+    assert_eq!(cycle(&m, &mut st, 11.0).0, names(&["r"]));
+}
