@@ -23,6 +23,9 @@
 //!   anything with at least its GPUs free after (a take only removes; a node left with fewer
 //!   free GPUs than the run asks per node cannot host it, whatever its host resources):
 //!   `Capacity::release` stamps `cap_back[t][g]` for every g up to the node's free GPUs;
+//! - a MIG or shared run that finds no place on `t` finds none while no node of `t` with MIG
+//!   slices (shared devices) gets anything back (only those serve it): `Capacity::release`
+//!   stamps that too;
 //! - `victims_possible` reads the project's own pool of each type (stamped in `pool_grew`
 //!   when a run joins it or one of its runs reports its first checkpoint: a run leaving, or
 //!   the clock, only takes possible victims away, as under `shortest` a same-class run's time
@@ -60,7 +63,7 @@ use crate::budget::Limit;
 use crate::capacity::Placement;
 use crate::cycle::{Cycle, Range, Taken};
 use crate::model::Model;
-use crate::parts::Shape;
+use crate::parts::{self, Shape};
 use crate::placement::node_sets;
 use crate::quota::{self, admits, within_nominal};
 use crate::state::State;
@@ -80,10 +83,18 @@ pub struct Stamps {
     /// `lent` is stamped as the next begins, when a cycle reads who borrowed
     /// (`Cycle::used_at_start`).
     borrowing: Vec<(usize, usize)>,
-    /// Per (type, GPUs free after a give-back).
+    /// Per type, `width` + 2 stamps: per number of GPUs a node was left with free by a
+    /// give-back (up to the most a node has), then a give-back on a node with MIG slices, and
+    /// one on a shared node (`MIG_NODE`, `SHARED_NODE`).
     cap_back: Vec<u64>,
     width: usize,
 }
+
+/// `Blocked::need` (and `cap_back`'s offset in a type's stamps, past the GPU counts) of a MIG
+/// request or a shared one: only a give-back on a node with MIG slices, or on a shared node,
+/// can give it a place (no other node serves its shape: `placement::eligible`).
+const MIG_NODE: usize = 0;
+const SHARED_NODE: usize = 1;
 
 /// The most types a remembered verdict covers.
 const TYPES: usize = 4;
@@ -100,8 +111,9 @@ pub struct Blocked {
     /// Its victim search found no plan (else no run could be its victim).
     searched: bool,
     /// Where no node set could take it: the free GPUs a node must be left with by a
-    /// give-back for that to change (its GPUs per node; 0, any give-back, for MIG slices
-    /// and shared devices, which a give-back of parts frees).
+    /// give-back for that to change (its GPUs per node), or, for MIG slices and shared
+    /// devices, a give-back on a node with slices or on a shared node (`MIG_NODE`,
+    /// `SHARED_NODE`, past the GPU counts).
     need: u16,
 }
 
@@ -167,7 +179,7 @@ impl Stamps {
             pool_grew: vec![0; n],
             lent: vec![0; n],
             borrowing: Vec::new(),
-            cap_back: vec![0; m.n_types * width],
+            cap_back: vec![0; m.n_types * (width + 2)],
             width,
         }
     }
@@ -200,8 +212,20 @@ impl Stamps {
     /// Node `node` got something back and has `free` whole GPUs free after.
     pub fn node_back(&mut self, m: &Model, node: usize, free: usize) {
         let s = self.next();
-        let base = m.nodes[node].ty * self.width;
+        let base = self.cap(m.nodes[node].ty, 0);
         self.cap_back[base..=base + free.min(self.width - 1)].fill(s);
+        let parts = parts::of(m, node);
+        if !parts.mig.is_empty() {
+            self.cap_back[base + self.width + MIG_NODE] = s;
+        }
+        if parts.shared {
+            self.cap_back[base + self.width + SHARED_NODE] = s;
+        }
+    }
+
+    /// The index in `cap_back` of type `t`'s stamp `need` (`Blocked::need`).
+    fn cap(&self, t: usize, need: usize) -> usize {
+        t * (self.width + 2) + need
     }
 
     /// `project` holds more of `t` (`used`: what it holds now): where it borrows, its tree's
@@ -237,11 +261,11 @@ impl Stamps {
             let quota = b.lack[k].holds(self, pt);
             if b.searched {
                 // (any give-back on `t`: with a candidate's GPUs, a node may reach its need)
-                let any = self.cap_back[t * self.width] <= b.at;
+                let any = self.cap_back[self.cap(t, 0)] <= b.at;
                 let pools = self.pool_grew[pt] <= b.at && self.lent[pt] <= b.at;
                 return any && pools && quota;
             }
-            let cap = self.cap_back[t * self.width + b.need as usize] <= b.at;
+            let cap = self.cap_back[self.cap(t, b.need as usize)] <= b.at;
             let held = b.refused >> k & 1 == 1 || (cap && self.lent[pt] <= b.at);
             held && quota && self.pool_grew[pt] <= b.at
         })
@@ -332,12 +356,13 @@ impl Cycle<'_> {
             return;
         }
         let (m, r) = (self.m, &self.st.runs[i]);
+        let width = self.st.cap.stamps.width;
         let need = match r.shape {
-            Shape::Whole => r.gpus.min(self.st.cap.stamps.width - 1) as u16,
-            Shape::Mig { .. }
-            | Shape::Shared {
+            Shape::Whole => r.gpus.min(width - 1) as u16,
+            Shape::Mig { .. } => (width + MIG_NODE) as u16,
+            Shape::Shared {
                 fraction: Some(_), ..
-            } => 0,
+            } => (width + SHARED_NODE) as u16,
             // (charged its memory's share once placed, not `amount`)
             Shape::Shared { fraction: None, .. } | Shape::Cpu => return,
         };

@@ -220,3 +220,19 @@ fn used_counts_sevenths_exactly_whatever_the_order_they_came_and_went_in() {
         crate::capacity::units(1.0)
     );
 }
+
+#[test]
+fn slices_given_back_admit_a_mig_run_they_blocked() {
+    // (no preemption: the blocked run is remembered so, `verdict`, until slices come back)
+    let mut m = sliced();
+    m.policy.preemption = false;
+    let mut st = State::new(&m);
+    let mut a = slices("a", NORMAL, 3, ONE_G);
+    (a.admitted_at, a.started_at) = (Some(0.0), Some(0.0));
+    let p = place(&m, &st.cap, &a, 0, None).expect("three 1g slices free");
+    st.hold(&m, a, p, false).expect("hold");
+    st.enqueue(slices("r", NORMAL, 1, ONE_G)).expect("enqueue");
+    assert!(cycle(&m, &mut st, 10.0).0.is_empty());
+    st.finish(&m, 0).expect("finish");
+    assert_eq!(cycle(&m, &mut st, 11.0).0, vec!["r".to_string()]);
+}
