@@ -17,8 +17,12 @@
 //!
 //! Invariants (what makes it exact):
 //! - `quota::admits` is monotone: more usage in the cohort tree never admits more, so a
-//!   refusal holds until some member's usage of that type falls; every fall goes through
-//!   `Capacity::release`, which stamps `quota_back` for each member of the tree on that type;
+//!   refusal holds until members' usage of that type falls by what it lacked
+//!   (`quota::lack`: by the project itself, to fit its nominal quota or borrowing limit; in
+//!   the tree, for it to lend enough, as a give-back of x moves what the tree lends less what
+//!   it borrows by at most x); every fall goes through `Capacity::release`, which counts it
+//!   for the project and each member of its tree on that type (`tree_back`, `own_back`);
+//!   over its nominal quota (not refused), what it lacks to be within it is kept alike;
 //! - a whole-GPU run that finds no place on `t` finds none while no node of `t` gets back
 //!   anything with at least its GPUs free after (a take only removes; a node left with fewer
 //!   free GPUs than the run asks per node cannot host it, whatever its host resources):
@@ -53,9 +57,8 @@
 //! (`Cycle::turn_over`); and under fair share (a project's turn then does not depend on its
 //! queues' heads) a cycle leaves out, as it begins, the queues known blocked then
 //! (`Cycle::dormant`): a cycle's admissions only take, so they stay blocked, unless a victim
-//! gives GPUs back. A cycle that left some out and preempted is undone (`undo`) and run
-//! again over every queue (`engine::Engine::cycle`) where one of them is known blocked no
-//! more as it ends.
+//! gives GPUs back. A cycle that left some out, preempted, and ends with one of those known
+//! blocked no more is undone and run again with those in (`cycle`).
 
 use rustc_hash::FxHashSet as HashSet;
 
