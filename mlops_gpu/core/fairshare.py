@@ -37,14 +37,13 @@ def budget_spent(budget: Budget, hours: float, usd: float) -> bool:
 
 
 def budget_exceeded(snap: Snapshot, project: str) -> str | None:
-    """A sentence saying the project's budget is spent (``budget_spent``), or None."""
+    """A sentence saying the project's budget is spent (as ``budget_spent`` judges), or
+    None."""
     proj = snap.projects.get(project)
     if proj is None or proj.budget is None:
         return None
     b = proj.budget
     hours, usd = snap.spent.get(project, (0.0, 0.0))
-    if not budget_spent(b, hours, usd):
-        return None
     window = f"{b.window_s / 3600:g}h"
     if b.gpu_hours is not None and hours >= b.gpu_hours:
         return (

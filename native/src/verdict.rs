@@ -147,9 +147,10 @@ impl Lack {
     fn new(s: &Stamps, pt: usize, (own, tree): (f64, f64)) -> Lack {
         let until = |now: u64, x: f64| {
             let grains = ((x - 1e-7) * GRAIN).floor().max(0.0);
-            match grains < u64::MAX as f64 {
-                true => now.saturating_add(grains as u64),
-                false => u64::MAX,
+            if grains < u64::MAX as f64 {
+                now.saturating_add(grains as u64)
+            } else {
+                u64::MAX
             }
         };
         Lack {
@@ -301,11 +302,12 @@ pub fn cycle(
         c.run();
         let admissions = std::mem::take(&mut c.admissions);
         let preemptions = std::mem::take(&mut c.preemptions);
-        let woke: Vec<(usize, usize)> = match preemptions.is_empty() {
-            true => Vec::new(),
-            false => (c.dormant.iter().copied())
+        let woke: Vec<(usize, usize)> = if preemptions.is_empty() {
+            Vec::new()
+        } else {
+            (c.dormant.iter().copied())
                 .filter(|&(p, j)| !c.known_blocked(p, j))
-                .collect(),
+                .collect()
         };
         if woke.is_empty() {
             return (admissions, preemptions);
