@@ -32,6 +32,10 @@ use crate::parts::{self, SlotShare};
 use crate::pyfloat;
 use crate::verdict::Stamps;
 
+mod node_set;
+
+pub use node_set::NodeSet;
+
 /// Where a run runs: one backend, one type, one slot (node, devices) per gang member on a node
 /// of the cluster, and the GPUs it holds in all (`Placement.gpu_amount`; a run loaded from a
 /// store may hold GPUs on a node that has left the inventory: counted here, in no slot).
@@ -84,7 +88,7 @@ pub fn units(amount: f64) -> i64 {
 #[derive(Clone)]
 pub struct Capacity {
     pub free: Vec<Vec<u16>>,
-    pub buckets: Vec<Vec<Vec<usize>>>,
+    pub buckets: Vec<Vec<NodeSet>>,
     pub group_of: Vec<Option<usize>>,
     pub used: Vec<f64>,
     /// `used` in `UNIT`s: what it is worked out from.
@@ -115,8 +119,9 @@ pub struct Capacity {
 
 impl Capacity {
     pub fn new(m: &Model) -> Capacity {
-        let mut buckets: Vec<Vec<Vec<usize>>> = vec![Vec::new(); m.groups.len()];
         let mut group_of = vec![None; m.nodes.len()];
+        // per group: its nodes' numbers (lowest, highest) and most devices
+        let mut span = vec![(usize::MAX, 0, 0); m.groups.len()];
         for (i, n) in m.nodes.iter().enumerate() {
             if !n.schedulable {
                 continue;
@@ -126,11 +131,19 @@ impl Capacity {
                 .binary_search(&(n.ty, n.backend))
                 .expect("group of a node");
             group_of[i] = Some(g);
-            let b = &mut buckets[g];
-            while b.len() <= n.ndev {
-                b.push(Vec::new());
+            let s = &mut span[g];
+            *s = (s.0.min(i), s.1.max(i), s.2.max(n.ndev));
+        }
+        let mut buckets: Vec<Vec<NodeSet>> = (span.iter())
+            .map(|&(lo, hi, most)| match lo <= hi {
+                true => vec![NodeSet::new(lo, hi); most + 1],
+                false => Vec::new(),
+            })
+            .collect();
+        for (i, n) in m.nodes.iter().enumerate() {
+            if let Some(g) = group_of[i] {
+                buckets[g][n.ndev].insert(i);
             }
-            b[n.ndev].push(i); // nodes are numbered by name: pushed in order
         }
         Capacity {
             free: m
@@ -166,10 +179,8 @@ impl Capacity {
     fn rebucket(&mut self, node: usize, old: usize, new: usize) {
         if let Some(g) = self.group_of[node] {
             let b = &mut self.buckets[g];
-            let i = b[old].binary_search(&node).expect("node in its bucket");
-            b[old].remove(i);
-            let j = b[new].binary_search(&node).unwrap_err();
-            b[new].insert(j, node);
+            b[old].remove(node);
+            b[new].insert(node);
         }
     }
 

@@ -15,11 +15,12 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashSet as HashSet;
 
 mod head;
+mod levels;
 mod trial;
 
 use crate::backfill::{anchor, overtaken, reserve, Reservation};
@@ -105,9 +106,9 @@ pub struct Cycle<'a> {
     placed: trial::Placed,
     /// Whether queues known blocked as the cycle begins are left out (`verdict`; the engine
     /// asks it, and undoes a cycle that then preempted where one of them may be blocked no
-    /// more), and which were: (project, queue).
+    /// more), and the cycle's number in `Dormancy` where they are (`levels`).
     pub dormancy: bool,
-    pub dormant: Vec<(usize, usize)>,
+    pub epoch: Option<u64>,
     /// Queues not left out however they are known (`verdict::cycle`'s queues woken).
     pub awake: HashSet<(usize, usize)>,
     /// The queues whose verdict this cycle took (`verdict::remember_blocked`).
@@ -158,7 +159,7 @@ impl<'a> Cycle<'a> {
             futile: Futile::default(),
             placed: trial::Placed::default(),
             dormancy: false,
-            dormant: Vec::new(),
+            epoch: None,
             awake: HashSet::default(),
             judged: Vec::new(),
         };
@@ -172,33 +173,7 @@ impl<'a> Cycle<'a> {
     }
 
     pub fn run(&mut self) {
-        let n = self.m.projects.len();
-        let mut levels: BTreeMap<i64, Vec<Vec<Range>>> = BTreeMap::new();
-        let (pol, mut dormant) = (&self.m.policy, Vec::new());
-        // (under fair share a project's turn does not depend on its queues' heads)
-        let sleep = self.dormancy && self.log.is_none() && pol.fair_share && !pol.strict_fifo;
-        for (p, qs) in self.st.queues.iter().enumerate() {
-            for (j, q) in qs.iter().enumerate() {
-                let Some(at) = self.level(p, q.key.class) else {
-                    continue; // its budget is spent: it waits
-                };
-                let woken = !self.awake.is_empty() && self.awake.contains(&(p, j));
-                if sleep && !woken && self.known_blocked(p, j) {
-                    dormant.push((p, j)); // (`verdict`: it admits nothing unless GPUs come back)
-                    continue;
-                }
-                let level = levels.entry(at).or_insert_with(|| vec![Vec::new(); n]);
-                if level[p].is_empty() {
-                    level[p].reserve(qs.len() - j); // (one allocation, not one per growth)
-                }
-                level[p].push(Range {
-                    queue: j,
-                    lo: 0,
-                    hi: q.runs.len(),
-                });
-            }
-        }
-        self.dormant = dormant;
+        let (n, levels) = (self.m.projects.len(), self.levels());
         // Runs within nominal quota, of every class, before the runs that borrow, of any
         // class (a borrower of a higher class must not take what an owner takes back).
         let mut borrowing: Vec<Vec<Vec<Range>>> = Vec::new();

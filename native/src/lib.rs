@@ -16,6 +16,7 @@ mod backfill;
 pub mod budget;
 mod capacity;
 mod cycle;
+mod dormancy;
 pub mod engine;
 mod eta;
 pub mod explain;

@@ -71,7 +71,7 @@ pub fn place_scan(
         let mut chosen: Vec<usize> = Vec::with_capacity(r.nodes);
         let mut total = 0;
         'scan: for (k, bucket) in buckets.iter().enumerate().skip(r.gpus) {
-            for &n in bucket {
+            for n in bucket.iter() {
                 if let Some((res, ends)) = flt {
                     if !res.allows(n, k - r.gpus, ends) {
                         continue;

@@ -19,17 +19,19 @@
 //!   max_runtime); `moving[node]` those whose end moves with the clock (run id, seconds after
 //!   now, GPUs): one without a start yet ends max_runtime after now (kept by `timeline`).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::capacity::{Capacity, Placement};
+use crate::dormancy::Dormancy;
 use crate::model::Model;
 use crate::nofit;
 use crate::parts::Shape;
-use crate::verdict::Blocked;
 
+mod queue;
 mod timeline;
 mod type_list;
 
+pub use queue::{AgeKey, Queue};
 pub use type_list::TypeList;
 
 /// (`repr(C)`, the fields a cycle reads of every queue head first: its order key, project,
@@ -105,41 +107,6 @@ impl Run {
     }
 }
 
-#[derive(Clone, PartialEq, Eq)]
-pub struct QueueKey {
-    pub class: i64,
-    pub level: i64,
-    pub gpus: usize,
-    pub nodes: usize,
-    /// The run's `gpu_types` as it named them (`Run::request_types`), not the cluster's
-    /// types it accepts: `state.shape_key` keeps `("a", "b")`, `("b", "a")` and `("a",
-    /// "tpu")` apart. Host CPU and memory are in the key, as there: a run asking for less
-    /// is not held behind a head asking for more (a queue blocked at its head waits whole,
-    /// `cycle._turn`).
-    pub request_types: u32,
-    pub pinned: Option<usize>,
-    pub topology: Option<usize>,
-    pub topology_required: bool,
-    pub host: (i64, i64),
-    pub shape: (u8, usize, u64, Option<i64>),
-    pub preemptible: bool,
-}
-
-pub struct Queue {
-    pub key: QueueKey,
-    pub runs: VecDeque<usize>,
-    /// Its run that has waited longest (`age_cmp`): the head unless under `shortest`.
-    pub oldest: usize,
-    /// That run's (submit time, seq), kept here so that `backfill::anchor` compares every
-    /// queue's oldest run without reading the run (a cache miss per queue at 50,000 runs).
-    pub oldest_age: (f64, i64),
-    /// Its runs' types (`Run::types`: alike, as their request is), and whether its head was
-    /// found to admit nothing with the queue (`verdict`; at 0: never), kept here so that a
-    /// cycle tells a blocked queue without reading its head; reset when the head changes.
-    pub types: TypeList,
-    pub blocked: Blocked,
-}
-
 /// (submit time, seq, id): the smallest has waited longest (`state.age_of`).
 pub fn age_cmp(a: &Run, b: &Run) -> std::cmp::Ordering {
     a.submitted_at
@@ -173,6 +140,17 @@ pub struct Pool {
 /// A run's place in its project's order: (LAS level, max_runtime or submit time, seq).
 pub type Key = (i64, f64, i64);
 
+/// `x` (not NaN) as a u64 that orders alike (`partial_cmp`: -0.0 is 0.0; a negative
+/// number's bits, flipped, rise as it does).
+pub fn float_order(x: f64) -> u64 {
+    let bits = if x == 0.0 { 0 } else { x.to_bits() };
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
+}
+
 pub fn key_cmp(a: &Key, b: &Key) -> std::cmp::Ordering {
     a.0.cmp(&b.0)
         .then(a.1.partial_cmp(&b.1).expect("order keys are never NaN"))
@@ -197,12 +175,20 @@ pub struct State {
     pub activations: u64,
     /// `Run::request`'s numbers.
     pub requests: HashMap<(nofit::Key, u32), u32>,
+    /// Which queues sleep (`verdict`).
+    pub dormancy: Dormancy,
+    /// Every queue by (class, highest first; then its oldest run's age, oldest first), as
+    /// `backfill::anchor` looks for the oldest blocked run.
+    pub by_age: BTreeSet<AgeKey>,
 }
 
 impl State {
     pub fn new(m: &Model) -> State {
+        let cap = Capacity::new(m);
         State {
-            cap: Capacity::new(m),
+            dormancy: Dormancy::new(m, cap.stamps.caps()),
+            by_age: BTreeSet::new(),
+            cap,
             runs: Vec::new(),
             by_id: HashMap::new(),
             queues: (0..m.projects.len()).map(|_| Vec::new()).collect(),
@@ -236,74 +222,6 @@ impl State {
                 Ok(self.runs.len() - 1)
             }
         }
-    }
-
-    /// A run joins its queue.
-    pub fn enqueue(&mut self, mut run: Run) -> Result<(), String> {
-        let key = queue_key(&run);
-        let (order, project) = (run.key, run.project);
-        run.queued = true;
-        let next = self.requests.len() as u32;
-        run.request = *self
-            .requests
-            .entry((nofit::key(&run, 0), run.accepts))
-            .or_insert(next);
-        let i = self.register(run)?;
-        let qs = &mut self.queues[project];
-        let q = match qs.iter().position(|q| q.key == key) {
-            Some(j) => &mut qs[j],
-            None => {
-                qs.push(Queue {
-                    key,
-                    runs: VecDeque::new(),
-                    oldest: i,
-                    oldest_age: (self.runs[i].submitted_at, self.runs[i].seq),
-                    types: self.runs[i].types.clone(),
-                    blocked: Blocked::default(),
-                });
-                qs.last_mut().expect("just pushed")
-            }
-        };
-        let runs = &self.runs;
-        let at = q
-            .runs
-            .partition_point(|&r| key_cmp(&runs[r].key, &order).is_le());
-        q.runs.insert(at, i);
-        if at == 0 {
-            q.blocked = Blocked::default(); // (a new head: not judged yet)
-        }
-        if age_cmp(&runs[i], &runs[q.oldest]).is_lt() {
-            q.oldest = i;
-            q.oldest_age = (runs[i].submitted_at, runs[i].seq);
-        }
-        Ok(())
-    }
-
-    /// Take a queued run out of its queue (admitted, or withdrawn).
-    pub fn dequeue(&mut self, i: usize) {
-        let key = queue_key(&self.runs[i]);
-        let qs = &mut self.queues[self.runs[i].project];
-        if let Some(j) = qs.iter().position(|q| q.key == key) {
-            let q = &mut qs[j];
-            // from the head: admitted runs are nearly always there
-            if let Some(at) = q.runs.iter().position(|&x| x == i) {
-                q.runs.remove(at);
-                if at == 0 {
-                    q.blocked = Blocked::default();
-                }
-            }
-            if q.oldest == i {
-                let runs = &self.runs;
-                if let Some(&o) = q.runs.iter().min_by(|&&a, &&b| age_cmp(&runs[a], &runs[b])) {
-                    q.oldest = o;
-                    q.oldest_age = (runs[o].submitted_at, runs[o].seq);
-                }
-            }
-            if q.runs.is_empty() {
-                qs.remove(j);
-            }
-        }
-        self.runs[i].queued = false;
     }
 
     /// An admitted run holds its placement (already booked in `cap` by the cycle).
@@ -474,21 +392,5 @@ impl State {
         self.pools[m.pt(p, t)]
             .get(&class)
             .and_then(|pool| pool.ends.last().map(|x| x.end))
-    }
-}
-
-fn queue_key(r: &Run) -> QueueKey {
-    QueueKey {
-        class: r.class,
-        level: r.key.0,
-        gpus: r.gpus,
-        nodes: r.nodes,
-        request_types: r.request_types,
-        pinned: r.pinned,
-        topology: r.topology,
-        topology_required: r.topology_required,
-        host: (r.cpu_milli, r.host_memory_mb),
-        shape: r.shape.key(),
-        preemptible: r.preemptible,
     }
 }

@@ -6,6 +6,7 @@
 
 mod borrowers;
 mod budget;
+mod dormancy;
 mod explain;
 mod futile;
 mod host;
@@ -158,6 +159,27 @@ fn cycle_with(
     let admissions = std::mem::take(&mut c.admissions);
     let preemptions = std::mem::take(&mut c.preemptions);
     drop(c);
+    apply(m, st, now, admissions, preemptions)
+}
+
+/// `cycle` as the engine runs it (`verdict::cycle`): the queues known blocked as it begins
+/// are left out (asleep, `dormancy`), where `cycle` passes each over at its turn.
+fn cycle_asleep(m: &Model, st: &mut State, now: f64) -> Decided {
+    let (admissions, preemptions) = crate::verdict::cycle(m, st, now, None, &[]);
+    apply(m, st, now, admissions, preemptions)
+}
+
+/// (admitted run ids, (victim, preemptor, lost GPU-s)).
+type Decided = (Vec<String>, Vec<(String, String, f64)>);
+
+/// Apply a cycle's decision to `st`: its ids.
+fn apply(
+    m: &Model,
+    st: &mut State,
+    now: f64,
+    admissions: Vec<(usize, Placement)>,
+    preemptions: Vec<crate::cycle::Taken>,
+) -> Decided {
     let ids = admissions
         .iter()
         .map(|(i, _)| st.runs[*i].id.clone())

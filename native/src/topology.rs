@@ -34,7 +34,7 @@ pub fn place_topology(
     for g in (0..m.groups.len()).filter(|&g| group_serves(m, g, t, r)) {
         for (free, bucket) in cap.buckets[g].iter().enumerate().skip(r.gpus) {
             let left = free - r.gpus;
-            for &n in bucket {
+            for n in bucket.iter() {
                 if !cap.host_fits(n, r.host())
                     || flt.is_some_and(|(res, ends)| !res.allows(n, left, ends))
                 {

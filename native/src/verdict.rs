@@ -55,10 +55,12 @@
 //!
 //! Where it is used: a queue head known blocked is passed over when its turn meets it
 //! (`Cycle::turn_over`); and under fair share (a project's turn then does not depend on its
-//! queues' heads) a cycle leaves out, as it begins, the queues known blocked then
-//! (`Cycle::dormant`): a cycle's admissions only take, so they stay blocked, unless a victim
-//! gives GPUs back. A cycle that left some out, preempted, and ends with one of those known
-//! blocked no more is undone and run again with those in (`cycle`).
+//! queues' heads) a cycle leaves out, as it begins, the queues known blocked then: those
+//! asleep (`Dormancy`: each wakes as a stamp its verdict reads moves, so a cycle does not ask
+//! every queue), and those awake found so (put to sleep; `cycle::levels`). A cycle's
+//! admissions only take, so they stay blocked, unless a victim gives GPUs back. A cycle that
+//! left some out, preempted, and ends with one of those known blocked no more is undone and
+//! run again with those in (`cycle`).
 
 use rustc_hash::FxHashSet as HashSet;
 
@@ -66,38 +68,15 @@ use crate::budget::Limit;
 use crate::capacity::Placement;
 use crate::cycle::{Cycle, Range, Taken};
 use crate::model::Model;
-use crate::parts::{self, Shape};
+use crate::parts::Shape;
 use crate::placement::node_sets;
 use crate::quota::{self, admits, within_nominal};
 use crate::state::State;
 
-/// The stamps a remembered verdict compares with its own (see the module's invariants).
-#[derive(Clone)]
-pub struct Stamps {
-    clock: u64,
-    /// Per (project, type): the GPUs of quota given back in its cohort tree (itself
-    /// included), and by the project itself, in millionths rounded up (`GRAIN`).
-    tree_back: Vec<u64>,
-    own_back: Vec<u64>,
-    /// Per (project, type).
-    pool_grew: Vec<u64>,
-    lent: Vec<u64>,
-    /// (project, type) that took more above its nominal quota since the last cycle began:
-    /// `lent` is stamped as the next begins, when a cycle reads who borrowed
-    /// (`Cycle::used_at_start`).
-    borrowing: Vec<(usize, usize)>,
-    /// Per type, `width` + 2 stamps: per number of GPUs a node was left with free by a
-    /// give-back (up to the most a node has), then a give-back on a node with MIG slices, and
-    /// one on a shared node (`MIG_NODE`, `SHARED_NODE`).
-    cap_back: Vec<u64>,
-    width: usize,
-}
+mod stamps;
 
-/// `Blocked::need` (and `cap_back`'s offset in a type's stamps, past the GPU counts) of a MIG
-/// request or a shared one: only a give-back on a node with MIG slices, or on a shared node,
-/// can give it a place (no other node serves its shape: `placement::eligible`).
-const MIG_NODE: usize = 0;
-const SHARED_NODE: usize = 1;
+pub use stamps::Stamps;
+use stamps::{Lack, MIG_NODE, SHARED_NODE};
 
 /// The most types a remembered verdict covers.
 const TYPES: usize = 4;
@@ -120,172 +99,17 @@ pub struct Blocked {
     need: u16,
 }
 
-/// Quota given back is counted in millionths of a GPU, rounded up, and what a verdict lacks
-/// rounded down, less a margin: rounding can only end a verdict early.
-const GRAIN: f64 = 1e6;
-
-/// What quota lacked on one type as a verdict was taken (`quota::lack`): it holds there while
-/// `Stamps::tree_back` is below `tree` and `own_back` below `own`.
-#[derive(Clone, Copy)]
-struct Lack {
-    tree: u64,
-    own: u64,
-}
-
-impl Default for Lack {
-    fn default() -> Self {
-        Lack {
-            tree: u64::MAX,
-            own: u64::MAX,
-        }
-    }
-}
-
-impl Lack {
-    /// What lacked (GPUs back: by the project, in its tree), counted from now in `s` for
-    /// `pt`.
-    fn new(s: &Stamps, pt: usize, (own, tree): (f64, f64)) -> Lack {
-        let until = |now: u64, x: f64| {
-            let grains = ((x - 1e-7) * GRAIN).floor().max(0.0);
-            if grains < u64::MAX as f64 {
-                now.saturating_add(grains as u64)
-            } else {
-                u64::MAX
-            }
-        };
-        Lack {
-            tree: until(s.tree_back[pt], tree),
-            own: until(s.own_back[pt], own),
-        }
-    }
-
-    /// Any quota back in the tree, counted from now in `s` for `pt`.
-    fn any(s: &Stamps, pt: usize) -> Lack {
-        Lack {
-            tree: s.tree_back[pt] + 1,
-            own: u64::MAX,
-        }
-    }
-
-    fn holds(&self, s: &Stamps, pt: usize) -> bool {
-        s.tree_back[pt] < self.tree && s.own_back[pt] < self.own
-    }
-}
-
-impl Stamps {
-    pub fn new(m: &Model) -> Stamps {
-        let n = m.projects.len() * m.n_types;
-        let width = m.nodes.iter().map(|n| n.ndev).max().unwrap_or(0) + 1;
-        Stamps {
-            clock: 1,
-            tree_back: vec![0; n],
-            own_back: vec![0; n],
-            pool_grew: vec![0; n],
-            lent: vec![0; n],
-            borrowing: Vec::new(),
-            cap_back: vec![0; m.n_types * (width + 2)],
-            width,
-        }
-    }
-
-    fn next(&mut self) -> u64 {
-        self.clock += 1;
-        self.clock
-    }
-
-    /// Stamp `s` in `of` for each member of `project`'s cohort tree (itself alone without
-    /// one) on type `t`.
-    fn tree(m: &Model, of: &mut [u64], project: usize, t: usize, s: u64) {
-        match m.projects[project].root {
-            Some(root) => m.members[root].iter().for_each(|&o| of[m.pt(o, t)] = s),
-            None => of[m.pt(project, t)] = s,
-        }
-    }
-
-    /// `project` gave back `amount` GPUs of `t`: quota may admit more in its tree.
-    pub fn quota_back(&mut self, m: &Model, project: usize, t: usize, amount: f64) {
-        let grains = (amount * GRAIN).ceil() as u64;
-        self.own_back[m.pt(project, t)] += grains;
-        let mut add = |o: usize| self.tree_back[m.pt(o, t)] += grains;
-        match m.projects[project].root {
-            Some(root) => m.members[root].iter().for_each(|&o| add(o)),
-            None => add(project),
-        }
-    }
-
-    /// Node `node` got something back and has `free` whole GPUs free after.
-    pub fn node_back(&mut self, m: &Model, node: usize, free: usize) {
-        let s = self.next();
-        let base = self.cap(m.nodes[node].ty, 0);
-        self.cap_back[base..=base + free.min(self.width - 1)].fill(s);
-        let parts = parts::of(m, node);
-        if !parts.mig.is_empty() {
-            self.cap_back[base + self.width + MIG_NODE] = s;
-        }
-        if parts.shared {
-            self.cap_back[base + self.width + SHARED_NODE] = s;
-        }
-    }
-
-    /// The index in `cap_back` of type `t`'s stamp `need` (`Blocked::need`).
-    fn cap(&self, t: usize, need: usize) -> usize {
-        t * (self.width + 2) + need
-    }
-
-    /// `project` holds more of `t` (`used`: what it holds now): where it borrows, its tree's
-    /// runs may take its runs as victims from the next cycle on. (A run joins its pool only
-    /// after its own take, before the next cycle begins: a pool that grows while its project
-    /// borrows has had its take stamped already.)
-    pub fn took(&mut self, m: &Model, project: usize, t: usize, used: f64) {
-        if used > m.term(project, t).nominal + 1e-9 {
-            self.borrowing.push((project, t));
-        }
-    }
-
-    /// A cycle begins: who borrows as it begins is stamped.
-    pub fn cycle_begins(&mut self, m: &Model) {
-        if !self.borrowing.is_empty() {
-            let s = self.next();
-            for (p, t) in std::mem::take(&mut self.borrowing) {
-                Self::tree(m, &mut self.lent, p, t, s);
-            }
-        }
-    }
-
-    /// Pool `pt` gained a run, or one of its runs reported its first checkpoint: a possible
-    /// victim more.
-    pub fn pool_grew(&mut self, pt: usize) {
-        self.pool_grew[pt] = self.next();
-    }
-
-    /// Whether nothing a verdict of a run of project `p` on `types` read has moved since.
-    fn unchanged(&self, m: &Model, p: usize, types: &[usize], b: &Blocked) -> bool {
-        types.iter().enumerate().all(|(k, &t)| {
-            let pt = m.pt(p, t);
-            let quota = b.lack[k].holds(self, pt);
-            if b.searched {
-                // (any give-back on `t`: with a candidate's GPUs, a node may reach its need)
-                let any = self.cap_back[self.cap(t, 0)] <= b.at;
-                let pools = self.pool_grew[pt] <= b.at && self.lent[pt] <= b.at;
-                return any && pools && quota;
-            }
-            let cap = self.cap_back[self.cap(t, b.need as usize)] <= b.at;
-            let held = b.refused >> k & 1 == 1 || (cap && self.lent[pt] <= b.at);
-            held && quota && self.pool_grew[pt] <= b.at
-        })
-    }
-}
-
-/// A cycle at `now` that leaves out the queues known blocked as it begins, deciding as one
-/// over every queue would (`Cycle::new`'s arguments; the state is left for the engine to
-/// apply its admissions and victims).
+/// A cycle at `now` that leaves out the queues known blocked as it begins (those asleep, and
+/// those awake found so: `Dormancy`), deciding as one over every queue would (`Cycle::new`'s
+/// arguments; the state is left for the engine to apply its admissions and victims).
 ///
 /// A cycle that preempted and ends with some queue it left out known blocked no more (a
-/// victim gave back what it waited for) is undone: its admissions and victims (`undo`), the
-/// stamps, the anchor and the verdicts it took are put back as they were as it began; and it
-/// runs again with those queues in. Where every queue left out is still known blocked as a
-/// run ends, one over every queue would have passed each over at its turn (a verdict that
-/// holds at the end held all along: stamps only grow), deciding alike.
+/// victim gave back what it waited for: the stamp it watched woke it) is undone: its
+/// admissions and victims (`undo`), the stamps, the anchor and the verdicts it took are put
+/// back as they were as it began; and it runs again with those queues in. Where every queue
+/// left out is still known blocked as a run ends, one over every queue would have passed each
+/// over at its turn (a verdict that holds at the end held all along: stamps only grow),
+/// deciding alike.
 pub fn cycle(
     m: &Model,
     st: &mut State,
@@ -293,6 +117,8 @@ pub fn cycle(
     history: Option<&[f64]>,
     limits: &[Limit],
 ) -> (Vec<(usize, Placement)>, Vec<Taken>) {
+    st.cap.stamps.cycle_begins(m);
+    settle(m, st); // (what moved since the last cycle wakes its watchers)
     let (anchor, stamps) = (st.anchor, st.cap.stamps.clone());
     let mut awake = HashSet::default();
     loop {
@@ -302,12 +128,9 @@ pub fn cycle(
         c.run();
         let admissions = std::mem::take(&mut c.admissions);
         let preemptions = std::mem::take(&mut c.preemptions);
-        let woke: Vec<(usize, usize)> = if preemptions.is_empty() {
-            Vec::new()
-        } else {
-            (c.dormant.iter().copied())
-                .filter(|&(p, j)| !c.known_blocked(p, j))
-                .collect()
+        let woke = match c.epoch.filter(|_| !preemptions.is_empty()) {
+            Some(epoch) => c.woke(epoch),
+            None => Vec::new(),
         };
         if woke.is_empty() {
             return (admissions, preemptions);
@@ -317,7 +140,9 @@ pub fn cycle(
         drop(c);
         undo(m, st, &admissions, &preemptions);
         for (p, j) in judged {
-            st.queues[p][j].blocked = Blocked::default();
+            let q = &mut st.queues[p][j];
+            q.blocked = Blocked::default();
+            st.dormancy.stir(q.slot);
         }
         st.cap.stamps = stamps.clone();
         st.anchor = anchor;
@@ -338,7 +163,52 @@ pub fn undo(m: &Model, st: &mut State, admissions: &[(usize, Placement)], taken:
     }
 }
 
+/// Wake the queues watching what moved since the last call (`Stamps::moved`): the slots
+/// woken, with the tag each fell asleep at (`Dormancy::wake`).
+pub fn settle(m: &Model, st: &mut State) -> Vec<(u32, u64)> {
+    let stamps = &mut st.cap.stamps;
+    let mut moved = std::mem::take(&mut stamps.moved);
+    let back = |pt: usize| (stamps.tree_back[pt], stamps.own_back[pt]);
+    let woken = st.dormancy.wake(m, &mut moved, back);
+    st.cap.stamps.moved = moved; // (empty: its allocation kept)
+    woken
+}
+
+/// Tag of a queue put to sleep as cycle `epoch` begins (left out), or in it (`Dormancy`).
+pub fn tag(epoch: u64, in_cycle: bool) -> u64 {
+    2 * epoch + u64::from(in_cycle)
+}
+
 impl Cycle<'_> {
+    /// The queues this cycle (`epoch`) left out that are known blocked no more, woken by what
+    /// moved in it.
+    fn woke(&mut self, epoch: u64) -> Vec<(usize, usize)> {
+        let woken = settle(self.m, self.st);
+        let mut out = Vec::new();
+        for (s, slept) in woken {
+            let (p, j) = self.st.dormancy.place(s);
+            let class = self.st.queues[p][j].key.class;
+            if slept <= tag(epoch, false)
+                && self.level(p, class).is_some()
+                && !self.known_blocked(p, j)
+            {
+                out.push((p, j));
+            }
+        }
+        out
+    }
+
+    /// Queue `j` of project `p`, known blocked, falls asleep at `tag`.
+    pub(crate) fn sleep(&mut self, p: usize, j: usize, tag: u64) {
+        let st = &mut *self.st;
+        let q = &st.queues[p][j];
+        let d = &mut st.dormancy;
+        st.cap
+            .stamps
+            .watches(self.m, p, &q.types, &q.blocked, |on| d.watch(on));
+        d.sleep(q.slot, tag);
+    }
+
     /// Whether queue `j` of project `p` is known to admit nothing (from its head on).
     pub(crate) fn known_blocked(&self, p: usize, j: usize) -> bool {
         let q = &self.st.queues[p][j];
@@ -407,14 +277,17 @@ impl Cycle<'_> {
                 Lack::default()
             };
         }
-        let at = cap.stamps.clock;
-        self.judged.push((r.project, rg.queue));
-        self.st.queues[r.project][rg.queue].blocked = Blocked {
+        let (at, p) = (cap.stamps.clock, r.project);
+        self.judged.push((p, rg.queue));
+        self.st.queues[p][rg.queue].blocked = Blocked {
             at,
             refused,
             lack,
             searched,
             need,
         };
+        if let Some(epoch) = self.epoch {
+            self.sleep(p, rg.queue, tag(epoch, true));
+        }
     }
 }

@@ -248,20 +248,47 @@ impl Cycle<'_> {
         best
     }
 
-    /// Whether run `i` might fit on `t` with every run of `cands` gone: per backend, the
-    /// nodes with its GPUs free now plus those that reach them with the candidates' devices
-    /// back (an upper bound: false is certain).
+    /// Whether run `i` might fit on `t` with every run of `cands` gone: per backend (and, for
+    /// a gang that requires a topology, per value of its key: its nodes share one), the nodes
+    /// with its GPUs and host resources free now, plus those of the candidates that reach its
+    /// GPUs with the candidates' devices back (their host resources taken to be enough: an
+    /// upper bound, false is certain).
     fn could_fit_without_all(&self, i: usize, t: usize, parts: &[&[Entry]]) -> bool {
         let (m, st) = (self.m, &*self.st);
         let r = &st.runs[i];
-        let mut count: Vec<(usize, usize)> = Vec::new(); // (backend, nodes fitting)
+        let topology = r.topology.filter(|_| r.topology_required && r.nodes > 1);
+        // (a node without the key joins no gang)
+        let domain = |n: usize| match topology {
+            None => Some(0),
+            Some(k) => m.nodes[n].labels.get(k).copied().flatten(),
+        };
+        // ((backend, domain), nodes fitting)
+        let mut count: HashMap<(usize, u32), usize> = HashMap::default();
+        let mut serves: Vec<usize> = Vec::new(); // (the backends of the groups that serve it)
         for g in 0..m.groups.len() {
             if group_serves(m, g, t, r) {
-                let c = st.cap.count_at_least(g, r.gpus);
-                if c >= r.nodes {
-                    return true;
+                let backend = m.groups[g].1;
+                serves.push(backend);
+                if topology.is_none() && r.host() == (0, 0) {
+                    let c = st.cap.count_at_least(g, r.gpus);
+                    if c >= r.nodes {
+                        return true;
+                    }
+                    count.insert((backend, 0), c);
+                    continue;
                 }
-                count.push((m.groups[g].1, c));
+                for n in st.cap.buckets[g].iter().skip(r.gpus).flat_map(|b| b.iter()) {
+                    if !st.cap.host_fits(n, r.host()) {
+                        continue;
+                    }
+                    if let Some(d) = domain(n) {
+                        let c = count.entry((backend, d)).or_insert(0);
+                        *c += 1;
+                        if *c >= r.nodes {
+                            return true;
+                        }
+                    }
+                }
             }
         }
         // GPUs the candidates hold per node, in scratch arrays (zeroed again after)
@@ -300,16 +327,23 @@ impl Cycle<'_> {
         for &n in touched.iter() {
             let back = std::mem::take(&mut freed[n]);
             let node = &m.nodes[n];
-            if found || node.ty != t || !node.schedulable {
+            if found || node.ty != t || !node.schedulable || !serves.contains(&node.backend) {
                 continue;
             }
-            let Some(c) = count.iter_mut().find(|(b, _)| *b == node.backend) else {
+            let Some(d) = domain(n) else {
                 continue;
             };
             let free = st.cap.free[n].len();
-            if free < r.gpus && r.gpus <= free + back {
-                c.1 += 1;
-                found = c.1 >= r.nodes;
+            // (a node with its GPUs free counted above unless its host resources were short)
+            let reaches = if free < r.gpus {
+                r.gpus <= free + back
+            } else {
+                !st.cap.host_fits(n, r.host())
+            };
+            if reaches {
+                let c = count.entry((node.backend, d)).or_insert(0);
+                *c += 1;
+                found = *c >= r.nodes;
             }
         }
         found
