@@ -11,15 +11,20 @@
 //! queue watching a stamp that moved.
 //!
 //! Invariants:
-//! - a queue asleep is known blocked (`Cycle::known_blocked`): it was when it fell asleep,
-//!   and every stamp its verdict reads is watched, so none moves without waking it once the
-//!   log is read (a wake may be needless: a watch left from an earlier sleep of the same
-//!   queue, or a stamp restored by `verdict::cycle`'s undo; it only costs a visit);
+//! - a queue asleep admits nothing: it was known blocked (`Cycle::known_blocked`) when it
+//!   fell asleep, and every stamp its verdict reads is watched, so none moves without waking
+//!   it once the log is read, but its pool's: that one wakes it only for a run that could be
+//!   its victim (`victims_possible`: of a lower class, or of its class with a checkpoint, or
+//!   any of its class where the policy preempts runs without one), as no other changes what
+//!   its verdict found (it may then be asleep and no more known blocked, as a cycle would
+//!   find it, passing it over or trying it in vain). A wake may be needless: a watch left
+//!   from an earlier sleep of the same queue, or a stamp restored by `verdict::cycle`'s undo;
+//!   it only costs a visit;
 //! - a queue's verdict reset (a new head, `State`) or its queue removed wakes it (`stir`,
 //!   `close`): a watch is live only while its slot sleeps with the generation it was made in;
 //! - each slot names its queue's current place, (project, index in the project's queues):
 //!   `State` moves it when an earlier queue of the project is removed;
-//! - the awake lists hold exactly the open slots not asleep, each once (`Slot::pos`);
+//! - bit j of a project's awake bits is set exactly when its queue j is not asleep;
 //! - watches left dead are dropped as their stamp moves, or all at once when they outnumber
 //!   the live ones four to one (`compact`), so the lists stay within a few times the live
 //!   watches however long the engine runs.
@@ -41,8 +46,13 @@ pub enum Moved {
     },
     /// Quota given back by `project` on type `t`: its tree's `tree_back` and its `own_back`.
     Quota { project: u32, t: u32 },
-    /// Pool (project, type) grew.
-    Pool(u32),
+    /// Pool (project, type) grew by a run of `class`, or one of its runs of `class` reported
+    /// its first checkpoint (`checkpointed`: whether the run has one).
+    Pool {
+        pt: u32,
+        class: i64,
+        checkpointed: bool,
+    },
     /// A member of the tree of (project, type) borrows.
     Lent(u32),
 }
@@ -53,7 +63,9 @@ pub enum Moved {
 #[derive(Clone, Copy, Debug)]
 pub enum On {
     Cap(usize),
-    Pool(usize),
+    /// Its project's pool on a type (per (project, type)), by its class: only a run that
+    /// could be its victim wakes it (a lower class, or its own with a checkpoint).
+    Pool(usize, i64),
     Lent(usize),
     Tree(usize, u64),
     Own(usize, u64),
@@ -69,20 +81,18 @@ struct Slot {
     /// Bumped as it falls asleep and as it wakes: a watch of another generation is dead.
     gen: u32,
     asleep: bool,
-    open: bool,
     /// When it fell asleep (`tag`), and how many watches it made then.
     slept: u64,
     watches: u32,
-    /// Its index in its project's awake list, when awake.
-    pos: u32,
 }
 
 pub struct Dormancy {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    awake: Vec<Vec<u32>>,
+    /// Per project: bit j set where its queue j is awake.
+    awake: Vec<Vec<u64>>,
     cap: Vec<Vec<Watch>>,
-    pool: Vec<Vec<Watch>>,
+    pool: Vec<Vec<(Watch, i64)>>,
     lent: Vec<Vec<Watch>>,
     tree: Vec<BinaryHeap<Reverse<(u64, Watch)>>>,
     own: Vec<BinaryHeap<Reverse<(u64, Watch)>>>,
@@ -128,10 +138,8 @@ impl Dormancy {
             queue: queue as u32,
             gen: 0,
             asleep: false,
-            open: true,
             slept: 0,
             watches: 0,
-            pos: self.awake[project].len() as u32,
         };
         let s = match self.free.pop() {
             Some(s) => {
@@ -144,16 +152,15 @@ impl Dormancy {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.awake[project].push(s);
+        set(&mut self.awake[project], queue, true);
         s
     }
 
-    /// Its queue was removed.
+    /// Its queue was removed: the project's later queues move up one (`moved_to`).
     pub fn close(&mut self, s: u32) {
         self.stir(s);
-        self.unlist(s);
         let slot = &mut self.slots[s as usize];
-        slot.open = false;
+        remove_at(&mut self.awake[slot.project as usize], slot.queue as usize);
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(s);
     }
@@ -172,9 +179,11 @@ impl Dormancy {
         slot.asleep = false;
         slot.gen = slot.gen.wrapping_add(1);
         self.live -= slot.watches as usize;
-        let list = &mut self.awake[slot.project as usize];
-        slot.pos = list.len() as u32;
-        list.push(s);
+        set(
+            &mut self.awake[slot.project as usize],
+            slot.queue as usize,
+            true,
+        );
     }
 
     /// The watches held, dead or live.
@@ -193,9 +202,18 @@ impl Dormancy {
         (slot.project as usize, slot.queue as usize)
     }
 
-    /// The slots awake of project `p` (in no order).
-    pub fn awake(&self, p: usize) -> &[u32] {
-        &self.awake[p]
+    /// The indexes of project `p`'s queues awake, ascending.
+    pub fn awake(&self, p: usize) -> impl Iterator<Item = usize> + '_ {
+        self.awake[p].iter().enumerate().flat_map(|(k, &w)| {
+            let mut rest = w;
+            std::iter::from_fn(move || {
+                (rest != 0).then(|| {
+                    let b = rest.trailing_zeros() as usize;
+                    rest &= rest - 1;
+                    64 * k + b
+                })
+            })
+        })
     }
 
     /// A stamp the next `sleep` watches.
@@ -207,8 +225,12 @@ impl Dormancy {
     /// last `sleep`.
     pub fn sleep(&mut self, s: u32, tag: u64) {
         self.stir(s); // (an earlier sleep's watches die)
-        self.unlist(s);
         let slot = &mut self.slots[s as usize];
+        set(
+            &mut self.awake[slot.project as usize],
+            slot.queue as usize,
+            false,
+        );
         slot.asleep = true;
         slot.gen = slot.gen.wrapping_add(1);
         slot.slept = tag;
@@ -217,7 +239,7 @@ impl Dormancy {
         for on in self.pending.drain(..) {
             match on {
                 On::Cap(k) => self.cap[k].push(w),
-                On::Pool(pt) => self.pool[pt].push(w),
+                On::Pool(pt, class) => self.pool[pt].push((w, class)),
                 On::Lent(pt) => self.lent[pt].push(w),
                 On::Tree(pt, at) => self.tree[pt].push(Reverse((at, w))),
                 On::Own(pt, at) => self.own[pt].push(Reverse((at, w))),
@@ -248,7 +270,25 @@ impl Dormancy {
                         self.wake_all(|d| &mut d.cap[k as usize], &mut woken);
                     }
                 }
-                Moved::Pool(pt) => self.wake_all(|d| &mut d.pool[pt as usize], &mut woken),
+                Moved::Pool {
+                    pt,
+                    class,
+                    checkpointed,
+                } => {
+                    // (`victims_possible`: a lower class, or its own class with a checkpoint)
+                    let own = checkpointed || m.policy.preempt_uncheckpointed;
+                    let mut list = std::mem::take(&mut self.pool[pt as usize]);
+                    let before = list.len();
+                    list.retain(|&(w, c)| {
+                        let victim = class < c || (class == c && own);
+                        if victim {
+                            self.wake_one(w, &mut woken);
+                        }
+                        !victim
+                    });
+                    self.held -= before - list.len();
+                    self.pool[pt as usize] = list;
+                }
                 Moved::Lent(pt) => self.wake_all(|d| &mut d.lent[pt as usize], &mut woken),
                 Moved::Quota { project, t } => {
                     let (p, t) = (project as usize, t as usize);
@@ -309,19 +349,6 @@ impl Dormancy {
         }
     }
 
-    /// Take awake slot `s` off its project's awake list.
-    fn unlist(&mut self, s: u32) {
-        let slot = self.slots[s as usize];
-        if slot.asleep || !slot.open {
-            return;
-        }
-        let list = &mut self.awake[slot.project as usize];
-        list.swap_remove(slot.pos as usize);
-        if let Some(&moved) = list.get(slot.pos as usize) {
-            self.slots[moved as usize].pos = slot.pos;
-        }
-    }
-
     /// Drop every dead watch.
     fn compact(&mut self) {
         let slots = &self.slots;
@@ -330,8 +357,12 @@ impl Dormancy {
             slot.asleep && slot.gen == gen
         };
         let mut held = 0;
-        for list in (self.cap.iter_mut().chain(&mut self.pool)).chain(&mut self.lent) {
+        for list in self.cap.iter_mut().chain(&mut self.lent) {
             list.retain(live);
+            held += list.len();
+        }
+        for list in &mut self.pool {
+            list.retain(|(w, _)| live(w));
             held += list.len();
         }
         for heap in self.tree.iter_mut().chain(&mut self.own) {
@@ -339,5 +370,33 @@ impl Dormancy {
             held += heap.len();
         }
         self.held = held;
+    }
+}
+
+/// Set bit `j` of `bits` to `on`.
+fn set(bits: &mut Vec<u64>, j: usize, on: bool) {
+    let (w, bit) = (j / 64, 1u64 << (j % 64));
+    if bits.len() <= w {
+        bits.resize(w + 1, 0);
+    }
+    if on {
+        bits[w] |= bit;
+    } else {
+        bits[w] &= !bit;
+    }
+}
+
+/// Drop bit `j` of `bits`: each higher bit moves down one.
+fn remove_at(bits: &mut [u64], j: usize) {
+    let (w, b) = (j / 64, j % 64);
+    if w >= bits.len() {
+        return;
+    }
+    let low = bits[w] & ((1u64 << b) - 1);
+    let high = bits[w].checked_shr(b as u32 + 1).unwrap_or(0) << b;
+    bits[w] = low | high;
+    for k in w + 1..bits.len() {
+        bits[k - 1] |= (bits[k] & 1) << 63;
+        bits[k] >>= 1;
     }
 }

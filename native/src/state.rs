@@ -360,7 +360,8 @@ impl State {
         if add {
             pool.ends.insert(at, entry);
             pool.checkpointed += checkpointed;
-            self.cap.stamps.pool_grew(m.pt(r.project, p.ty));
+            let pt = m.pt(r.project, p.ty);
+            self.cap.stamps.pool_grew(pt, r.class, checkpointed == 1);
         } else {
             if at < pool.ends.len() && pool.ends[at].run == i {
                 pool.ends.remove(at);
@@ -381,7 +382,9 @@ impl State {
                 let pool = self.pools[m.pt(r.project, p.ty)].get_mut(&r.class);
                 pool.expect("an active preemptible run is in its pool")
                     .checkpointed += 1;
-                self.cap.stamps.pool_grew(m.pt(r.project, p.ty));
+                self.cap
+                    .stamps
+                    .pool_grew(m.pt(r.project, p.ty), r.class, true);
             }
         }
         self.runs[i].last_checkpoint_at = Some(at);

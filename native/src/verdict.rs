@@ -205,7 +205,9 @@ impl Cycle<'_> {
         let d = &mut st.dormancy;
         st.cap
             .stamps
-            .watches(self.m, p, &q.types, &q.blocked, |on| d.watch(on));
+            .watches(self.m, (p, q.key.class), &q.types, &q.blocked, |on| {
+                d.watch(on)
+            });
         d.sleep(q.slot, tag);
     }
 

@@ -50,13 +50,11 @@ impl Cycle<'_> {
         let epoch = self.st.dormancy.begin();
         self.epoch = Some(epoch);
         let mut levels = Levels::new();
-        let mut queues: Vec<(usize, u32)> = Vec::new();
+        let mut queues: Vec<usize> = Vec::new();
         for p in 0..n {
             queues.clear();
-            let d = &self.st.dormancy;
-            queues.extend(d.awake(p).iter().map(|&s| (d.place(s).1, s)));
-            queues.sort_unstable();
-            for &(j, _) in &queues {
+            queues.extend(self.st.dormancy.awake(p));
+            for &j in &queues {
                 let q = &self.st.queues[p][j];
                 let Some(at) = self.level(p, q.key.class) else {
                     continue; // its budget is spent: it waits
@@ -68,6 +66,9 @@ impl Cycle<'_> {
                     continue;
                 }
                 let level = levels.entry(at).or_insert_with(|| vec![Vec::new(); n]);
+                if level[p].is_empty() {
+                    level[p].reserve(queues.len()); // (one allocation, not one per growth)
+                }
                 level[p].push(Range {
                     queue: j,
                     lo: 0,

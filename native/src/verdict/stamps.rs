@@ -185,19 +185,24 @@ impl Stamps {
         }
     }
 
-    /// Pool `pt` gained a run, or one of its runs reported its first checkpoint: a possible
-    /// victim more.
-    pub fn pool_grew(&mut self, pt: usize) {
+    /// Pool `pt` gained a run of `class`, or one of its runs of `class` reported its first
+    /// checkpoint (`checkpointed`: whether it has one): a possible victim more.
+    pub fn pool_grew(&mut self, pt: usize, class: i64, checkpointed: bool) {
         self.pool_grew[pt] = self.next();
-        self.moved.push(Moved::Pool(pt as u32));
+        self.moved.push(Moved::Pool {
+            pt: pt as u32,
+            class,
+            checkpointed,
+        });
     }
 
-    /// The stamps `unchanged` reads of verdict `b` of a run of project `p` on `types`, each
-    /// given to `watch` (`Dormancy::watch`: a queue asleep wakes as one moves).
+    /// The stamps `unchanged` reads of verdict `b` of a run of project `p` and `class` on
+    /// `types`, each given to `watch` (`Dormancy::watch`: a queue asleep wakes as one moves;
+    /// its pool's only for a run that could be its victim).
     pub(super) fn watches(
         &self,
         m: &Model,
-        p: usize,
+        (p, class): (usize, i64),
         types: &[usize],
         b: &Blocked,
         mut watch: impl FnMut(On),
@@ -212,7 +217,7 @@ impl Stamps {
             if lack.own != u64::MAX {
                 watch(On::Own(pt, lack.own));
             }
-            watch(On::Pool(pt));
+            watch(On::Pool(pt, class));
             if b.searched {
                 watch(On::Cap(self.cap(t, 0)));
                 watch(On::Lent(pt));
