@@ -25,9 +25,9 @@
 //! - each slot names its queue's current place, (project, index in the project's queues):
 //!   `State` moves it when an earlier queue of the project is removed;
 //! - bit j of a project's awake bits is set exactly when its queue j is not asleep;
-//! - watches left dead are dropped as their stamp moves, or all at once when they outnumber
-//!   the live ones four to one (`compact`), so the lists stay within a few times the live
-//!   watches however long the engine runs.
+//! - watches left dead are dropped as their stamp moves, or all at once when all the watches
+//!   held pass twice the live ones and 4,096 more (`compact`), so the lists stay within a few
+//!   times the live watches however long the engine runs.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
