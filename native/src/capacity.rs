@@ -34,7 +34,7 @@ use crate::verdict::Stamps;
 
 mod node_set;
 
-pub use node_set::NodeSet;
+pub use node_set::{ones, NodeSet};
 
 /// Where a run runs: one backend, one type, one slot (node, devices) per gang member on a node
 /// of the cluster, and the GPUs it holds in all (`Placement.gpu_amount`; a run loaded from a

@@ -32,6 +32,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::capacity::ones;
 use crate::model::Model;
 
 /// A stamp moved (`verdict::Stamps` logs each).
@@ -204,16 +205,7 @@ impl Dormancy {
 
     /// The indexes of project `p`'s queues awake, ascending.
     pub fn awake(&self, p: usize) -> impl Iterator<Item = usize> + '_ {
-        self.awake[p].iter().enumerate().flat_map(|(k, &w)| {
-            let mut rest = w;
-            std::iter::from_fn(move || {
-                (rest != 0).then(|| {
-                    let b = rest.trailing_zeros() as usize;
-                    rest &= rest - 1;
-                    64 * k + b
-                })
-            })
-        })
+        ones(&self.awake[p], 0)
     }
 
     /// A stamp the next `sleep` watches.

@@ -117,6 +117,8 @@ pub fn cycle(
     history: Option<&[f64]>,
     limits: &[Limit],
 ) -> (Vec<(usize, Placement)>, Vec<Taken>) {
+    // (who borrowed is stamped before the snapshot, so a rerun does not stamp it again:
+    // `Cycle::new`'s call, for cycles run alone, then finds nothing to stamp)
     st.cap.stamps.cycle_begins(m);
     settle(m, st); // (what moved since the last cycle wakes its watchers)
     let (anchor, stamps) = (st.anchor, st.cap.stamps.clone());

@@ -51,19 +51,24 @@ impl NodeSet {
 
     /// The nodes, ascending.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        let first = self.first;
-        self.words.iter().enumerate().flat_map(move |(k, &w)| {
-            let base = (first + k) * 64;
-            let mut rest = w;
-            std::iter::from_fn(move || {
-                (rest != 0).then(|| {
-                    let b = rest.trailing_zeros() as usize;
-                    rest &= rest - 1;
-                    base + b
-                })
+        ones(&self.words, self.first)
+    }
+}
+
+/// The numbers of the bits set in `words`, ascending, bit `b` of word `k` being
+/// `64 * (first + k) + b`.
+pub fn ones(words: &[u64], first: usize) -> impl Iterator<Item = usize> + '_ {
+    words.iter().enumerate().flat_map(move |(k, &w)| {
+        let base = (first + k) * 64;
+        let mut rest = w;
+        std::iter::from_fn(move || {
+            (rest != 0).then(|| {
+                let b = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                base + b
             })
         })
-    }
+    })
 }
 
 #[cfg(test)]

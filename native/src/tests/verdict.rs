@@ -87,27 +87,40 @@ fn cohort() -> Model {
     m
 }
 
+/// `cohort` on two 4-GPU nodes: P's runs on node 0's devices 0 and 1 (`p_holds`), B's "bb"
+/// on its device 2 (B within its nominal 2), X's 3 GPUs on node 1; "r" (P, `r_gpus`
+/// GPUs) waits, and B's "b1" and "b2" (1 GPU each). A first cycle (checked) admits both of
+/// B's, which take the free GPU of each node, the second borrowing, and not "r".
+fn b_starts_borrowing(
+    cycle: Cycler,
+    r_gpus: usize,
+    p_holds: impl FnOnce(&Model, &mut State),
+) -> (Model, State) {
+    let mut m = cohort();
+    m.nodes = vec![plain_node(4), plain_node(4)];
+    m.of_type = vec![vec![0, 1]];
+    let mut st = State::new(&m);
+    p_holds(&m, &mut st);
+    hold(&m, &mut st, "bb", 1, vec![2], true);
+    let mut x = run("x", 0, NORMAL, 3, None);
+    (x.project, x.preemptible) = (2, false);
+    st.hold(&m, x, whole(1, vec![0, 1, 2]), false)
+        .expect("hold");
+    queue(&mut st, "r", 0, r_gpus, true);
+    queue(&mut st, "b1", 1, 1, true);
+    queue(&mut st, "b2", 1, 1, true);
+    let (admitted, _) = cycle(&m, &mut st, 10.0);
+    assert_eq!(admitted.len(), 2, "{admitted:?}");
+    assert!(!admitted.contains(&"r".to_string()));
+    (m, st)
+}
+
 #[test]
 fn a_member_that_starts_borrowing_becomes_a_victim_from_the_next_cycle() {
     for cycle in CYCLES {
-        let mut m = cohort();
-        m.nodes = vec![plain_node(4), plain_node(4)];
-        m.of_type = vec![vec![0, 1]];
-        let mut st = State::new(&m);
-        hold(&m, &mut st, "p", 0, vec![0, 1], false);
-        hold(&m, &mut st, "bb", 1, vec![2], true); // B within its nominal 2
-        let mut x = run("x", 0, NORMAL, 3, None);
-        (x.project, x.preemptible) = (2, false);
-        st.hold(&m, x, whole(1, vec![0, 1, 2]), false)
-            .expect("hold");
-        // one GPU free on each node: "r" (P, within nominal, 2 GPUs) finds no place and no
-        // victim; B's two 1-GPU runs take both GPUs, the second borrowing
-        queue(&mut st, "r", 0, 2, true);
-        queue(&mut st, "b1", 1, 1, true);
-        queue(&mut st, "b2", 1, 1, true);
-        let (admitted, _) = cycle(&m, &mut st, 10.0);
-        assert_eq!(admitted.len(), 2, "{admitted:?}");
-        assert!(!admitted.contains(&"r".to_string()));
+        // "r" (P, within nominal, 2 GPUs) finds no place and no victim in the first cycle
+        let p_holds = |m: &Model, st: &mut State| hold(m, st, "p", 0, vec![0, 1], false);
+        let (m, mut st) = b_starts_borrowing(cycle, 2, p_holds);
         // B borrowed as this cycle began: its runs are P's possible victims now
         let (admitted, preempted) = cycle(&m, &mut st, 11.0);
         assert_eq!(admitted, names(&["r"]));
@@ -191,27 +204,14 @@ fn a_node_given_back_its_gpus_admits_a_run_it_had_no_place_for() {
 #[test]
 fn a_member_that_starts_borrowing_completes_a_plan_a_search_lacked() {
     for cycle in CYCLES {
-        let mut m = cohort();
-        m.nodes = vec![plain_node(4), plain_node(4)];
-        m.of_type = vec![vec![0, 1]];
-        let mut st = State::new(&m);
-        hold(&m, &mut st, "p", 0, vec![0], false);
-        let mut low = run("low", 0, LOW, 1, None); // P's own lower class: a victim
-        (low.admitted_at, low.started_at) = (Some(0.0), Some(0.0));
-        st.hold(&m, low, whole(0, vec![1]), false).expect("hold");
-        hold(&m, &mut st, "bb", 1, vec![2], true); // B within its nominal 2
-        let mut x = run("x", 0, NORMAL, 3, None);
-        (x.project, x.preemptible) = (2, false);
-        st.hold(&m, x, whole(1, vec![0, 1, 2]), false)
-            .expect("hold");
-        // "r" (P, 3 GPUs) finds no plan with "low" alone; B's two 1-GPU runs take the free
-        // GPU of each node, the second borrowing
-        queue(&mut st, "r", 0, 3, true);
-        queue(&mut st, "b1", 1, 1, true);
-        queue(&mut st, "b2", 1, 1, true);
-        let (admitted, _) = cycle(&m, &mut st, 10.0);
-        assert_eq!(admitted.len(), 2, "{admitted:?}");
-        assert!(!admitted.contains(&"r".to_string()));
+        // "r" (P, 3 GPUs) finds no plan with "low" alone in the first cycle
+        let p_holds = |m: &Model, st: &mut State| {
+            hold(m, st, "p", 0, vec![0], false);
+            let mut low = run("low", 0, LOW, 1, None); // P's own lower class: a victim
+            (low.admitted_at, low.started_at) = (Some(0.0), Some(0.0));
+            st.hold(m, low, whole(0, vec![1]), false).expect("hold");
+        };
+        let (m, mut st) = b_starts_borrowing(cycle, 3, p_holds);
         // B borrowed as this cycle began: with its runs on node 0 gone too, "r" fits there
         let (admitted, preempted) = cycle(&m, &mut st, 11.0);
         assert_eq!(admitted, names(&["r"]));
